@@ -1,0 +1,12 @@
+//! The replay engine of rtit: from the raw RTIT packet bytes of a recording back to every
+//! executed instruction, and the queries reverse execution needs.
+//!
+//! Layered as libipt is, each layer usable and testable on its own (see DESIGN.md):
+//! - [`packet`]: the RTIT packets of chapter 4 of the RTIT reference, a decoder and an encoder;
+//! - [`ip`]: the LAST_LIP compression of the IPs those packets carry (§4.2.3.1).
+//!
+//! Later layers (image, flow, timeline, state) build on these. The crate does no I/O beyond
+//! reading a recording, and never panics on bad input: errors are values that say where.
+
+pub mod ip;
+pub mod packet;

@@ -1,0 +1,308 @@
+//! The packet decoder: a byte slice in, [`Decoded`] packets out, errors as values with their
+//! offset. After an error it resumes at the next PSB, the only point where packet boundaries
+//! are known again (§4.2.1).
+
+use super::header::{
+    IP_PACKET, IP_PACKET_MASK, MTC, PIP, PSB, PSB_BYTES, STS, TIP_EVENT, TNT_MASK, TRACE_STOP,
+    ZEXT_BIT,
+};
+use super::{CycleCount, DecodeError, DecodeErrorKind, FupEvent, Mtc, Packet, Pip, Sts, Tnt};
+use crate::ip::{IpPayload, IpSize, LastLip};
+
+/// The RTIT_CTL bits that change the byte format of the trace.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DecoderConfig {
+    /// RTIT_CTL.Cycle_Acc: a cycle-count packet follows every packet that carries one
+    /// (§4.2.15, [`Packet::carries_cycle_count`]).
+    pub cycle_accurate: bool,
+}
+
+impl DecoderConfig {
+    /// RTIT_CTL bit 1, Cycle_Acc (§3.3.2, table 4).
+    pub const CYCLE_ACC: u64 = 1 << 1;
+
+    /// The format configuration of a trace written under this RTIT_CTL value.
+    pub const fn from_rtit_ctl(ctl: u64) -> Self {
+        Self {
+            cycle_accurate: ctl & Self::CYCLE_ACC != 0,
+        }
+    }
+}
+
+/// A decoded packet with its position and, for TIP and FUP, the full IP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decoded {
+    /// Byte offset of the packet's first byte.
+    pub offset: usize,
+    /// The packet as transmitted.
+    pub packet: Packet,
+    /// For TIP and FUP: the payload expanded against LAST_LIP, as a canonical address.
+    pub ip: Option<u64>,
+}
+
+/// Decodes RTIT packets from a byte slice.
+///
+/// It keeps LAST_LIP across PSBs: the hardware clears its own copy at a PSB, but possibly up to
+/// 4 packets late (§3.3.9), so the previous IP stays the right base for a compressed IP either
+/// way. [`PacketDecoder::sync_forward`] starts cold (no previous IP), as after an error.
+#[derive(Debug, Clone)]
+pub struct PacketDecoder<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    config: DecoderConfig,
+    last_lip: LastLip,
+    /// The previous packet carries a cycle count, which is next.
+    cyc_due: bool,
+    /// An error happened: find the next PSB before decoding again.
+    lost: bool,
+}
+
+impl<'a> PacketDecoder<'a> {
+    /// A decoder at offset 0 of `buf`, which must start at a packet boundary (as the output
+    /// region of the unit does); use [`PacketDecoder::sync_forward`] otherwise.
+    pub fn new(buf: &'a [u8], config: DecoderConfig) -> Self {
+        Self {
+            buf,
+            pos: 0,
+            config,
+            last_lip: LastLip::new(),
+            cyc_due: false,
+            lost: false,
+        }
+    }
+
+    /// Offset of the next byte to decode.
+    pub fn offset(&self) -> usize {
+        self.pos
+    }
+
+    /// The decoder's LAST_LIP: the IP of the last TIP or FUP decoded.
+    pub fn last_lip(&self) -> LastLip {
+        self.last_lip
+    }
+
+    /// The format configuration.
+    pub fn config(&self) -> DecoderConfig {
+        self.config
+    }
+
+    /// Moves to the next PSB at or after the current offset and starts cold there (no
+    /// previous IP, no pending cycle count). Returns its offset, or `None` (and moves to the
+    /// end) if there is none.
+    pub fn sync_forward(&mut self) -> Option<usize> {
+        self.lost = false;
+        self.cyc_due = false;
+        self.last_lip.invalidate();
+        match memchr::memmem::find(&self.buf[self.pos..], &PSB_BYTES) {
+            Some(at) => {
+                self.pos += at;
+                Some(self.pos)
+            }
+            None => {
+                self.pos = self.buf.len();
+                None
+            }
+        }
+    }
+
+    /// Records an error at `offset` and arranges to resume at the next PSB after it.
+    #[cold]
+    fn fail(&mut self, offset: usize, kind: DecodeErrorKind) -> DecodeError {
+        self.pos = (offset + 1).min(self.buf.len());
+        self.lost = true;
+        DecodeError { offset, kind }
+    }
+
+    #[cold]
+    fn truncated(&mut self, name: &'static str, needed: usize) -> DecodeError {
+        let available = self.buf.len() - self.pos;
+        self.fail(
+            self.pos,
+            DecodeErrorKind::Truncated {
+                name,
+                needed,
+                available,
+            },
+        )
+    }
+
+    /// The `n` bytes of the packet at the current offset, or a truncation error.
+    #[inline]
+    fn take(&mut self, name: &'static str, n: usize) -> Result<&'a [u8], DecodeError> {
+        match self.buf.get(self.pos..self.pos + n) {
+            Some(bytes) => Ok(bytes),
+            None => Err(self.truncated(name, n)),
+        }
+    }
+
+    fn decode_cyc(&mut self) -> Result<Packet, DecodeError> {
+        let first = self.buf[self.pos];
+        let len = first & 3;
+        if len == 0 {
+            return Err(self.fail(self.pos, DecodeErrorKind::ReservedCycleLength(first)));
+        }
+        let b = self.take("cyc", len.into())?;
+        let mut value = u32::from(b[0] >> 2);
+        if len > 1 {
+            value |= u32::from(b[1]) << 6;
+        }
+        if len > 2 {
+            value |= u32::from(b[2]) << 14;
+        }
+        // The value fits `len` bytes by construction.
+        Ok(Packet::Cyc(CycleCount { value, len }))
+    }
+
+    fn decode_ip_packet(&mut self, header: u8) -> Result<(Packet, u64), DecodeError> {
+        let event = (header >> 3) & 7;
+        let (name, fup) = if event == TIP_EVENT {
+            ("tip", None)
+        } else {
+            match FupEvent::from_code(event) {
+                Some(e) => (e.name(), Some(e)),
+                None => return Err(self.fail(self.pos, DecodeErrorKind::ReservedHeader(header))),
+            }
+        };
+        let Some(size) = IpSize::from_cnt(header & 3) else {
+            return Err(self.fail(self.pos, DecodeErrorKind::ReservedIpSize { name, header }));
+        };
+        let n = 1 + size.bytes();
+        let bits = match self.buf.get(self.pos..self.pos + 8) {
+            // Fast path: one unaligned load, masked to the payload.
+            Some(b) => {
+                let mut word = [0u8; 8];
+                word.copy_from_slice(b);
+                (u64::from_le_bytes(word) >> 8) & size.mask()
+            }
+            None => {
+                let b = self.take(name, n)?;
+                b[1..]
+                    .iter()
+                    .rev()
+                    .fold(0, |acc, &x| (acc << 8) | u64::from(x))
+            }
+        };
+        let payload = IpPayload {
+            size,
+            zext: header & ZEXT_BIT != 0,
+            bits,
+        };
+        let ip = match self.last_lip.decompress(payload) {
+            Ok(ip) => ip,
+            Err(source) => {
+                return Err(self.fail(self.pos, DecodeErrorKind::NoPreviousIp { name, source }))
+            }
+        };
+        self.pos += n;
+        let packet = match fup {
+            Some(e) => Packet::Fup(e, payload),
+            None => Packet::Tip(payload),
+        };
+        Ok((packet, ip))
+    }
+
+    fn decode_extended(&mut self, header: u8) -> Result<Packet, DecodeError> {
+        let packet = match header {
+            PSB => {
+                let b = self.take("psb", PSB_BYTES.len())?;
+                if let Some(index) = b[1..].iter().position(|&x| x != 0) {
+                    let value = b[1 + index];
+                    return Err(self.fail(
+                        self.pos,
+                        DecodeErrorKind::MalformedPsb {
+                            index: index + 1,
+                            value,
+                        },
+                    ));
+                }
+                Packet::Psb
+            }
+            TRACE_STOP => Packet::TraceStop,
+            h if h & !1 == PIP => {
+                let b = self.take("pip", 6)?;
+                let cr3 = b[1..6]
+                    .iter()
+                    .rev()
+                    .fold(0, |acc, &x| (acc << 8) | u64::from(x));
+                Packet::Pip(Pip {
+                    cr3,
+                    pg: h & 1 != 0,
+                })
+            }
+            h if h & !3 == MTC => {
+                let b = self.take("mtc", 2)?;
+                Packet::Mtc(Mtc {
+                    rng: h & 3,
+                    tsc: b[1],
+                })
+            }
+            h if h & 0xf0 == STS => {
+                let b = self.take("sts", 7)?;
+                let btc = b[2..7]
+                    .iter()
+                    .rev()
+                    .fold(0, |acc, &x| (acc << 8) | u64::from(x));
+                Packet::Sts(Sts {
+                    acbr: ((h & 0xf) << 2) | (b[1] >> 6),
+                    ecbr: b[1] & 0x3f,
+                    btc,
+                })
+            }
+            _ => return Err(self.fail(self.pos, DecodeErrorKind::ReservedHeader(header))),
+        };
+        self.pos += packet.len();
+        Ok(packet)
+    }
+
+    fn decode_one(&mut self) -> Result<Decoded, DecodeError> {
+        let offset = self.pos;
+        let header = self.buf[offset];
+        if self.cyc_due {
+            self.cyc_due = false;
+            let packet = self.decode_cyc()?;
+            self.pos += packet.len();
+            return Ok(Decoded {
+                offset,
+                packet,
+                ip: None,
+            });
+        }
+        let (packet, ip) = if header & TNT_MASK == 0 {
+            match Tnt::from_header(header) {
+                Some(tnt) => {
+                    self.pos += 1;
+                    (Packet::Tnt(tnt), None)
+                }
+                None => return Err(self.fail(offset, DecodeErrorKind::EmptyTnt(header))),
+            }
+        } else if header & IP_PACKET_MASK == IP_PACKET {
+            let (packet, ip) = self.decode_ip_packet(header)?;
+            (packet, Some(ip))
+        } else {
+            (self.decode_extended(header)?, None)
+        };
+        self.cyc_due = self.config.cycle_accurate && packet.carries_cycle_count();
+        Ok(Decoded { offset, packet, ip })
+    }
+}
+
+impl Iterator for PacketDecoder<'_> {
+    type Item = Result<Decoded, DecodeError>;
+
+    /// The next packet or error; `None` at the end of the trace. After an error, decoding
+    /// resumes at the next PSB, and the bytes skipped to reach it are not reported.
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.lost && self.sync_forward().is_none() {
+            return None;
+        }
+        if self.pos >= self.buf.len() {
+            // The trace may not end where a cycle count is due: that packet is cut off.
+            return self.cyc_due.then(|| Err(self.truncated("cyc", 1)));
+        }
+        Some(self.decode_one())
+    }
+}
+
+#[cfg(test)]
+mod tests;

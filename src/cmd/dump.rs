@@ -1,0 +1,226 @@
+//! `rtit dump`: print the packets of a raw RTIT trace, one per line, as libipt's ptdump does,
+//! or as JSON lines for scripts and tests.
+//!
+//! A bad byte gives one `error` line at its offset; decoding then resumes at the next PSB and
+//! the bytes skipped to reach it are not printed. Decode errors are part of the output, not a
+//! failure of the command: the exit status is 0 once the trace was read.
+
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use rtit_replay_core::ip::IpPayload;
+use rtit_replay_core::packet::{DecodeError, Decoded, DecoderConfig, Packet, PacketDecoder};
+use serde::Serialize;
+
+/// Arguments of `rtit dump`.
+#[derive(Debug, Args)]
+pub struct DumpArgs {
+    /// One JSON object per line instead of the human-readable listing.
+    #[arg(long)]
+    json: bool,
+    /// The trace was written with RTIT_CTL.Cycle_Acc set: cycle-count packets follow TIP, FUP,
+    /// PIP, MTC, STS and full TNT packets.
+    #[arg(long)]
+    cycle_accurate: bool,
+    /// Print at most N packets (error lines count).
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
+    /// A raw RTIT trace file: the bytes of the output region, starting at a packet boundary.
+    #[arg(value_name = "SOURCE")]
+    source: PathBuf,
+}
+
+/// Runs `rtit dump`.
+pub fn run(args: &DumpArgs) -> Result<()> {
+    if args.source.is_dir() {
+        bail!(
+            "{} is a directory; `rtit dump` reads a raw trace file (recording directories are \
+             not defined yet)",
+            args.source.display()
+        );
+    }
+    let trace = std::fs::read(&args.source)
+        .with_context(|| format!("cannot read {}", args.source.display()))?;
+    let config = DecoderConfig {
+        cycle_accurate: args.cycle_accurate,
+    };
+    let stdout = io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    let errors =
+        match print_packets(&trace, config, args, &mut out).and_then(|n| out.flush().map(|()| n)) {
+            Ok(errors) => errors,
+            // `rtit dump … | head` closes the pipe early: that is not a failure.
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
+            Err(e) => return Err(e).context("cannot write to standard output"),
+        };
+    if errors > 0 {
+        eprintln!(
+            "rtit dump: {errors} decode error{} in {}",
+            if errors == 1 { "" } else { "s" },
+            args.source.display()
+        );
+    }
+    Ok(())
+}
+
+/// Prints the listing; returns the number of decode errors.
+fn print_packets(
+    trace: &[u8],
+    config: DecoderConfig,
+    args: &DumpArgs,
+    out: &mut impl Write,
+) -> io::Result<usize> {
+    let mut errors = 0;
+    let limit = args.limit.unwrap_or(usize::MAX);
+    for item in PacketDecoder::new(trace, config).take(limit) {
+        if item.is_err() {
+            errors += 1;
+        }
+        if args.json {
+            serde_json::to_writer(&mut *out, &JsonLine::new(&item))?;
+            writeln!(out)?;
+        } else {
+            write_human(trace, &item, out)?;
+        }
+    }
+    Ok(errors)
+}
+
+/// One line of `--json` output. Field names are part of the interface (see the README).
+#[derive(Debug, Default, Serialize)]
+struct JsonLine {
+    offset: usize,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    size: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ip: Option<String>,
+    /// For TIP/FUP: payload bytes sent (CNT) and the Zext bit, as transmitted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ip_bytes: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    zext: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bits: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cr3: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pg: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rng: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tsc: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    acbr: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ecbr: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    btc: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cycles: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+}
+
+impl JsonLine {
+    fn new(item: &Result<Decoded, DecodeError>) -> Self {
+        let d = match item {
+            Ok(d) => d,
+            Err(e) => {
+                return Self {
+                    offset: e.offset,
+                    kind: "error",
+                    message: Some(e.kind.to_string()),
+                    ..Self::default()
+                }
+            }
+        };
+        let mut line = Self {
+            offset: d.offset,
+            kind: d.packet.name(),
+            size: Some(d.packet.len()),
+            ip: d.ip.map(|ip| format!("{ip:#x}")),
+            ..Self::default()
+        };
+        match d.packet {
+            Packet::Tnt(tnt) => line.bits = Some(tnt_string(tnt.iter())),
+            Packet::Tip(p) | Packet::Fup(_, p) => {
+                line.ip_bytes = Some(p.size.bytes());
+                line.zext = Some(p.zext);
+            }
+            Packet::Pip(pip) => {
+                line.cr3 = Some(format!("{:#x}", pip.cr3));
+                line.pg = Some(pip.pg);
+            }
+            Packet::Mtc(mtc) => {
+                line.rng = Some(mtc.rng);
+                line.tsc = Some(mtc.tsc);
+            }
+            Packet::Sts(sts) => {
+                line.acbr = Some(sts.acbr);
+                line.ecbr = Some(sts.ecbr);
+                line.btc = Some(sts.btc);
+            }
+            Packet::Cyc(c) => line.cycles = Some(c.value()),
+            Packet::Psb | Packet::TraceStop => {}
+        }
+        line
+    }
+}
+
+fn tnt_string(bits: impl Iterator<Item = bool>) -> String {
+    bits.map(|t| if t { 'T' } else { 'N' }).collect()
+}
+
+/// ptdump-like: offset, raw bytes, packet name, payload, expanded IP.
+fn write_human(
+    trace: &[u8],
+    item: &Result<Decoded, DecodeError>,
+    out: &mut impl Write,
+) -> io::Result<()> {
+    let d = match item {
+        Ok(d) => d,
+        Err(e) => return writeln!(out, "{:016x}  {:<27}  error    {}", e.offset, "", e.kind),
+    };
+    let raw = &trace[d.offset..d.offset + d.packet.len()];
+    let hex: Vec<String> = raw.iter().map(|b| format!("{b:02x}")).collect();
+    write!(
+        out,
+        "{:016x}  {:<27}  {:<8}",
+        d.offset,
+        hex.join(" "),
+        d.packet.name()
+    )?;
+    match d.packet {
+        Packet::Tnt(tnt) => write!(out, " {}", tnt_string(tnt.iter()))?,
+        Packet::Tip(p) | Packet::Fup(_, p) => {
+            if let Some(ip) = d.ip {
+                write!(out, " {ip:#018x}  {}", describe_payload(p))?;
+            }
+        }
+        Packet::Pip(pip) => write!(out, " cr3={:#012x} pg={}", pip.cr3, u8::from(pip.pg))?,
+        Packet::Mtc(mtc) => write!(out, " rng={} tsc={:#04x}", mtc.rng, mtc.tsc)?,
+        Packet::Sts(sts) => write!(
+            out,
+            " acbr={} ecbr={} btc={:#012x}",
+            sts.acbr, sts.ecbr, sts.btc
+        )?,
+        Packet::Cyc(c) => write!(out, " {}", c.value())?,
+        Packet::Psb | Packet::TraceStop => {}
+    }
+    writeln!(out)
+}
+
+fn describe_payload(p: IpPayload) -> String {
+    let how = if p.zext {
+        "zero-extended"
+    } else if p.needs_last_lip() {
+        "upper bytes from last IP"
+    } else {
+        "full"
+    };
+    format!("({} bytes, {how})", p.size.bytes())
+}

@@ -1,0 +1,3 @@
+//! The subcommands of `rtit`, one module each.
+
+pub mod dump;

@@ -1,0 +1,38 @@
+//! `rtit`: record a program's control flow with Intel RTIT and debug the recording in gdb.
+//!
+//! One module per subcommand under `cmd/`; this file only parses the command line and
+//! reports errors.
+
+mod cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Record-and-replay debugging on Intel Real Time Instruction Trace.
+#[derive(Debug, Parser)]
+#[command(name = "rtit", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print the packets of a raw RTIT trace, like libipt's ptdump.
+    Dump(cmd::dump::DumpArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Dump(args) => cmd::dump::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("rtit: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
