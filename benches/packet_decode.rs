@@ -109,6 +109,7 @@ fn bench(c: &mut Criterion) {
     const SIZE: usize = 64 << 20;
     let mut group = c.benchmark_group("packet_decode");
     group.sample_size(10);
+    group.measurement_time(std::time::Duration::from_secs(8));
     for (name, cycle_accurate) in [("mixed", false), ("mixed_cycle_accurate", true)] {
         let trace = synthetic_trace(SIZE, cycle_accurate);
         let config = DecoderConfig { cycle_accurate };

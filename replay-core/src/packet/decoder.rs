@@ -6,8 +6,25 @@ use super::header::{
     IP_PACKET, IP_PACKET_MASK, MTC, PIP, PSB, PSB_BYTES, STS, TIP_EVENT, TNT_MASK, TRACE_STOP,
     ZEXT_BIT,
 };
-use super::{CycleCount, DecodeError, DecodeErrorKind, FupEvent, Mtc, Packet, Pip, Sts, Tnt};
+use super::{
+    CycleCount, DecodeError, DecodeErrorKind, FupEvent, Mtc, Packet, PacketKind, Pip, Sts, Tnt,
+};
 use crate::ip::{IpPayload, IpSize, LastLip};
+
+/// The TNT packet of every header byte (`Psb` where the byte is no TNT). The decoder copies
+/// a TNT packet out of this table instead of building it: a value built field by field on the
+/// stack and then copied whole stalls on store forwarding, and TNT is most of a trace.
+static TNT_PACKETS: [Packet; 128] = {
+    let mut table = [Packet::Psb; 128];
+    let mut byte = 0;
+    while byte < 128 {
+        if let Some(tnt) = Tnt::from_header(byte as u8) {
+            table[byte] = Packet::Tnt(tnt);
+        }
+        byte += 1;
+    }
+    table
+};
 
 /// The RTIT_CTL bits that change the byte format of the trace.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -114,34 +131,35 @@ impl<'a> PacketDecoder<'a> {
     }
 
     #[cold]
-    fn truncated(&mut self, name: &'static str, needed: usize) -> DecodeError {
-        let available = self.buf.len() - self.pos;
-        self.fail(
-            self.pos,
-            DecodeErrorKind::Truncated {
-                name,
-                needed,
-                available,
-            },
-        )
+    fn truncated(&mut self, packet: PacketKind, needed: usize) -> DecodeError {
+        // Packets are at most 9 bytes long, so both counts fit a byte.
+        let available = (self.buf.len() - self.pos) as u8;
+        let needed = needed as u8;
+        let kind = DecodeErrorKind::Truncated {
+            packet,
+            needed,
+            available,
+        };
+        self.fail(self.pos, kind)
     }
 
     /// The `n` bytes of the packet at the current offset, or a truncation error.
     #[inline]
-    fn take(&mut self, name: &'static str, n: usize) -> Result<&'a [u8], DecodeError> {
+    fn take(&mut self, packet: PacketKind, n: usize) -> Result<&'a [u8], DecodeError> {
         match self.buf.get(self.pos..self.pos + n) {
             Some(bytes) => Ok(bytes),
-            None => Err(self.truncated(name, n)),
+            None => Err(self.truncated(packet, n)),
         }
     }
 
-    fn decode_cyc(&mut self) -> Result<Packet, DecodeError> {
-        let first = self.buf[self.pos];
+    /// A cycle-count packet (§4.2.14, figure 13) at the current offset.
+    #[inline]
+    fn decode_cyc(&mut self, first: u8) -> Result<Packet, DecodeError> {
         let len = first & 3;
         if len == 0 {
             return Err(self.fail(self.pos, DecodeErrorKind::ReservedCycleLength(first)));
         }
-        let b = self.take("cyc", len.into())?;
+        let b = self.take(PacketKind::Cyc, len.into())?;
         let mut value = u32::from(b[0] >> 2);
         if len > 1 {
             value |= u32::from(b[1]) << 6;
@@ -153,18 +171,20 @@ impl<'a> PacketDecoder<'a> {
         Ok(Packet::Cyc(CycleCount { value, len }))
     }
 
+    /// A TIP or FUP (§4.2.3, §4.2.4, figures 5 and 8), its IP expanded against LAST_LIP.
+    #[inline]
     fn decode_ip_packet(&mut self, header: u8) -> Result<(Packet, u64), DecodeError> {
         let event = (header >> 3) & 7;
-        let (name, fup) = if event == TIP_EVENT {
-            ("tip", None)
+        let (packet, fup) = if event == TIP_EVENT {
+            (PacketKind::Tip, None)
         } else {
             match FupEvent::from_code(event) {
-                Some(e) => (e.name(), Some(e)),
+                Some(e) => (PacketKind::Fup(e), Some(e)),
                 None => return Err(self.fail(self.pos, DecodeErrorKind::ReservedHeader(header))),
             }
         };
         let Some(size) = IpSize::from_cnt(header & 3) else {
-            return Err(self.fail(self.pos, DecodeErrorKind::ReservedIpSize { name, header }));
+            return Err(self.fail(self.pos, DecodeErrorKind::ReservedIpSize { packet, header }));
         };
         let n = 1 + size.bytes();
         let bits = match self.buf.get(self.pos..self.pos + 8) {
@@ -175,7 +195,7 @@ impl<'a> PacketDecoder<'a> {
                 (u64::from_le_bytes(word) >> 8) & size.mask()
             }
             None => {
-                let b = self.take(name, n)?;
+                let b = self.take(packet, n)?;
                 b[1..]
                     .iter()
                     .rev()
@@ -190,7 +210,7 @@ impl<'a> PacketDecoder<'a> {
         let ip = match self.last_lip.decompress(payload) {
             Ok(ip) => ip,
             Err(source) => {
-                return Err(self.fail(self.pos, DecodeErrorKind::NoPreviousIp { name, source }))
+                return Err(self.fail(self.pos, DecodeErrorKind::NoPreviousIp { packet, source }))
             }
         };
         self.pos += n;
@@ -201,25 +221,24 @@ impl<'a> PacketDecoder<'a> {
         Ok((packet, ip))
     }
 
+    /// The packets with header bits 7:6 = 11 (figure 2): PSB, TraceSTOP, PIP, MTC, STS.
+    #[inline]
     fn decode_extended(&mut self, header: u8) -> Result<Packet, DecodeError> {
         let packet = match header {
             PSB => {
-                let b = self.take("psb", PSB_BYTES.len())?;
+                let b = self.take(PacketKind::Psb, PSB_BYTES.len())?;
                 if let Some(index) = b[1..].iter().position(|&x| x != 0) {
-                    let value = b[1 + index];
-                    return Err(self.fail(
-                        self.pos,
-                        DecodeErrorKind::MalformedPsb {
-                            index: index + 1,
-                            value,
-                        },
-                    ));
+                    let kind = DecodeErrorKind::MalformedPsb {
+                        index: index as u8 + 1,
+                        value: b[1 + index],
+                    };
+                    return Err(self.fail(self.pos, kind));
                 }
                 Packet::Psb
             }
             TRACE_STOP => Packet::TraceStop,
             h if h & !1 == PIP => {
-                let b = self.take("pip", 6)?;
+                let b = self.take(PacketKind::Pip, 6)?;
                 let cr3 = b[1..6]
                     .iter()
                     .rev()
@@ -230,14 +249,14 @@ impl<'a> PacketDecoder<'a> {
                 })
             }
             h if h & !3 == MTC => {
-                let b = self.take("mtc", 2)?;
+                let b = self.take(PacketKind::Mtc, 2)?;
                 Packet::Mtc(Mtc {
                     rng: h & 3,
                     tsc: b[1],
                 })
             }
             h if h & 0xf0 == STS => {
-                let b = self.take("sts", 7)?;
+                let b = self.take(PacketKind::Sts, 7)?;
                 let btc = b[2..7]
                     .iter()
                     .rev()
@@ -254,27 +273,21 @@ impl<'a> PacketDecoder<'a> {
         Ok(packet)
     }
 
-    fn decode_one(&mut self) -> Result<Decoded, DecodeError> {
-        let offset = self.pos;
-        let header = self.buf[offset];
-        if self.cyc_due {
+    /// Any packet but the TNT fast path of `next`.
+    #[inline(always)]
+    fn decode_one(&mut self, offset: usize, header: u8) -> Result<Decoded, DecodeError> {
+        let (packet, ip) = if self.cyc_due {
             self.cyc_due = false;
-            let packet = self.decode_cyc()?;
+            let packet = self.decode_cyc(header)?;
             self.pos += packet.len();
             return Ok(Decoded {
                 offset,
                 packet,
                 ip: None,
             });
-        }
-        let (packet, ip) = if header & TNT_MASK == 0 {
-            match Tnt::from_header(header) {
-                Some(tnt) => {
-                    self.pos += 1;
-                    (Packet::Tnt(tnt), None)
-                }
-                None => return Err(self.fail(offset, DecodeErrorKind::EmptyTnt(header))),
-            }
+        } else if header & TNT_MASK == 0 {
+            // 0x00 and 0x01: the TNT fast path took every valid TNT header.
+            return Err(self.fail(offset, DecodeErrorKind::EmptyTnt(header)));
         } else if header & IP_PACKET_MASK == IP_PACKET {
             let (packet, ip) = self.decode_ip_packet(header)?;
             (packet, Some(ip))
@@ -296,11 +309,26 @@ impl Iterator for PacketDecoder<'_> {
         if self.lost && self.sync_forward().is_none() {
             return None;
         }
-        if self.pos >= self.buf.len() {
+        let offset = self.pos;
+        let Some(&header) = self.buf.get(offset) else {
             // The trace may not end where a cycle count is due: that packet is cut off.
-            return self.cyc_due.then(|| Err(self.truncated("cyc", 1)));
+            return self
+                .cyc_due
+                .then(|| Err(self.truncated(PacketKind::Cyc, 1)));
+        };
+        // Fast path for the most frequent packet, a TNT byte.
+        if !self.cyc_due {
+            if let Some(tnt) = Tnt::from_header(header) {
+                self.pos = offset + 1;
+                self.cyc_due = self.config.cycle_accurate && tnt.is_full();
+                return Some(Ok(Decoded {
+                    offset,
+                    packet: TNT_PACKETS[usize::from(header)],
+                    ip: None,
+                }));
+            }
         }
-        Some(self.decode_one())
+        Some(self.decode_one(offset, header))
     }
 }
 

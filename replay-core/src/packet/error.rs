@@ -1,5 +1,6 @@
 //! Errors of the packet layer: what is wrong, and at which byte offset.
 
+use super::PacketKind;
 use crate::ip::NoPreviousIp;
 
 /// A byte sequence that is not a valid packet, with the offset of the packet's first byte.
@@ -23,10 +24,10 @@ pub enum DecodeErrorKind {
     #[error("TNT header {0:#04x} holds no branch")]
     EmptyTnt(u8),
     /// A FUP/TIP header with the reserved CNT value 3 (§4.2.3).
-    #[error("{name} header {header:#04x} has the reserved IP size CNT=3")]
+    #[error("{packet} header {header:#04x} has the reserved IP size CNT=3")]
     ReservedIpSize {
-        /// Packet name from the event field.
-        name: &'static str,
+        /// The packet kind from the event field.
+        packet: PacketKind,
         /// The header byte.
         header: u8,
     },
@@ -37,25 +38,25 @@ pub enum DecodeErrorKind {
     #[error("PSB header followed by {value:#04x} at payload byte {index}, expected 8 zero bytes")]
     MalformedPsb {
         /// Index (1–8) of the first non-zero payload byte.
-        index: usize,
+        index: u8,
         /// Its value.
         value: u8,
     },
     /// The trace ends inside a packet.
-    #[error("truncated {name} packet: {needed} bytes needed, {available} left in the trace")]
+    #[error("truncated {packet} packet: {needed} bytes needed, {available} left in the trace")]
     Truncated {
-        /// Packet name.
-        name: &'static str,
+        /// The packet kind.
+        packet: PacketKind,
         /// Size of the packet.
-        needed: usize,
+        needed: u8,
         /// Bytes left from its offset.
-        available: usize,
+        available: u8,
     },
     /// A match-compressed IP with no previous IP (cold start at a PSB or trace start).
-    #[error("{name}: {source}")]
+    #[error("{packet}: {source}")]
     NoPreviousIp {
-        /// Packet name.
-        name: &'static str,
+        /// The packet kind.
+        packet: PacketKind,
         /// Details.
         source: NoPreviousIp,
     },

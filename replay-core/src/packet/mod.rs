@@ -42,20 +42,71 @@ pub enum Packet {
     Cyc(CycleCount),
 }
 
-impl Packet {
+/// The kind of a packet without its payload: how `rtit dump` and error messages name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PacketKind {
+    /// TNT.
+    Tnt,
+    /// TIP.
+    Tip,
+    /// A FUP with its event.
+    Fup(FupEvent),
+    /// PSB.
+    Psb,
+    /// TraceSTOP.
+    TraceStop,
+    /// PIP.
+    Pip,
+    /// MTC.
+    Mtc,
+    /// STS.
+    Sts,
+    /// Cycle count.
+    Cyc,
+}
+
+impl PacketKind {
     /// The short name used by `rtit dump` (`tnt`, `tip`, `fup.pge`, …).
-    pub const fn name(&self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         match self {
-            Self::Tnt(_) => "tnt",
-            Self::Tip(_) => "tip",
-            Self::Fup(event, _) => event.name(),
+            Self::Tnt => "tnt",
+            Self::Tip => "tip",
+            Self::Fup(event) => event.name(),
             Self::Psb => "psb",
             Self::TraceStop => "stop",
-            Self::Pip(_) => "pip",
-            Self::Mtc(_) => "mtc",
-            Self::Sts(_) => "sts",
-            Self::Cyc(_) => "cyc",
+            Self::Pip => "pip",
+            Self::Mtc => "mtc",
+            Self::Sts => "sts",
+            Self::Cyc => "cyc",
         }
+    }
+}
+
+impl std::fmt::Display for PacketKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Packet {
+    /// The kind of packet.
+    pub const fn kind(&self) -> PacketKind {
+        match self {
+            Self::Tnt(_) => PacketKind::Tnt,
+            Self::Tip(_) => PacketKind::Tip,
+            Self::Fup(event, _) => PacketKind::Fup(*event),
+            Self::Psb => PacketKind::Psb,
+            Self::TraceStop => PacketKind::TraceStop,
+            Self::Pip(_) => PacketKind::Pip,
+            Self::Mtc(_) => PacketKind::Mtc,
+            Self::Sts(_) => PacketKind::Sts,
+            Self::Cyc(_) => PacketKind::Cyc,
+        }
+    }
+
+    /// The short name used by `rtit dump` (`tnt`, `tip`, `fup.pge`, …).
+    pub const fn name(&self) -> &'static str {
+        self.kind().name()
     }
 
     /// The IP payload of a TIP or FUP.

@@ -195,7 +195,7 @@ fn malformed_packets_name_what_is_wrong() {
             &[0xb3, 1, 2, 3, 4, 5, 6, 7],
             PLAIN,
             DecodeErrorKind::ReservedIpSize {
-                name: "tip",
+                packet: PacketKind::Tip,
                 header: 0xb3,
             },
         ),
@@ -203,7 +203,7 @@ fn malformed_packets_name_what_is_wrong() {
             &[0x8f, 1, 2, 3, 4, 5, 6, 7],
             PLAIN,
             DecodeErrorKind::ReservedIpSize {
-                name: "fup.pgd",
+                packet: PacketKind::Fup(FupEvent::PacketGenDisable),
                 header: 0x8f,
             },
         ),
@@ -304,7 +304,7 @@ fn truncation_at_every_byte_of_every_packet() {
                 };
                 assert_eq!(errors[0].offset, at, "{p:?} cut at {cut}");
                 assert!(
-                    matches!(errors[0].kind, DecodeErrorKind::Truncated { available, .. } if available == cut - at),
+                    matches!(errors[0].kind, DecodeErrorKind::Truncated { available, .. } if usize::from(available) == cut - at),
                     "{p:?} cut at {cut}: {}",
                     errors[0]
                 );
@@ -323,7 +323,7 @@ fn compressed_ip_with_no_previous_ip() {
             [Err(DecodeError {
                 offset: 0,
                 kind: DecodeErrorKind::NoPreviousIp {
-                    name: "fup.pge",
+                    packet: PacketKind::Fup(FupEvent::PacketGenEnable),
                     ..
                 }
             })]
