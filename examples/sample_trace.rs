@@ -77,6 +77,10 @@ struct Writer {
 
 impl Writer {
     fn raw(&mut self, p: Packet) {
+        if p == Packet::Psb {
+            // The unit clears LAST_LIP at a PSB (§3.3.7; it may do so late, §3.3.9).
+            self.lip.invalidate();
+        }
         encode(&p, &mut self.out).expect("sample packets are valid");
         if self.cycle_accurate && p.carries_cycle_count() {
             self.cycles = (self.cycles * 7 + 3) % 5000;
@@ -86,6 +90,10 @@ impl Writer {
     }
 
     fn ip(&mut self, event: FupEvent, ip: u64) {
+        if event == FupEvent::BufferOverflow {
+            // Cleared before the overflow packet is sent: it is never match-compressed (§4.2.5).
+            self.lip.invalidate();
+        }
         let payload = self.lip.compress(ip);
         self.raw(Packet::Fup(event, payload));
     }

@@ -187,31 +187,25 @@ fn write_human(
     };
     let raw = &trace[d.offset..d.offset + d.packet.len()];
     let hex: Vec<String> = raw.iter().map(|b| format!("{b:02x}")).collect();
-    write!(
-        out,
-        "{:016x}  {:<27}  {:<8}",
+    let details = match d.packet {
+        Packet::Tnt(tnt) => tnt_string(tnt.iter()),
+        Packet::Tip(p) | Packet::Fup(_, p) => match d.ip {
+            Some(ip) => format!("{ip:#018x}  {}", describe_payload(p)),
+            None => describe_payload(p),
+        },
+        Packet::Pip(pip) => format!("cr3={:#012x} pg={}", pip.cr3, u8::from(pip.pg)),
+        Packet::Mtc(mtc) => format!("rng={} tsc={:#04x}", mtc.rng, mtc.tsc),
+        Packet::Sts(s) => format!("acbr={} ecbr={} btc={:#012x}", s.acbr, s.ecbr, s.btc),
+        Packet::Cyc(c) => c.value().to_string(),
+        Packet::Psb | Packet::TraceStop => String::new(),
+    };
+    let name = d.packet.name();
+    let line = format!(
+        "{:016x}  {:<27}  {name:<8} {details}",
         d.offset,
-        hex.join(" "),
-        d.packet.name()
-    )?;
-    match d.packet {
-        Packet::Tnt(tnt) => write!(out, " {}", tnt_string(tnt.iter()))?,
-        Packet::Tip(p) | Packet::Fup(_, p) => {
-            if let Some(ip) = d.ip {
-                write!(out, " {ip:#018x}  {}", describe_payload(p))?;
-            }
-        }
-        Packet::Pip(pip) => write!(out, " cr3={:#012x} pg={}", pip.cr3, u8::from(pip.pg))?,
-        Packet::Mtc(mtc) => write!(out, " rng={} tsc={:#04x}", mtc.rng, mtc.tsc)?,
-        Packet::Sts(sts) => write!(
-            out,
-            " acbr={} ecbr={} btc={:#012x}",
-            sts.acbr, sts.ecbr, sts.btc
-        )?,
-        Packet::Cyc(c) => write!(out, " {}", c.value())?,
-        Packet::Psb | Packet::TraceStop => {}
-    }
-    writeln!(out)
+        hex.join(" ")
+    );
+    writeln!(out, "{}", line.trim_end())
 }
 
 fn describe_payload(p: IpPayload) -> String {

@@ -21,14 +21,6 @@ fn ok(bytes: &[u8], config: DecoderConfig) -> Vec<Decoded> {
         .collect()
 }
 
-fn two(bits: u64) -> IpPayload {
-    IpPayload {
-        size: IpSize::Two,
-        zext: false,
-        bits,
-    }
-}
-
 #[test]
 fn every_packet_type_from_its_figure() {
     let bytes = [
