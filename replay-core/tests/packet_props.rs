@@ -98,7 +98,7 @@ proptest! {
         for d in &decoded {
             prop_assert_eq!(d.offset, offset);
             prop_assert_eq!(d.ip.is_some(), d.packet.ip_payload().is_some());
-            offset += d.packet.len();
+            offset += d.packet.encoded_len();
         }
         prop_assert_eq!(offset, bytes.len());
     }
@@ -157,7 +157,7 @@ proptest! {
             match item {
                 Ok(d) => {
                     prop_assert!(d.offset >= last_end, "offset {} before {}", d.offset, last_end);
-                    let end = d.offset + d.packet.len();
+                    let end = d.offset + d.packet.encoded_len();
                     let encoded = encode_all([&d.packet]).expect("decoded packets encode");
                     prop_assert_eq!(&bytes[d.offset..end], &encoded[..]);
                     last_end = end;

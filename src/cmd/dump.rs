@@ -141,7 +141,7 @@ impl JsonLine {
         let mut line = Self {
             offset: d.offset,
             kind: d.packet.name(),
-            size: Some(d.packet.len()),
+            size: Some(d.packet.encoded_len()),
             ip: d.ip.map(|ip| format!("{ip:#x}")),
             ..Self::default()
         };
@@ -185,7 +185,7 @@ fn write_human(
         Ok(d) => d,
         Err(e) => return writeln!(out, "{:016x}  {:<27}  error    {}", e.offset, "", e.kind),
     };
-    let raw = &trace[d.offset..d.offset + d.packet.len()];
+    let raw = &trace[d.offset..d.offset + d.packet.encoded_len()];
     let hex: Vec<String> = raw.iter().map(|b| format!("{b:02x}")).collect();
     let details = match d.packet {
         Packet::Tnt(tnt) => tnt_string(tnt.iter()),

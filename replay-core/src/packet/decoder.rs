@@ -269,7 +269,7 @@ impl<'a> PacketDecoder<'a> {
             }
             _ => return Err(self.fail(self.pos, DecodeErrorKind::ReservedHeader(header))),
         };
-        self.pos += packet.len();
+        self.pos += packet.encoded_len();
         Ok(packet)
     }
 
@@ -279,7 +279,7 @@ impl<'a> PacketDecoder<'a> {
         let (packet, ip) = if self.cyc_due {
             self.cyc_due = false;
             let packet = self.decode_cyc(header)?;
-            self.pos += packet.len();
+            self.pos += packet.encoded_len();
             return Ok(Decoded {
                 offset,
                 packet,

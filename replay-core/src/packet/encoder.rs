@@ -39,11 +39,11 @@ pub fn encode(packet: &Packet, out: &mut Vec<u8>) -> Result<(), EncodeError> {
             // Figure 13: CNTP[5:0] above CCNT, then CNTP[13:6], then CNTP[21:14].
             let v = cyc.value();
             let bytes = [
-                ((v << 2) as u8) | cyc.len(),
+                ((v << 2) as u8) | cyc.encoded_len(),
                 (v >> 6) as u8,
                 (v >> 14) as u8,
             ];
-            out.extend_from_slice(&bytes[..usize::from(cyc.len())]);
+            out.extend_from_slice(&bytes[..usize::from(cyc.encoded_len())]);
         }
     }
     Ok(())

@@ -128,7 +128,7 @@ impl Packet {
     }
 
     /// Encoded size in bytes.
-    pub const fn len(&self) -> usize {
+    pub const fn encoded_len(&self) -> usize {
         match self {
             Self::Tnt(_) | Self::TraceStop => 1,
             Self::Tip(p) | Self::Fup(_, p) => 1 + p.size.bytes(),
@@ -136,13 +136,8 @@ impl Packet {
             Self::Pip(_) => 6,
             Self::Mtc(_) => 2,
             Self::Sts(_) => 7,
-            Self::Cyc(c) => c.len() as usize,
+            Self::Cyc(c) => c.encoded_len() as usize,
         }
-    }
-
-    /// Never true: every packet has at least its header byte. (Pairs with [`Packet::len`].)
-    pub const fn is_empty(&self) -> bool {
-        false
     }
 }
 
@@ -337,14 +332,9 @@ impl CycleCount {
         self.value
     }
 
-    /// Encoded length (the CCNT field).
-    pub const fn len(self) -> u8 {
+    /// Encoded length in bytes (the CCNT field).
+    pub const fn encoded_len(self) -> u8 {
         self.len
-    }
-
-    /// Never true; pairs with [`CycleCount::len`].
-    pub const fn is_empty(self) -> bool {
-        false
     }
 }
 
@@ -375,13 +365,19 @@ mod tests {
 
     #[test]
     fn cycle_count_lengths() {
-        assert_eq!(CycleCount::new(0).map(CycleCount::len), Some(1));
-        assert_eq!(CycleCount::new(63).map(CycleCount::len), Some(1));
-        assert_eq!(CycleCount::new(64).map(CycleCount::len), Some(2));
-        assert_eq!(CycleCount::new(0x3fff).map(CycleCount::len), Some(2));
-        assert_eq!(CycleCount::new(0x4000).map(CycleCount::len), Some(3));
+        assert_eq!(CycleCount::new(0).map(CycleCount::encoded_len), Some(1));
+        assert_eq!(CycleCount::new(63).map(CycleCount::encoded_len), Some(1));
+        assert_eq!(CycleCount::new(64).map(CycleCount::encoded_len), Some(2));
         assert_eq!(
-            CycleCount::new(CycleCount::MAX).map(CycleCount::len),
+            CycleCount::new(0x3fff).map(CycleCount::encoded_len),
+            Some(2)
+        );
+        assert_eq!(
+            CycleCount::new(0x4000).map(CycleCount::encoded_len),
+            Some(3)
+        );
+        assert_eq!(
+            CycleCount::new(CycleCount::MAX).map(CycleCount::encoded_len),
             Some(3)
         );
         assert_eq!(CycleCount::new(CycleCount::MAX + 1), None);

@@ -288,7 +288,7 @@ fn truncation_at_every_byte_of_every_packet() {
                     got.iter().filter_map(|r| r.as_ref().err()).collect();
                 assert_eq!(errors.len(), 1, "{p:?} cut at {cut}: {got:?}");
                 // Cut after the packet itself: the cycle count that is due is truncated.
-                let body_end = prefix.len() + p.len();
+                let body_end = prefix.len() + p.encoded_len();
                 let at = if cut >= body_end {
                     body_end
                 } else {
