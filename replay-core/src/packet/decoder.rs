@@ -35,13 +35,10 @@ pub struct DecoderConfig {
 }
 
 impl DecoderConfig {
-    /// RTIT_CTL bit 1, Cycle_Acc (§3.3.2, table 4).
-    pub const CYCLE_ACC: u64 = 1 << 1;
-
     /// The format configuration of a trace written under this RTIT_CTL value.
     pub const fn from_rtit_ctl(ctl: u64) -> Self {
         Self {
-            cycle_accurate: ctl & Self::CYCLE_ACC != 0,
+            cycle_accurate: ctl & crate::regs::ctl::CYCLE_ACC != 0,
         }
     }
 }
