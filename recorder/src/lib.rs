@@ -3,3 +3,5 @@
 //!
 //! It is built up by the issues that follow the foundation, on the packet encoder of
 //! `rtit-replay-core`.
+
+pub mod model;
