@@ -12,9 +12,9 @@
 //! (synthetic time), `exec` (what each operation produces: table 19).
 //!
 //! What it does not model: SMM/VMX beyond "ContextEn is 0 in the host"; the output address of
-//! TraceSTOP when RTIT_CTL.Dest is 0 (a property of the output port, not of the bytes); the
-//! hardware's late clearing of LAST_LIP after a PSB (§3.3.9, it clears at once) and errata
-//! other than E6 (optional).
+//! TraceSTOP when RTIT_CTL.Dest is 0 (a property of the output port, not of the bytes); errata
+//! other than E6. The hardware's late clearing of LAST_LIP after a PSB (§3.3.9) and E6 are
+//! options, off by default.
 
 mod clock;
 mod enables;
@@ -71,6 +71,9 @@ pub struct ModelOptions {
     pub core_bus_ratio: u8,
     /// Emulate errata E6: non-zero cycle counts are sent one short.
     pub cyc_one_short: bool,
+    /// How many packets after a PSB still compress against the LAST_LIP and
+    /// LAST_CALL_NLIP from before it: the hardware clears them up to 4 packets late (§3.3.9).
+    pub psb_clear_delay: u8,
 }
 
 impl Default for ModelOptions {
@@ -80,6 +83,7 @@ impl Default for ModelOptions {
             tsc: 0,
             core_bus_ratio: 20,
             cyc_one_short: false,
+            psb_clear_delay: 0,
         }
     }
 }
@@ -150,7 +154,7 @@ impl UnitModel {
             ranges: Ranges::default(),
             overflow: None,
             pending_stop: false,
-            out: Output::new(options.cyc_one_short),
+            out: Output::new(options.cyc_one_short, options.psb_clear_delay.min(4)),
             clock: Clock::new(options.tsc, options.cycles_per_op),
             options,
         }

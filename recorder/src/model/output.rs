@@ -30,11 +30,15 @@ pub struct Output {
     pub cycle_accurate: bool,
     /// Emulate errata E6: cycle counts one short.
     pub cyc_one_short: bool,
+    /// Packets after a PSB that still see the old LAST_LIP/LAST_CALL_NLIP (§3.3.9: up to 4).
+    pub psb_clear_delay: u8,
+    /// A PSB's clearing still to take effect, after this many more packets.
+    clear_after: Option<u8>,
 }
 
 impl Output {
     /// The output at reset.
-    pub fn new(cyc_one_short: bool) -> Self {
+    pub fn new(cyc_one_short: bool, psb_clear_delay: u8) -> Self {
         Self {
             bytes: Vec::new(),
             last_lip: LastLip::new(),
@@ -46,6 +50,8 @@ impl Output {
             limit_mask: reset::LIMIT_MASK,
             cycle_accurate: false,
             cyc_one_short,
+            psb_clear_delay,
+            clear_after: None,
         }
     }
 
@@ -64,8 +70,28 @@ impl Output {
         self.offset = (self.offset + bytes.len() as u64) & self.limit_mask;
     }
 
+    /// Counts a packet towards a pending PSB clear, which takes effect before the packet
+    /// `psb_clear_delay` + 1 after the PSB.
+    fn next_packet(&mut self) {
+        match self.clear_after {
+            Some(0) => {
+                self.clear_after = None;
+                self.clear_compression();
+            }
+            Some(n) => self.clear_after = Some(n - 1),
+            None => {}
+        }
+    }
+
     /// Generates a packet, with its cycle count where one is due, then counts its bytes.
     pub fn emit(&mut self, packet: Packet) {
+        if packet.ip_payload().is_none() {
+            self.next_packet();
+        }
+        self.emit_counted(packet);
+    }
+
+    fn emit_counted(&mut self, packet: Packet) {
         let start = self.bytes.len();
         let mut buf = Vec::with_capacity(16);
         // Packets built by the model always have fields in range.
@@ -107,12 +133,16 @@ impl Output {
         self.count(0);
     }
 
-    /// Sends a PSB: it clears LAST_LIP and LAST_CALL_NLIP (§3.3.7, §3.3.14) and counts
-    /// its own bytes.
+    /// Sends a PSB: it clears LAST_LIP and LAST_CALL_NLIP (§3.3.7, §3.3.14), at once or
+    /// `psb_clear_delay` packets later (§3.3.9), and counts its own bytes.
     pub fn psb(&mut self) {
         self.write(&PSB_BYTES);
         self.pkt_cnt = (self.pkt_cnt & !0x3fff) | PSB_BYTES.len() as u64;
-        self.clear_compression();
+        if self.psb_clear_delay == 0 {
+            self.clear_compression();
+        } else {
+            self.clear_after = Some(self.psb_clear_delay);
+        }
     }
 
     /// Invalidates RTIT_LAST_LIP and RTIT_LAST_CALL_NLIP (PSB, buffer overflow).
@@ -140,15 +170,17 @@ impl Output {
     /// A TIP to `ip`, compressed against LAST_LIP, which it updates.
     pub fn tip(&mut self, ip: u64) {
         self.flush_tnt();
+        self.next_packet();
         let payload = self.last_lip.compress(ip);
-        self.emit(Packet::Tip(payload));
+        self.emit_counted(Packet::Tip(payload));
     }
 
     /// A FUP for `event` at `ip`, compressed against LAST_LIP, which it updates.
     pub fn fup(&mut self, event: FupEvent, ip: u64) {
         self.flush_tnt();
+        self.next_packet();
         let payload = self.last_lip.compress(ip);
-        self.emit(Packet::Fup(event, payload));
+        self.emit_counted(Packet::Fup(event, payload));
     }
 
     /// The FUP.BuffOvf that ends an overflow (§4.2.5): the partial TNT from before the
@@ -156,9 +188,10 @@ impl Output {
     /// match-compressed, and it does not update LAST_LIP.
     pub fn buffer_overflow(&mut self, ip: u64) {
         self.flush_tnt();
+        self.clear_after = None;
         self.clear_compression();
         let payload: IpPayload = self.last_lip.choose(ip);
-        self.emit(Packet::Fup(FupEvent::BufferOverflow, payload));
+        self.emit_counted(Packet::Fup(FupEvent::BufferOverflow, payload));
     }
 }
 
@@ -168,7 +201,7 @@ mod tests {
 
     #[test]
     fn tnt_bits_collect_until_six_or_a_flush() {
-        let mut o = Output::new(false);
+        let mut o = Output::new(false, 0);
         for taken in [true, false, true, true, false] {
             o.tnt_bit(taken);
         }
@@ -185,7 +218,7 @@ mod tests {
 
     #[test]
     fn cycle_counts_follow_packets_that_carry_them() {
-        let mut o = Output::new(false);
+        let mut o = Output::new(false, 0);
         o.cycle_accurate = true;
         o.cntp = 70;
         o.tip(0x1000); // TIP + 2-byte CYC 70
@@ -209,7 +242,7 @@ mod tests {
             ]
         );
         // Errata E6: the hardware sends one less.
-        let mut o = Output::new(true);
+        let mut o = Output::new(true, 0);
         o.cycle_accurate = true;
         o.cntp = 3;
         o.tip(0x1000);

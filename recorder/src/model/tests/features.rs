@@ -204,3 +204,41 @@ fn sts_on_time_sync() {
     let mut m = user_model(0, options);
     assert_eq!(run(&mut m, &[Input::TimeSync]), []);
 }
+
+/// §3.3.9: the PSB's clearing of LAST_LIP may take effect up to 4 packets late. With a delay
+/// of 2, the two packets after the PSB still compress against the IP from before it.
+#[test]
+fn late_clearing_after_a_psb() {
+    let options = ModelOptions {
+        psb_clear_delay: 2,
+        ..ModelOptions::default()
+    };
+    let a = 0x7f00_0000_1000;
+    let mut m = user_model_at(a, options);
+    m.wrmsr(msr::PKT_CNT, 0x2_0000 | (0x2000 - 1))
+        .expect("Pkt_Cnt just below bit 13");
+    let targets = [a + 0x10, a + 0x20, a + 0x30, a + 0x40];
+    let inputs: Vec<Input> = (0..4)
+        .map(|i| ijmp(if i == 0 { a } else { targets[i - 1] }, 2, targets[i]))
+        .collect();
+    #[rustfmt::skip]
+    let want = [
+        &[0xb0, 0x10, 0x10][..],        // TIP …1010, 2 bytes: crosses bit 13
+        &PSB,
+        &[0xb0, 0x20, 0x10],            // still against the old LAST_LIP
+        &[0xb0, 0x30, 0x10],            // likewise
+        &[0xb2, 0x40, 0x10, 0, 0, 0, 0x7f], // cleared now: in full
+    ]
+    .concat();
+    assert_eq!(run(&mut m, &inputs), want);
+}
+
+fn user_model_at(ip: u64, options: ModelOptions) -> UnitModel {
+    let config = RtitConfig {
+        ctl: ctl::TRACE_EN | ctl::TRACE_ACTIVE | ctl::USER | ctl::DEST,
+        ..all_cpls()
+    };
+    let mut m = model(&config, CpuState::user(ip, 0), options);
+    m.take_output();
+    m
+}

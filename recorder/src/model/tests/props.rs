@@ -1,7 +1,8 @@
 //! Whatever the model is fed under whatever valid configuration, its output is a well-formed
 //! packet stream: it decodes without a single error in the format RTIT_CTL selects (cycle
 //! counts exactly where they belong, no match-compressed IP without a base, PSBs never inside
-//! a packet), and every FUP/TIP carries a canonical address.
+//! a packet, late clearing after a PSB followed by a decoder that keeps LAST_LIP across it),
+//! and every FUP/TIP carries a canonical address.
 
 use proptest::prelude::*;
 use rtit_replay_core::cofi::{Cofi, FarKind};
@@ -102,9 +103,10 @@ proptest! {
         config in config(),
         start in address(),
         cycles_per_op in 0u32..300,
+        psb_clear_delay in 0u8..5,
         inputs in prop::collection::vec(input(), 0..400),
     ) {
-        let options = ModelOptions { cycles_per_op, ..ModelOptions::default() };
+        let options = ModelOptions { cycles_per_op, psb_clear_delay, ..ModelOptions::default() };
         let mut m = model(&config, CpuState::user(start, 0x5000), options);
         for input in &inputs {
             m.apply(input);
