@@ -11,6 +11,7 @@
 //! reading a recording, and never panics on bad input: errors are values that say where.
 
 pub mod cofi;
+pub mod image;
 pub mod ip;
 pub mod packet;
 pub mod regs;

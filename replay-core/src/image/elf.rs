@@ -1,0 +1,199 @@
+//! Loading ELF files with `object`: linked files (ET_EXEC, ET_DYN) by their PT_LOAD segments,
+//! relocatable ones (ET_REL) by their allocated sections at given addresses.
+
+use object::elf::{
+    R_X86_64_32, R_X86_64_32S, R_X86_64_64, R_X86_64_PC32, R_X86_64_PC64, R_X86_64_PLT32,
+};
+use object::{
+    Architecture, Object, ObjectKind, ObjectSection, ObjectSegment, ObjectSymbol, RelocationFlags,
+    RelocationTarget, SectionFlags, SectionKind, SegmentFlags, SymbolKind, SymbolSection,
+};
+
+use super::symbols::{Symbol, Symbols};
+use super::{Image, ImageError, Segment};
+
+fn parse<'a>(name: &str, bytes: &'a [u8]) -> Result<object::File<'a>, ImageError> {
+    let file = object::File::parse(bytes).map_err(|e| ImageError::elf(name, e))?;
+    if file.architecture() != Architecture::X86_64 {
+        return Err(ImageError::elf(
+            name,
+            format!("{:?} code, not x86-64", file.architecture()),
+        ));
+    }
+    Ok(file)
+}
+
+/// Function symbols of `file`, each at its address plus `offset(symbol)`.
+fn functions(
+    file: &object::File<'_>,
+    offset: impl Fn(&object::Symbol<'_, '_>) -> Option<u64>,
+) -> Vec<Symbol> {
+    file.symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.kind() == SymbolKind::Text && s.is_definition())
+        .filter_map(|s| {
+            let name = s.name().ok()?.to_string();
+            Some(Symbol {
+                addr: s.address().wrapping_add(offset(&s)?),
+                size: s.size(),
+                name,
+            })
+        })
+        .collect()
+}
+
+/// An executable, shared object or vDSO at `bias`.
+pub fn load_linked(name: &str, bytes: Vec<u8>, bias: u64) -> Result<Image, ImageError> {
+    let file = parse(name, &bytes)?;
+    match file.kind() {
+        ObjectKind::Executable | ObjectKind::Dynamic => {}
+        ObjectKind::Relocatable => {
+            return Err(ImageError::elf(
+                name,
+                "a relocatable object needs section addresses",
+            ));
+        }
+        kind => {
+            return Err(ImageError::elf(
+                name,
+                format!("cannot load an ELF file of kind {kind:?}"),
+            ))
+        }
+    }
+    let mut segments = Vec::new();
+    for seg in file.segments() {
+        let data = seg.data().map_err(|e| ImageError::elf(name, e))?;
+        let executable = matches!(seg.flags(), SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0);
+        segments.push(Segment {
+            start: seg.address().wrapping_add(bias),
+            bytes: data.into(),
+            executable,
+        });
+    }
+    if segments.is_empty() {
+        return Err(ImageError::elf(name, "no loadable segment"));
+    }
+    let base = segments.iter().map(|s| s.start).min().unwrap_or(bias);
+    let mut symbols = Symbols::new(functions(&file, |_| Some(bias)), base);
+    symbols.load_dwarf(&file, bias);
+    Ok(Image {
+        name: name.to_string(),
+        segments,
+        symbols,
+    })
+}
+
+/// A relocatable object with its allocated sections at the addresses given.
+pub fn load_relocatable(
+    name: &str,
+    bytes: Vec<u8>,
+    section_address: &dyn Fn(&str) -> Option<u64>,
+    external: &dyn Fn(&str) -> Option<u64>,
+) -> Result<Image, ImageError> {
+    let file = parse(name, &bytes)?;
+    if file.kind() != ObjectKind::Relocatable {
+        return Err(ImageError::elf(name, "not a relocatable object"));
+    }
+    let address_of = |index: object::SectionIndex| -> Option<u64> {
+        let section = file.section_by_index(index).ok()?;
+        section_address(section.name().ok()?)
+    };
+    let mut segments = Vec::new();
+    for section in file.sections() {
+        let allocated = matches!(section.flags(), SectionFlags::Elf { sh_flags } if sh_flags & u64::from(object::elf::SHF_ALLOC) != 0);
+        let section_name = section.name().map_err(|e| ImageError::elf(name, e))?;
+        let Some(start) = section_address(section_name).filter(|_| allocated) else {
+            continue;
+        };
+        if section.kind() == SectionKind::UninitializedData {
+            continue;
+        }
+        let mut data = section
+            .data()
+            .map_err(|e| ImageError::elf(name, e))?
+            .to_vec();
+        for (offset, reloc) in section.relocations() {
+            let target = match reloc.target() {
+                RelocationTarget::Section(index) => address_of(index),
+                RelocationTarget::Symbol(index) => {
+                    let symbol = file
+                        .symbol_by_index(index)
+                        .map_err(|e| ImageError::elf(name, e))?;
+                    match symbol.section() {
+                        SymbolSection::Section(s) => {
+                            address_of(s).map(|a| a.wrapping_add(symbol.address()))
+                        }
+                        SymbolSection::Absolute => Some(symbol.address()),
+                        _ => symbol.name().ok().and_then(external),
+                    }
+                }
+                _ => None,
+            };
+            // A target with no known address is left as the file has it.
+            if let Some(target) = target {
+                let place = start.wrapping_add(offset);
+                apply(
+                    name,
+                    &mut data,
+                    offset,
+                    reloc.flags(),
+                    target.wrapping_add_signed(reloc.addend()),
+                    place,
+                )?;
+            }
+        }
+        let executable = section.kind() == SectionKind::Text;
+        segments.push(Segment {
+            start,
+            bytes: data.into(),
+            executable,
+        });
+    }
+    if segments.is_empty() {
+        return Err(ImageError::elf(name, "no allocated section has an address"));
+    }
+    let base = segments.iter().map(|s| s.start).min().unwrap_or(0);
+    let symbols = Symbols::new(
+        functions(&file, |s| match s.section() {
+            SymbolSection::Section(index) => address_of(index),
+            _ => None,
+        }),
+        base,
+    );
+    Ok(Image {
+        name: name.to_string(),
+        segments,
+        symbols,
+    })
+}
+
+/// Writes one x86-64 relocation: `value` is S + A; `place` is P.
+fn apply(
+    name: &str,
+    data: &mut [u8],
+    offset: u64,
+    flags: RelocationFlags,
+    value: u64,
+    place: u64,
+) -> Result<(), ImageError> {
+    let RelocationFlags::Elf { r_type } = flags else {
+        return Err(ImageError::elf(name, "non-ELF relocation"));
+    };
+    let bytes: Vec<u8> = match r_type {
+        R_X86_64_64 => value.to_le_bytes().to_vec(),
+        R_X86_64_PC64 => value.wrapping_sub(place).to_le_bytes().to_vec(),
+        R_X86_64_PC32 | R_X86_64_PLT32 => (value.wrapping_sub(place) as u32).to_le_bytes().to_vec(),
+        R_X86_64_32 | R_X86_64_32S => (value as u32).to_le_bytes().to_vec(),
+        // Other types (TLS, GOT) do not occur in the code paths traced here; leave them.
+        _ => return Ok(()),
+    };
+    let at = offset as usize;
+    let slot = data.get_mut(at..at + bytes.len()).ok_or_else(|| {
+        ImageError::elf(
+            name,
+            format!("relocation at offset {offset:#x} is outside its section"),
+        )
+    })?;
+    slot.copy_from_slice(&bytes);
+    Ok(())
+}
