@@ -5,12 +5,15 @@
 //! - [`packet`]: the RTIT packets of chapter 4 of the RTIT reference, a decoder and an encoder;
 //! - [`ip`]: the LAST_LIP compression of the IPs those packets carry (§4.2.3.1);
 //! - [`regs`]: the RTIT MSRs, RTIT_CTL bits and event IDs (chapter 3);
-//! - [`cofi`]: how an instruction changes the flow as RTIT sees it (table 2), by iced-x86.
+//! - [`cofi`]: how an instruction changes the flow as RTIT sees it (table 2), by iced-x86;
+//! - [`image`]: the address space: ELF images at their addresses, symbols, source lines;
+//! - [`flow`]: the reconstruction of every executed instruction from packets and images.
 //!
-//! Later layers (image, flow, timeline, state) build on these. The crate does no I/O beyond
+//! Later layers (timeline, state) build on these. The crate does no I/O beyond
 //! reading a recording, and never panics on bad input: errors are values that say where.
 
 pub mod cofi;
+pub mod flow;
 pub mod image;
 pub mod ip;
 pub mod packet;

@@ -1,0 +1,256 @@
+//! Basic blocks: instructions decoded from an address up to the first change of flow, with
+//! that terminator classified as RTIT sees it, cached so that hot code is decoded once. Each
+//! block also remembers the blocks its direct successors start (taken, fall-through), so a
+//! hot loop walks from block to block without hashing (libxdc's control-flow-graph cache).
+
+use iced_x86::{Decoder, DecoderOptions, Instruction};
+use rustc_hash::FxHashMap;
+
+use crate::cofi::{classify, Cofi};
+use crate::image::{AddressSpace, ImageError};
+
+/// Most instructions in one block; a longer straight run continues in a new block.
+const MAX_BLOCK_INSNS: usize = 256;
+
+/// No successor known yet.
+pub const NO_BLOCK: u32 = u32::MAX;
+
+/// The last instruction of a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Terminator {
+    /// Its address.
+    pub ip: u64,
+    /// Its length.
+    pub len: u8,
+    /// How it changes the flow; `Cofi::None` when the block was cut at its maximum length.
+    pub cofi: Cofi,
+    /// For direct branches: the target.
+    pub target: u64,
+}
+
+impl Terminator {
+    /// The address after it.
+    pub fn nlip(&self) -> u64 {
+        self.ip.wrapping_add(u64::from(self.len))
+    }
+}
+
+/// A basic block.
+#[derive(Debug, Clone)]
+pub struct Block {
+    /// Its first instruction.
+    pub ip: u64,
+    /// Offsets of its instructions from `ip`; the terminator's is last.
+    offsets: Box<[u16]>,
+    /// Its last instruction.
+    pub term: Terminator,
+    /// Block at the taken target of a direct branch, once seen.
+    pub taken: u32,
+    /// Block at the terminator's NLIP, once seen.
+    pub fallthrough: u32,
+}
+
+impl Block {
+    /// Number of instructions, terminator included.
+    pub fn len(&self) -> u32 {
+        self.offsets.len() as u32
+    }
+
+    /// Never true: a block has at least its terminator.
+    pub fn is_empty(&self) -> bool {
+        self.offsets.is_empty()
+    }
+
+    /// How many instructions come before `ip` in this block, if `ip` starts one of them.
+    pub fn index_of(&self, ip: u64) -> Option<u32> {
+        let off = u16::try_from(ip.checked_sub(self.ip)?).ok()?;
+        self.offsets.binary_search(&off).ok().map(|i| i as u32)
+    }
+}
+
+/// Why a block could not be decoded.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum BlockError {
+    /// No image holds the address.
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    /// The bytes end in the middle of an instruction.
+    #[error("the image ends inside the instruction at {ip:#x}")]
+    Truncated {
+        /// The instruction.
+        ip: u64,
+    },
+}
+
+/// Blocks by start address, in an arena addressed by index.
+#[derive(Debug, Default)]
+pub struct BlockCache {
+    blocks: Vec<Block>,
+    by_ip: FxHashMap<u64, u32>,
+}
+
+impl BlockCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The block with index `id`.
+    #[inline]
+    pub fn block(&self, id: u32) -> &Block {
+        &self.blocks[id as usize]
+    }
+
+    /// Records a successor link of block `id`.
+    #[inline]
+    pub fn link(&mut self, id: u32, taken: bool, to: u32) {
+        let b = &mut self.blocks[id as usize];
+        if taken {
+            b.taken = to;
+        } else {
+            b.fallthrough = to;
+        }
+    }
+
+    /// Number of blocks decoded.
+    pub fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Whether no block was decoded yet.
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+
+    /// The block starting at `ip`, decoding it on first use.
+    #[inline]
+    pub fn get(&mut self, space: &AddressSpace, ip: u64) -> Result<u32, BlockError> {
+        if let Some(&id) = self.by_ip.get(&ip) {
+            return Ok(id);
+        }
+        let block = decode_block(space, ip)?;
+        let id = self.blocks.len() as u32;
+        self.blocks.push(block);
+        self.by_ip.insert(ip, id);
+        Ok(id)
+    }
+}
+
+/// Decodes one instruction at `ip` for display or inspection.
+pub fn decode_insn(space: &AddressSpace, ip: u64) -> Result<Instruction, BlockError> {
+    let bytes = space.bytes_at(ip)?;
+    let mut decoder = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
+    let insn = decoder.decode();
+    if insn.is_invalid() && decoder.last_error() == iced_x86::DecoderError::NoMoreBytes {
+        return Err(BlockError::Truncated { ip });
+    }
+    Ok(insn)
+}
+
+fn decode_block(space: &AddressSpace, start: u64) -> Result<Block, BlockError> {
+    let bytes = space.bytes_at(start)?;
+    let mut decoder = Decoder::with_ip(64, bytes, start, DecoderOptions::NONE);
+    let mut offsets = Vec::with_capacity(8);
+    let mut insn = Instruction::default();
+    loop {
+        let ip = decoder.ip();
+        if !decoder.can_decode() {
+            // The segment ends here: the code continues in no image we have.
+            return Err(ImageError::NoImage { ip }.into());
+        }
+        decoder.decode_out(&mut insn);
+        if insn.is_invalid() && decoder.last_error() == iced_x86::DecoderError::NoMoreBytes {
+            return Err(BlockError::Truncated { ip });
+        }
+        offsets.push((ip - start) as u16);
+        // Bytes that do not decode raise #UD: the CPU faults there.
+        let cofi = if insn.is_invalid() {
+            Cofi::Exception
+        } else {
+            classify(&insn)
+        };
+        let at_limit = offsets.len() >= MAX_BLOCK_INSNS || ip - start > u64::from(u16::MAX) - 16;
+        if cofi != Cofi::None || at_limit {
+            let target = match cofi {
+                Cofi::Conditional | Cofi::DirectJump | Cofi::DirectCall => {
+                    insn.near_branch_target()
+                }
+                _ => 0,
+            };
+            return Ok(Block {
+                ip: start,
+                offsets: offsets.into_boxed_slice(),
+                term: Terminator {
+                    ip,
+                    len: insn.len() as u8,
+                    cofi,
+                    target,
+                },
+                taken: NO_BLOCK,
+                fallthrough: NO_BLOCK,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cofi::FarKind;
+    use crate::image::Image;
+
+    fn space(code: &[u8]) -> AddressSpace {
+        let mut s = AddressSpace::new();
+        s.add(Image::from_raw("t", 0x1000, code.to_vec()))
+            .expect("add");
+        s
+    }
+
+    #[test]
+    fn blocks_end_at_the_first_change_of_flow() {
+        // nop; add rax, rbx; jne +2; nop; nop; syscall
+        let s = space(&[0x90, 0x48, 0x01, 0xd8, 0x75, 0x02, 0x90, 0x90, 0x0f, 0x05]);
+        let mut cache = BlockCache::new();
+        let id = cache.get(&s, 0x1000).expect("block");
+        let b = cache.block(id);
+        assert_eq!(b.len(), 3);
+        assert_eq!(
+            b.term,
+            Terminator {
+                ip: 0x1004,
+                len: 2,
+                cofi: Cofi::Conditional,
+                target: 0x1008
+            }
+        );
+        assert_eq!(b.index_of(0x1001), Some(1));
+        assert_eq!(b.index_of(0x1002), None, "inside an instruction");
+        let id2 = cache.get(&s, 0x1006).expect("block");
+        assert_eq!(cache.block(id2).term.cofi, Cofi::Far(FarKind::Syscall));
+        assert_eq!(cache.get(&s, 0x1000).expect("cached"), id);
+        assert_eq!(cache.len(), 2);
+    }
+
+    #[test]
+    fn code_running_off_its_image_is_an_error() {
+        let s = space(&[0x90, 0x90]);
+        let err = BlockCache::new()
+            .get(&s, 0x1000)
+            .expect_err("no terminator");
+        assert_eq!(err.to_string(), "no image holds address 0x1002");
+        let s = space(&[0x90, 0xe8, 0x00]); // call rel32 cut short
+        let err = BlockCache::new().get(&s, 0x1000).expect_err("truncated");
+        assert_eq!(
+            err.to_string(),
+            "the image ends inside the instruction at 0x1001"
+        );
+    }
+
+    #[test]
+    fn undecodable_bytes_fault() {
+        let s = space(&[0x90, 0x0f, 0x0b]); // ud2
+        let mut cache = BlockCache::new();
+        let id = cache.get(&s, 0x1000).expect("block");
+        assert_eq!(cache.block(id).term.cofi, Cofi::Exception);
+    }
+}

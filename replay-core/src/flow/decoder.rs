@@ -1,0 +1,656 @@
+//! The walk: blocks from a known IP, taking from the trace what each terminator needs.
+//!
+//! Binding rules (§4.2.2, §4.3, table 1, table 19):
+//! - a partial TNT is flushed before every FUP, TIP and PIP, so when a FUP is the next packet
+//!   and no TNT bit is pending, every branch before the FUP's event has been walked;
+//! - an asynchronous FUP (FUP.FAR of an interrupt or fault, FUP.PGD) binds at the first
+//!   instruction boundary, from there, whose IP is the FUP's: the instruction there did not
+//!   execute (a fault's FUP carries its own IP, an interrupt's the next one);
+//! - a far-transfer instruction takes FUP.FAR or FUP.PGD with its NLIP (or, errata E1, an
+//!   address inside it), then the TIP (none after a FUP.PGD that left ContextEn);
+//! - a near branch that leaves the filter range is followed by FUP.PGD with its NLIP, after
+//!   its TIP if it has one; walking out of a range by falling through is the same FUP at the
+//!   next boundary;
+//! - a near RET is compressed when a TNT bit is pending or a TNT packet is next, and then
+//!   returns to the NLIP of the last near call walked (RTIT_LAST_CALL_NLIP);
+//! - FUP.BuffOvf is a gap: the branches before it are walked, then the history resumes at
+//!   its IP (errata E5: a TIP to that same IP right after it is dropped);
+//! - a FUP.PGD while tracing is already disabled is ignored (errata E2).
+//!
+//! A terminator is emitted only once its packet agreed with it, so an inconsistency never
+//! leaves an invented instruction behind. After an error the decoder waits for the next IP it
+//! can trust: FUP.PGE, FUP.BuffOvf or a TIP (after FUP.FAR, the TIP that follows it).
+
+use super::block::{BlockCache, BlockError, NO_BLOCK};
+use super::source::Source;
+use super::{EventKind, FlowEvent, FlowSink, Timing};
+use crate::cofi::{Cofi, FarKind};
+use crate::image::AddressSpace;
+use crate::packet::{Decoded, DecoderConfig, FupEvent, Packet};
+
+/// Configuration of a flow decode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlowConfig {
+    /// The packet format (Cycle_Acc).
+    pub packets: DecoderConfig,
+}
+
+impl FlowConfig {
+    /// The configuration for a trace written under this RTIT_CTL value.
+    pub const fn from_rtit_ctl(ctl: u64) -> Self {
+        Self {
+            packets: DecoderConfig::from_rtit_ctl(ctl),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Waiting for FUP.PGE.
+    Disabled,
+    /// After an error: waiting for an IP to trust.
+    Lost,
+    /// Walking from this IP.
+    Tracing(u64),
+    /// The trace has ended.
+    Done,
+}
+
+/// What happened at an instruction boundary.
+enum Boundary {
+    /// Nothing binds here: walk the block.
+    Walk,
+    /// The history continues at this IP.
+    Continue(u64),
+    /// Tracing stopped, ended or failed here.
+    Leave,
+}
+
+/// A disagreement between trace and code: where, and what.
+struct Failure {
+    ip: Option<u64>,
+    offset: usize,
+    message: String,
+}
+
+type Step<T> = Result<T, Failure>;
+
+/// Decodes a trace against an address space (or several, switched by PIP).
+pub struct FlowDecoder<'a> {
+    source: Source<'a>,
+    spaces: Vec<(Option<u64>, &'a AddressSpace, BlockCache)>,
+    current: usize,
+    state: State,
+    /// Pending TNT bits: the `tnt_left` low bits of `tnt_bits`, oldest highest.
+    tnt_bits: u64,
+    tnt_left: u32,
+    /// The decoder's RTIT_LAST_CALL_NLIP: kept across PSBs (§3.3.9), cleared by FUP.BuffOvf.
+    last_call_nlip: Option<u64>,
+    position: u64,
+    /// A run not yet handed to the sink, extended while the history stays sequential.
+    run: Option<(u64, u64, u64)>,
+}
+
+impl<'a> FlowDecoder<'a> {
+    /// A decoder of `trace` with the code of `space`.
+    pub fn new(trace: &'a [u8], config: FlowConfig, space: &'a AddressSpace) -> Self {
+        Self::with_spaces(trace, config, vec![(None, space)])
+    }
+
+    /// A decoder with one address space per CR3, switched by PIP packets; an entry with no
+    /// CR3 is used until the first PIP.
+    pub fn with_spaces(
+        trace: &'a [u8],
+        config: FlowConfig,
+        spaces: Vec<(Option<u64>, &'a AddressSpace)>,
+    ) -> Self {
+        Self {
+            source: Source::new(trace, config.packets),
+            spaces: spaces
+                .into_iter()
+                .map(|(cr3, s)| (cr3, s, BlockCache::new()))
+                .collect(),
+            current: 0,
+            state: State::Disabled,
+            tnt_bits: 0,
+            tnt_left: 0,
+            last_call_nlip: None,
+            position: 0,
+            run: None,
+        }
+    }
+
+    /// What the timing packets said so far.
+    pub fn timing(&self) -> Timing {
+        self.source.timing
+    }
+
+    /// Instructions reconstructed so far.
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// Decodes the whole trace into `sink`.
+    pub fn decode(&mut self, sink: &mut impl FlowSink) {
+        while self.state != State::Done {
+            match self.state {
+                State::Tracing(ip) => self.walk(ip, sink),
+                _ => self.idle(sink),
+            }
+        }
+        self.flush(sink);
+    }
+
+    // ---- output ----
+
+    #[inline]
+    fn emit(&mut self, ip: u64, count: u64, end: u64, sink: &mut impl FlowSink) {
+        self.position += count;
+        match &mut self.run {
+            Some((_, n, e)) if *e == ip => {
+                *n += count;
+                *e = end;
+            }
+            run => {
+                if let Some((rip, n, _)) = run.take() {
+                    sink.run(rip, n);
+                }
+                *run = Some((ip, count, end));
+            }
+        }
+    }
+
+    fn flush(&mut self, sink: &mut impl FlowSink) {
+        if let Some((ip, n, _)) = self.run.take() {
+            sink.run(ip, n);
+        }
+    }
+
+    fn event(&mut self, sink: &mut impl FlowSink, offset: usize, kind: EventKind) {
+        self.flush(sink);
+        sink.event(FlowEvent {
+            kind,
+            offset,
+            position: self.position,
+        });
+    }
+
+    fn fail(&mut self, sink: &mut impl FlowSink, f: Failure) {
+        self.tnt_left = 0;
+        self.event(
+            sink,
+            f.offset,
+            EventKind::Error {
+                ip: f.ip,
+                message: f.message,
+            },
+        );
+        self.state = State::Lost;
+    }
+
+    // ---- packets ----
+
+    /// The next flow packet, with FUP.PCC (information only) and PIP (switching the address
+    /// space) taken on the way.
+    fn peek(&mut self) -> Step<Option<Decoded>> {
+        loop {
+            match self.source.peek() {
+                None => return Ok(None),
+                Some(Err(e)) => {
+                    let (offset, message) = (e.offset, e.kind.to_string());
+                    self.source.next();
+                    return Err(Failure {
+                        ip: None,
+                        offset,
+                        message,
+                    });
+                }
+                Some(Ok(d)) => match d.packet {
+                    Packet::Fup(FupEvent::PeriodicCycleCount, _) => {
+                        self.source.next();
+                    }
+                    Packet::Pip(pip) => {
+                        self.source.next();
+                        self.switch_space(pip.cr3);
+                    }
+                    _ => return Ok(Some(*d)),
+                },
+            }
+        }
+    }
+
+    fn switch_space(&mut self, cr3: u64) {
+        if let Some(i) = self.spaces.iter().position(|(c, ..)| *c == Some(cr3)) {
+            self.current = i;
+        }
+    }
+
+    fn offset(&mut self) -> usize {
+        self.source.offset()
+    }
+
+    fn unexpected(&mut self, ip: u64, wanted: &str, found: Option<Decoded>) -> Failure {
+        let offset = found.map_or_else(|| self.offset(), |d| d.offset);
+        let found = found.map_or("the end of the trace".to_string(), |d| {
+            d.packet.name().to_string()
+        });
+        Failure {
+            ip: Some(ip),
+            offset,
+            message: format!("{wanted} at {ip:#x}, but the trace has {found}"),
+        }
+    }
+
+    /// The next TNT bit, for the branch at `ip`.
+    #[inline]
+    fn take_bit(&mut self, ip: u64) -> Step<bool> {
+        if self.tnt_left == 0 {
+            let d = self.peek()?;
+            match d.map(|d| d.packet) {
+                Some(Packet::Tnt(tnt)) => {
+                    self.source.next();
+                    self.tnt_left = u32::from(tnt.count());
+                    self.tnt_bits = u64::from(tnt.header());
+                }
+                _ => return Err(self.unexpected(ip, "a conditional branch needs a TNT bit", d)),
+            }
+        }
+        self.tnt_left -= 1;
+        Ok((self.tnt_bits >> self.tnt_left) & 1 == 1)
+    }
+
+    /// The TIP for the indirect branch at `ip`.
+    fn take_tip(&mut self, ip: u64, what: &str) -> Step<u64> {
+        if self.tnt_left != 0 {
+            return Err(Failure {
+                ip: Some(ip),
+                offset: self.offset(),
+                message: format!(
+                    "{} TNT bits left over at the {what} at {ip:#x}",
+                    self.tnt_left
+                ),
+            });
+        }
+        let d = self.peek()?;
+        match d {
+            Some(Decoded {
+                packet: Packet::Tip(_),
+                ip: Some(target),
+                ..
+            }) => {
+                self.source.next();
+                Ok(target)
+            }
+            _ => Err(self.unexpected(ip, &format!("the {what} needs a TIP"), d)),
+        }
+    }
+
+    /// Where the near RET at `ip` goes: compressed (a taken TNT bit: to the last call's NLIP)
+    /// or not (a TIP).
+    fn return_target(&mut self, ip: u64) -> Step<u64> {
+        let compressed = self.tnt_left > 0
+            || matches!(
+                self.peek()?,
+                Some(Decoded {
+                    packet: Packet::Tnt(_),
+                    ..
+                })
+            );
+        if !compressed {
+            return self.take_tip(ip, "return");
+        }
+        let offset = self.offset();
+        if !self.take_bit(ip)? {
+            return Err(Failure {
+                ip: Some(ip),
+                offset,
+                message: format!("a not-taken TNT bit for the return at {ip:#x}"),
+            });
+        }
+        self.last_call_nlip.ok_or(Failure {
+            ip: Some(ip),
+            offset,
+            message: format!("a compressed return at {ip:#x} with no call seen to return to"),
+        })
+    }
+
+    // ---- states ----
+
+    /// Disabled or lost: read packets until the history can continue.
+    fn idle(&mut self, sink: &mut impl FlowSink) {
+        let lost = self.state == State::Lost;
+        let d = match self.peek() {
+            Ok(Some(d)) => d,
+            Ok(None) => {
+                self.state = State::Done;
+                return;
+            }
+            Err(f) => return self.fail(sink, f),
+        };
+        self.source.next();
+        match (d.packet, d.ip) {
+            (Packet::Fup(FupEvent::PacketGenEnable, _), Some(ip)) => {
+                self.event(sink, d.offset, EventKind::Enabled { ip });
+                self.state = State::Tracing(ip);
+            }
+            // Lost: tracing is now known to be off. Disabled: an extra FUP.PGD (errata E2).
+            (Packet::Fup(FupEvent::PacketGenDisable, _), _) if lost => self.state = State::Disabled,
+            (Packet::Fup(FupEvent::PacketGenDisable, _), _) => {}
+            (Packet::Fup(FupEvent::BufferOverflow, _), Some(ip)) => self.gap(sink, d.offset, ip),
+            (Packet::Tip(_), Some(ip)) if lost => {
+                self.event(sink, d.offset, EventKind::Enabled { ip });
+                self.state = State::Tracing(ip);
+            }
+            (Packet::Tnt(_) | Packet::Fup(FupEvent::FarTransfer, _), _) if lost => {}
+            (Packet::TraceStop, _) => self.stop(sink, d.offset),
+            (packet, _) if !lost => {
+                let f = Failure {
+                    ip: None,
+                    offset: d.offset,
+                    message: format!("{} while tracing is disabled", packet.name()),
+                };
+                self.fail(sink, f);
+            }
+            _ => {}
+        }
+    }
+
+    fn gap(&mut self, sink: &mut impl FlowSink, offset: usize, ip: u64) {
+        self.event(sink, offset, EventKind::Gap { ip });
+        self.last_call_nlip = None;
+        self.tnt_left = 0;
+        self.state = State::Tracing(ip);
+        // Errata E5: a TIP right after FUP.BuffOvf with the same IP is spurious.
+        if let Ok(Some(Decoded {
+            packet: Packet::Tip(_),
+            ip: Some(t),
+            ..
+        })) = self.peek()
+        {
+            if t == ip {
+                self.source.next();
+            }
+        }
+    }
+
+    fn stop(&mut self, sink: &mut impl FlowSink, offset: usize) {
+        self.event(sink, offset, EventKind::Stop);
+        self.source.timing.restarted();
+        self.tnt_left = 0;
+        self.state = State::Disabled;
+    }
+
+    /// Tracing stopped with FUP.PGD at `ip`; a TIP right after it (a far transfer that kept
+    /// ContextEn, table 19 row 30) is consumed with it.
+    fn disabled(&mut self, sink: &mut impl FlowSink, offset: usize, ip: u64) {
+        self.event(sink, offset, EventKind::Disabled { ip: Some(ip) });
+        if let Ok(Some(Decoded {
+            packet: Packet::Tip(_),
+            ..
+        })) = self.peek()
+        {
+            self.source.next();
+        }
+        self.state = State::Disabled;
+    }
+
+    /// What binds at the boundary before `ip`, with no TNT bit pending.
+    fn boundary(&mut self, ip: u64, sink: &mut impl FlowSink) -> Boundary {
+        let d = match self.peek() {
+            Ok(Some(d)) => d,
+            Ok(None) => {
+                self.state = State::Done;
+                return Boundary::Leave;
+            }
+            Err(f) => {
+                self.fail(sink, f);
+                return Boundary::Leave;
+            }
+        };
+        let Some(fup_ip) = d.ip else {
+            if d.packet == Packet::TraceStop {
+                self.source.next();
+                self.stop(sink, d.offset);
+                return Boundary::Leave;
+            }
+            return Boundary::Walk;
+        };
+        match d.packet {
+            Packet::Fup(FupEvent::BufferOverflow, _) => {
+                self.source.next();
+                self.gap(sink, d.offset, fup_ip);
+                Boundary::Continue(fup_ip)
+            }
+            // Tracing was stopped without FUP.PGD (TriggerEn cleared, §4.2.8) and resumed.
+            Packet::Fup(FupEvent::PacketGenEnable, _) => {
+                self.source.next();
+                self.event(sink, d.offset, EventKind::Disabled { ip: None });
+                self.event(sink, d.offset, EventKind::Enabled { ip: fup_ip });
+                Boundary::Continue(fup_ip)
+            }
+            Packet::Fup(FupEvent::PacketGenDisable, _) if fup_ip == ip => {
+                self.source.next();
+                self.disabled(sink, d.offset, ip);
+                Boundary::Leave
+            }
+            Packet::Fup(FupEvent::FarTransfer, _) if fup_ip == ip => {
+                self.source.next();
+                match self.take_tip(ip, "interrupt or fault") {
+                    Ok(target) => {
+                        self.event(sink, d.offset, EventKind::Interrupt { ip, target });
+                        Boundary::Continue(target)
+                    }
+                    Err(f) => {
+                        self.fail(sink, f);
+                        Boundary::Leave
+                    }
+                }
+            }
+            _ => Boundary::Walk,
+        }
+    }
+
+    /// Walks blocks from `ip` until tracing stops, the trace ends or an error.
+    fn walk(&mut self, mut ip: u64, sink: &mut impl FlowSink) {
+        // The block just left and whether by its taken edge, to follow cached links.
+        let mut from: Option<(u32, bool)> = None;
+        loop {
+            if self.tnt_left == 0 {
+                match self.boundary(ip, sink) {
+                    Boundary::Walk => {}
+                    Boundary::Continue(next) => {
+                        ip = next;
+                        from = None;
+                        continue;
+                    }
+                    Boundary::Leave => return,
+                }
+            }
+            let id = match self.block_at(ip, from) {
+                Ok(id) => id,
+                Err(e) => {
+                    let offset = self.offset();
+                    let f = Failure {
+                        ip: Some(ip),
+                        offset,
+                        message: e.to_string(),
+                    };
+                    return self.fail(sink, f);
+                }
+            };
+            let cache = &self.spaces[self.current].2;
+            let block = cache.block(id);
+            let term = block.term;
+            let mut count = u64::from(block.len()) - 1;
+            // An asynchronous FUP that binds inside this block: walk up to it.
+            if self.tnt_left == 0 {
+                if let Ok(Some(Decoded {
+                    packet: Packet::Fup(e, _),
+                    ip: Some(f),
+                    ..
+                })) = self.peek()
+                {
+                    let block = self.spaces[self.current].2.block(id);
+                    let binds = matches!(e, FupEvent::PacketGenDisable | FupEvent::FarTransfer);
+                    if binds && f > ip && f <= term.ip {
+                        if let Some(k) = block.index_of(f) {
+                            self.emit(ip, u64::from(k), f, sink);
+                            ip = f;
+                            from = None;
+                            continue;
+                        }
+                    }
+                }
+            }
+            if count > 0 {
+                self.emit(ip, count, term.ip, sink);
+            }
+            count = 1;
+            let nlip = term.nlip();
+            let taken;
+            let next = match self.terminator(&term, sink) {
+                Ok(Some((next, t))) => {
+                    taken = t;
+                    next
+                }
+                Ok(None) => return,
+                Err(f) => return self.fail(sink, f),
+            };
+            self.emit(term.ip, count, nlip, sink);
+            // A near branch out of the filter range: FUP.PGD with its NLIP (table 1).
+            if next != nlip && self.tnt_left == 0 {
+                if let Ok(Some(Decoded {
+                    packet: Packet::Fup(FupEvent::PacketGenDisable, _),
+                    ip: Some(f),
+                    offset,
+                })) = self.peek()
+                {
+                    if f == nlip {
+                        self.source.next();
+                        return self.disabled(sink, offset, nlip);
+                    }
+                }
+            }
+            from = match term.cofi {
+                Cofi::None | Cofi::Conditional | Cofi::DirectJump | Cofi::DirectCall => {
+                    Some((id, taken))
+                }
+                _ => None,
+            };
+            ip = next;
+        }
+    }
+
+    /// The block at `ip`, through the link from the previous block when there is one.
+    #[inline]
+    fn block_at(&mut self, ip: u64, from: Option<(u32, bool)>) -> Result<u32, BlockError> {
+        let (_, space, cache) = &mut self.spaces[self.current];
+        if let Some((prev, taken)) = from {
+            let b = cache.block(prev);
+            let linked = if taken { b.taken } else { b.fallthrough };
+            if linked != NO_BLOCK {
+                return Ok(linked);
+            }
+            let id = cache.get(space, ip)?;
+            cache.link(prev, taken, id);
+            return Ok(id);
+        }
+        cache.get(space, ip)
+    }
+
+    /// Executes a terminator against the trace: where it goes and whether that is its taken
+    /// edge, or `None` when tracing stopped at it (it executed, then the FUP.PGD).
+    #[inline]
+    fn terminator(
+        &mut self,
+        t: &super::Terminator,
+        sink: &mut impl FlowSink,
+    ) -> Step<Option<(u64, bool)>> {
+        let nlip = t.nlip();
+        Ok(Some(match t.cofi {
+            Cofi::None => (nlip, false),
+            Cofi::Conditional => {
+                if self.take_bit(t.ip)? {
+                    (t.target, true)
+                } else {
+                    (nlip, false)
+                }
+            }
+            Cofi::DirectJump => (t.target, true),
+            Cofi::DirectCall => {
+                self.last_call_nlip = Some(nlip);
+                (t.target, true)
+            }
+            Cofi::IndirectJump => (self.take_tip(t.ip, "indirect jump")?, true),
+            Cofi::IndirectCall => {
+                let target = self.take_tip(t.ip, "indirect call")?;
+                self.last_call_nlip = Some(nlip);
+                (target, true)
+            }
+            Cofi::Return => (self.return_target(t.ip)?, true),
+            Cofi::Far(kind) => return self.far_transfer(t, kind, sink),
+            Cofi::Exception => {
+                let d = self.peek()?;
+                return Err(self.unexpected(
+                    t.ip,
+                    "an instruction that cannot execute (#UD) needs a fault",
+                    d,
+                ));
+            }
+        }))
+    }
+
+    /// A far-transfer instruction: FUP.FAR (its NLIP, or inside it: E1) and TIP, or FUP.PGD.
+    fn far_transfer(
+        &mut self,
+        t: &super::Terminator,
+        kind: FarKind,
+        sink: &mut impl FlowSink,
+    ) -> Step<Option<(u64, bool)>> {
+        let nlip = t.nlip();
+        if self.tnt_left != 0 {
+            let offset = self.offset();
+            let message = format!(
+                "{} TNT bits left over at the far transfer at {:#x}",
+                self.tnt_left, t.ip
+            );
+            return Err(Failure {
+                ip: Some(t.ip),
+                offset,
+                message,
+            });
+        }
+        let d = self.peek()?;
+        if let Some(Decoded {
+            packet: Packet::Fup(event, _),
+            ip: Some(f),
+            offset,
+        }) = d
+        {
+            if f > t.ip && f <= nlip {
+                match event {
+                    FupEvent::FarTransfer => {
+                        self.source.next();
+                        return Ok(Some((self.take_tip(t.ip, "far transfer")?, true)));
+                    }
+                    FupEvent::PacketGenDisable => {
+                        self.source.next();
+                        self.emit(t.ip, 1, nlip, sink);
+                        self.disabled(sink, offset, nlip);
+                        return Ok(None);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if kind == FarKind::Into {
+            // INTO without OF set does not trap.
+            return Ok(Some((nlip, false)));
+        }
+        Err(self.unexpected(
+            t.ip,
+            "a far transfer needs FUP.FAR or FUP.PGD with its next IP",
+            d,
+        ))
+    }
+}

@@ -1,0 +1,144 @@
+//! Flow reconstruction: from the packet stream and the images back to every executed
+//! instruction (DESIGN.md, layer 4).
+//!
+//! The decoder walks basic blocks from a known IP and takes from the trace only what the code
+//! cannot tell: a TNT bit per conditional branch, a TIP per indirect branch, at a near RET a
+//! TNT bit when it was compressed (§4.2.3.2) or else a TIP, FUP.FAR + TIP at far transfers,
+//! FUP.PGD/FUP.PGE where tracing stops and resumes, FUP.BuffOvf as a gap. Its output is the
+//! history as runs of sequential instructions plus events, pushed into a [`FlowSink`].
+//!
+//! Files: `block` (decoded, cached basic blocks), `source` (packet lookahead without the
+//! timing packets), `timing` (TSC and cycles, errata E6/E7), `decoder` (the walk).
+
+mod block;
+mod decoder;
+mod source;
+mod timing;
+
+pub use block::{decode_insn, Block, BlockCache, BlockError, Terminator};
+pub use decoder::{FlowConfig, FlowDecoder};
+pub use timing::Timing;
+
+use std::fmt;
+
+/// What happened between instructions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventKind {
+    /// Tracing starts or resumes at `ip` (FUP.PGE, or a resynchronisation).
+    Enabled {
+        /// The next instruction.
+        ip: u64,
+    },
+    /// Tracing stops; `ip` is where execution continues untraced (the FUP.PGD's IP), if known.
+    Disabled {
+        /// The next instruction, untraced.
+        ip: Option<u64>,
+    },
+    /// An interrupt or fault while tracing: the instruction at `ip` did not execute (yet);
+    /// execution continued at `target`.
+    Interrupt {
+        /// The instruction that did not execute.
+        ip: u64,
+        /// The handler.
+        target: u64,
+    },
+    /// Instructions were lost (an internal buffer overflow, §4.2.5); tracing resumes at `ip`.
+    Gap {
+        /// The next instruction after the gap.
+        ip: u64,
+    },
+    /// The trace is inconsistent with the code (or undecodable); the decoder resynchronises.
+    Error {
+        /// The instruction at which the inconsistency was found, if any.
+        ip: Option<u64>,
+        /// What is wrong.
+        message: String,
+    },
+    /// TraceSTOP: tracing stopped at a TraceStop range (§4.2.11).
+    Stop,
+}
+
+impl EventKind {
+    /// The short name `rtit insns --json` uses.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Enabled { .. } => "enabled",
+            Self::Disabled { .. } => "disabled",
+            Self::Interrupt { .. } => "interrupt",
+            Self::Gap { .. } => "gap",
+            Self::Error { .. } => "error",
+            Self::Stop => "stop",
+        }
+    }
+}
+
+/// An event with where it happened: the trace offset of the packet that told it, and the
+/// position (number of instructions before it in the history).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowEvent {
+    /// What happened.
+    pub kind: EventKind,
+    /// Byte offset in the trace.
+    pub offset: usize,
+    /// Instructions executed before it.
+    pub position: u64,
+}
+
+impl fmt::Display for FlowEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[{}] ", self.kind.name())?;
+        match &self.kind {
+            EventKind::Enabled { ip } | EventKind::Gap { ip } => write!(f, "at {ip:#x}")?,
+            EventKind::Disabled { ip: Some(ip) } => write!(f, "continuing untraced at {ip:#x}")?,
+            EventKind::Disabled { ip: None } => write!(f, "tracing stopped")?,
+            EventKind::Interrupt { ip, target } => write!(f, "at {ip:#x} to {target:#x}")?,
+            EventKind::Error { ip, message } => {
+                if let Some(ip) = ip {
+                    write!(f, "at {ip:#x}: ")?;
+                }
+                write!(f, "{message}")?;
+            }
+            EventKind::Stop => write!(f, "TraceSTOP")?,
+        }
+        write!(
+            f,
+            " (trace offset {:#x}, position {})",
+            self.offset, self.position
+        )
+    }
+}
+
+/// One item of the reconstructed history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FlowItem {
+    /// `count` instructions executed one after another in memory, from `ip`.
+    Run {
+        /// The first.
+        ip: u64,
+        /// How many.
+        count: u64,
+    },
+    /// An event.
+    Event(FlowEvent),
+}
+
+/// Receives the history as the decoder reconstructs it.
+pub trait FlowSink {
+    /// `count` instructions executed one after another in memory, from `ip`.
+    fn run(&mut self, ip: u64, count: u64);
+    /// An event between instructions.
+    fn event(&mut self, event: FlowEvent);
+}
+
+impl FlowSink for Vec<FlowItem> {
+    fn run(&mut self, ip: u64, count: u64) {
+        self.push(FlowItem::Run { ip, count });
+    }
+
+    fn event(&mut self, event: FlowEvent) {
+        self.push(FlowItem::Event(event));
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,61 @@
+//! The packets as the flow decoder wants them: one packet of lookahead, with the timing
+//! packets (PSB, MTC, STS, cycle counts) folded into [`Timing`] on the way, since they never
+//! change the flow.
+
+use super::timing::Timing;
+use crate::packet::{DecodeError, Decoded, DecoderConfig, PacketDecoder};
+
+/// The flow-significant packets of a trace.
+pub(crate) struct Source<'a> {
+    decoder: PacketDecoder<'a>,
+    peeked: Option<Result<Decoded, DecodeError>>,
+    pub timing: Timing,
+}
+
+impl<'a> Source<'a> {
+    pub fn new(trace: &'a [u8], config: DecoderConfig) -> Self {
+        Self {
+            decoder: PacketDecoder::new(trace, config),
+            peeked: None,
+            timing: Timing::default(),
+        }
+    }
+
+    /// The next flow-significant packet (or decode error), without consuming it.
+    #[inline]
+    pub fn peek(&mut self) -> Option<&Result<Decoded, DecodeError>> {
+        if self.peeked.is_none() {
+            self.peeked = self.pull();
+        }
+        self.peeked.as_ref()
+    }
+
+    /// Takes the next flow-significant packet (or decode error).
+    #[inline]
+    pub fn next(&mut self) -> Option<Result<Decoded, DecodeError>> {
+        match self.peeked.take() {
+            Some(item) => Some(item),
+            None => self.pull(),
+        }
+    }
+
+    #[inline]
+    fn pull(&mut self) -> Option<Result<Decoded, DecodeError>> {
+        loop {
+            let item = self.decoder.next()?;
+            match &item {
+                Ok(d) if self.timing.update(&d.packet) => continue,
+                _ => return Some(item),
+            }
+        }
+    }
+
+    /// Byte offset of the next packet not yet taken.
+    pub fn offset(&mut self) -> usize {
+        match self.peek() {
+            Some(Ok(d)) => d.offset,
+            Some(Err(e)) => e.offset,
+            None => self.decoder.offset(),
+        }
+    }
+}
