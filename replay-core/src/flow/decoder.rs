@@ -66,11 +66,24 @@ enum Boundary {
     Leave,
 }
 
-/// A disagreement between trace and code: where, and what.
+/// A disagreement between trace and code: where, and what. With `end`, the trace simply
+/// ended where a branch needed a packet (tracing was stopped without FUP.PGD): no error.
 struct Failure {
     ip: Option<u64>,
     offset: usize,
     message: String,
+    end: bool,
+}
+
+impl Failure {
+    fn new(ip: Option<u64>, offset: usize, message: String) -> Self {
+        Self {
+            ip,
+            offset,
+            message,
+            end: false,
+        }
+    }
 }
 
 type Step<T> = Result<T, Failure>;
@@ -176,6 +189,10 @@ impl<'a> FlowDecoder<'a> {
     }
 
     fn fail(&mut self, sink: &mut impl FlowSink, f: Failure) {
+        if f.end {
+            self.state = State::Done;
+            return;
+        }
         self.tnt_left = 0;
         self.event(
             sink,
@@ -199,11 +216,7 @@ impl<'a> FlowDecoder<'a> {
                 Some(Err(e)) => {
                     let (offset, message) = (e.offset, e.kind.to_string());
                     self.source.next();
-                    return Err(Failure {
-                        ip: None,
-                        offset,
-                        message,
-                    });
+                    return Err(Failure::new(None, offset, message));
                 }
                 Some(Ok(d)) => match d.packet {
                     Packet::Fup(FupEvent::PeriodicCycleCount, _) => {
@@ -231,14 +244,14 @@ impl<'a> FlowDecoder<'a> {
 
     fn unexpected(&mut self, ip: u64, wanted: &str, found: Option<Decoded>) -> Failure {
         let offset = found.map_or_else(|| self.offset(), |d| d.offset);
-        let found = found.map_or("the end of the trace".to_string(), |d| {
-            d.packet.name().to_string()
-        });
-        Failure {
-            ip: Some(ip),
+        let name = found.map_or("the end of the trace", |d| d.packet.name());
+        let mut f = Failure::new(
+            Some(ip),
             offset,
-            message: format!("{wanted} at {ip:#x}, but the trace has {found}"),
-        }
+            format!("{wanted} at {ip:#x}, but the trace has {name}"),
+        );
+        f.end = found.is_none();
+        f
     }
 
     /// The next TNT bit, for the branch at `ip`.
@@ -262,14 +275,11 @@ impl<'a> FlowDecoder<'a> {
     /// The TIP for the indirect branch at `ip`.
     fn take_tip(&mut self, ip: u64, what: &str) -> Step<u64> {
         if self.tnt_left != 0 {
-            return Err(Failure {
-                ip: Some(ip),
-                offset: self.offset(),
-                message: format!(
-                    "{} TNT bits left over at the {what} at {ip:#x}",
-                    self.tnt_left
-                ),
-            });
+            let message = format!(
+                "{} TNT bits left over at the {what} at {ip:#x}",
+                self.tnt_left
+            );
+            return Err(Failure::new(Some(ip), self.offset(), message));
         }
         let d = self.peek()?;
         match d {
@@ -301,17 +311,12 @@ impl<'a> FlowDecoder<'a> {
         }
         let offset = self.offset();
         if !self.take_bit(ip)? {
-            return Err(Failure {
-                ip: Some(ip),
-                offset,
-                message: format!("a not-taken TNT bit for the return at {ip:#x}"),
-            });
+            let message = format!("a not-taken TNT bit for the return at {ip:#x}");
+            return Err(Failure::new(Some(ip), offset, message));
         }
-        self.last_call_nlip.ok_or(Failure {
-            ip: Some(ip),
-            offset,
-            message: format!("a compressed return at {ip:#x} with no call seen to return to"),
-        })
+        let message = format!("a compressed return at {ip:#x} with no call seen to return to");
+        self.last_call_nlip
+            .ok_or(Failure::new(Some(ip), offset, message))
     }
 
     // ---- states ----
@@ -344,11 +349,8 @@ impl<'a> FlowDecoder<'a> {
             (Packet::Tnt(_) | Packet::Fup(FupEvent::FarTransfer, _), _) if lost => {}
             (Packet::TraceStop, _) => self.stop(sink, d.offset),
             (packet, _) if !lost => {
-                let f = Failure {
-                    ip: None,
-                    offset: d.offset,
-                    message: format!("{} while tracing is disabled", packet.name()),
-                };
+                let message = format!("{} while tracing is disabled", packet.name());
+                let f = Failure::new(None, d.offset, message);
                 self.fail(sink, f);
             }
             _ => {}
@@ -470,11 +472,7 @@ impl<'a> FlowDecoder<'a> {
                 Ok(id) => id,
                 Err(e) => {
                     let offset = self.offset();
-                    let f = Failure {
-                        ip: Some(ip),
-                        offset,
-                        message: e.to_string(),
-                    };
+                    let f = Failure::new(Some(ip), offset, e.to_string());
                     return self.fail(sink, f);
                 }
             };
@@ -614,11 +612,7 @@ impl<'a> FlowDecoder<'a> {
                 "{} TNT bits left over at the far transfer at {:#x}",
                 self.tnt_left, t.ip
             );
-            return Err(Failure {
-                ip: Some(t.ip),
-                offset,
-                message,
-            });
+            return Err(Failure::new(Some(t.ip), offset, message));
         }
         let d = self.peek()?;
         if let Some(Decoded {

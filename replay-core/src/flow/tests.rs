@@ -1,1 +1,284 @@
+//! Flow decoder tests on hand-encoded packets: errata workarounds and inconsistencies. (The
+//! golden tests against the unit model are in `recorder/tests/flow_golden`.)
 
+use super::*;
+use crate::image::{AddressSpace, Image};
+use crate::ip::LastLip;
+use crate::packet::{encode, FupEvent, Packet, Tnt, PSB_BYTES};
+
+/// ```text
+/// 1000: 90               nop
+/// 1001: 74 02            je 1005
+/// 1003: 90               nop
+/// 1004: 90               nop
+/// 1005: ff e0            jmp rax
+/// 1007: 0f 05            syscall
+/// 1009: c3               ret
+/// 100a: e8 f1 ff ff ff   call 1000
+/// 100f: 0f 0b            ud2
+/// ```
+fn space() -> AddressSpace {
+    let code = [
+        0x90, 0x74, 0x02, 0x90, 0x90, 0xff, 0xe0, 0x0f, 0x05, 0xc3, 0xe8, 0xf1, 0xff, 0xff, 0xff,
+        0x0f, 0x0b,
+    ];
+    let mut s = AddressSpace::new();
+    s.add(Image::from_raw("code", 0x1000, code.to_vec()))
+        .expect("add");
+    s
+}
+
+/// Encodes packets, compressing IPs as the unit does.
+struct Trace {
+    bytes: Vec<u8>,
+    lip: LastLip,
+}
+
+impl Trace {
+    fn new() -> Self {
+        let mut t = Self {
+            bytes: Vec::new(),
+            lip: LastLip::new(),
+        };
+        t.bytes.extend_from_slice(&PSB_BYTES);
+        t
+    }
+    fn fup(mut self, e: FupEvent, ip: u64) -> Self {
+        let p = self.lip.compress(ip);
+        encode(&Packet::Fup(e, p), &mut self.bytes).expect("valid");
+        self
+    }
+    fn tip(mut self, ip: u64) -> Self {
+        let p = self.lip.compress(ip);
+        encode(&Packet::Tip(p), &mut self.bytes).expect("valid");
+        self
+    }
+    fn tnt(mut self, bits: &[bool]) -> Self {
+        encode(
+            &Packet::Tnt(Tnt::from_bits(bits).expect("bits")),
+            &mut self.bytes,
+        )
+        .expect("valid");
+        self
+    }
+}
+
+fn decode(trace: &Trace) -> Vec<FlowItem> {
+    let space = space();
+    let mut items = Vec::new();
+    FlowDecoder::new(&trace.bytes, FlowConfig::default(), &space).decode(&mut items);
+    items
+}
+
+fn run(ip: u64, count: u64) -> FlowItem {
+    FlowItem::Run { ip, count }
+}
+
+fn kinds(items: &[FlowItem]) -> Vec<EventKind> {
+    items
+        .iter()
+        .filter_map(|i| match i {
+            FlowItem::Event(e) => Some(e.kind.clone()),
+            FlowItem::Run { .. } => None,
+        })
+        .collect()
+}
+
+fn enabled(ip: u64, offset: usize) -> FlowItem {
+    FlowItem::Event(FlowEvent {
+        kind: EventKind::Enabled { ip },
+        offset,
+        position: 0,
+    })
+}
+
+#[test]
+fn a_branchy_walk_and_a_quiet_end() {
+    // je taken to 1005; jmp rax to 100a; call 1000; nop; je not taken; nop nop; jmp rax ...
+    let t = Trace::new()
+        .fup(FupEvent::PacketGenEnable, 0x1000)
+        .tnt(&[true])
+        .tip(0x100a)
+        .tnt(&[false]);
+    // The trace ends at the boundary after the second je: the nops after it are not shown,
+    // since nothing says they ran.
+    assert_eq!(
+        decode(&t),
+        [
+            enabled(0x1000, 9),
+            run(0x1000, 2),
+            run(0x1005, 1),
+            run(0x100a, 1),
+            run(0x1000, 2),
+        ]
+    );
+}
+
+#[test]
+fn errata_e1_fup_far_inside_the_far_transfer_counts_as_its_nlip() {
+    let t = Trace::new()
+        .fup(FupEvent::PacketGenEnable, 0x1007)
+        .fup(FupEvent::FarTransfer, 0x1008) // inside the 2-byte syscall
+        .tip(0x1009);
+    let items = decode(&t);
+    assert_eq!(
+        items[1..],
+        [run(0x1007, 1)],
+        "syscall, then ret needs a packet: end"
+    );
+    assert!(kinds(&items)
+        .iter()
+        .all(|k| !matches!(k, EventKind::Error { .. })));
+    // A FUP.FAR elsewhere does not belong to the syscall.
+    let t = Trace::new()
+        .fup(FupEvent::PacketGenEnable, 0x1007)
+        .fup(FupEvent::FarTransfer, 0x1003)
+        .tip(0x1009);
+    let k = kinds(&decode(&t));
+    assert!(
+        matches!(&k[1], EventKind::Error { ip: Some(0x1007), message } if message.contains("FUP.FAR")),
+        "{k:?}"
+    );
+}
+
+#[test]
+fn errata_e2_an_extra_fup_pgd_is_ignored() {
+    let t = Trace::new()
+        .fup(FupEvent::PacketGenEnable, 0x1007)
+        .fup(FupEvent::PacketGenDisable, 0x1009)
+        .fup(FupEvent::PacketGenDisable, 0x1009)
+        .fup(FupEvent::PacketGenEnable, 0x1009)
+        .tip(0x100a);
+    let k = kinds(&decode(&t));
+    assert_eq!(
+        k,
+        [
+            EventKind::Enabled { ip: 0x1007 },
+            EventKind::Disabled { ip: Some(0x1009) },
+            EventKind::Enabled { ip: 0x1009 },
+        ]
+    );
+}
+
+#[test]
+fn errata_e5_a_tip_to_the_overflow_address_is_dropped() {
+    let t = Trace::new()
+        .fup(FupEvent::BufferOverflow, 0x1005)
+        .tip(0x1005) // spurious (E5)
+        .tip(0x1009);
+    let items = decode(&t);
+    assert_eq!(
+        items[1..],
+        [run(0x1005, 1)],
+        "jmp rax to 1009; ret needs a packet: end"
+    );
+    assert_eq!(kinds(&items), [EventKind::Gap { ip: 0x1005 }]);
+}
+
+#[test]
+fn a_tip_where_a_tnt_bit_is_due_is_an_error_with_offset_and_position() {
+    let t = Trace::new()
+        .fup(FupEvent::PacketGenEnable, 0x1000)
+        .tip(0x1009);
+    let items = decode(&t);
+    let FlowItem::Event(e) = &items[2] else {
+        panic!("{items:?}")
+    };
+    assert_eq!((e.offset, e.position), (12, 1), "{e}");
+    assert!(
+        matches!(&e.kind, EventKind::Error { ip: Some(0x1001), message } if message.contains("TNT bit") && message.contains("tip")),
+        "{e}"
+    );
+    // Lost, it resumes at the TIP it could not use: 1009, a ret, then the end.
+    assert_eq!(
+        items[3..],
+        [enabled(0x1009, 12)].map(|mut i| {
+            if let FlowItem::Event(e) = &mut i {
+                e.position = 1;
+            }
+            i
+        })
+    );
+}
+
+#[test]
+fn an_address_outside_every_image_is_an_error_naming_it() {
+    let t = Trace::new()
+        .fup(FupEvent::PacketGenEnable, 0x5000)
+        .tnt(&[true]);
+    let k = kinds(&decode(&t));
+    assert!(
+        matches!(&k[1], EventKind::Error { ip: Some(0x5000), message } if message == "no image holds address 0x5000"),
+        "{k:?}"
+    );
+}
+
+#[test]
+fn a_fault_binds_at_the_faulting_instruction() {
+    // call 1000 from 100a: nop, je taken, jmp rax to 100f: ud2 faults (FUP.FAR with its own IP).
+    let t = Trace::new()
+        .fup(FupEvent::PacketGenEnable, 0x100a)
+        .tnt(&[true])
+        .tip(0x100f)
+        .fup(FupEvent::FarTransfer, 0x100f)
+        .tip(0x1007)
+        .fup(FupEvent::PacketGenDisable, 0x1009);
+    let items = decode(&t);
+    let k = kinds(&items);
+    assert_eq!(
+        k,
+        [
+            EventKind::Enabled { ip: 0x100a },
+            EventKind::Interrupt {
+                ip: 0x100f,
+                target: 0x1007
+            },
+            EventKind::Disabled { ip: Some(0x1009) },
+        ]
+    );
+    let runs: Vec<&FlowItem> = items
+        .iter()
+        .filter(|i| matches!(i, FlowItem::Run { .. }))
+        .collect();
+    assert_eq!(
+        runs,
+        [
+            &run(0x100a, 1),
+            &run(0x1000, 2),
+            &run(0x1005, 1),
+            &run(0x1007, 1)
+        ]
+    );
+}
+
+#[test]
+fn fup_pge_while_tracing_means_tracing_was_stopped_silently() {
+    let t = Trace::new()
+        .fup(FupEvent::PacketGenEnable, 0x1000)
+        .tnt(&[true])
+        .fup(FupEvent::PacketGenEnable, 0x1009)
+        .tip(0x100f);
+    let k = kinds(&decode(&t));
+    assert_eq!(
+        k,
+        [
+            EventKind::Enabled { ip: 0x1000 },
+            EventKind::Disabled { ip: None },
+            EventKind::Enabled { ip: 0x1009 },
+        ]
+    );
+}
+
+#[test]
+fn undecodable_packets_are_errors_then_the_decoder_waits_for_an_ip() {
+    let mut t = Trace::new().fup(FupEvent::PacketGenEnable, 0x1000);
+    t.bytes.push(0xc9); // reserved header
+    let t = t.tnt(&[true]).fup(FupEvent::PacketGenEnable, 0x1007);
+    let k = kinds(&decode(&t));
+    assert!(
+        matches!(&k[1], EventKind::Error { message, .. } if message.contains("reserved")),
+        "{k:?}"
+    );
+    // Everything up to the next PSB is skipped: there is none, so nothing follows.
+    assert_eq!(k.len(), 2, "{k:?}");
+}
