@@ -7,9 +7,7 @@
 
 use criterion::{criterion_main, BatchSize, Criterion, Throughput};
 use rtit_replay_core::ip::LastLip;
-use rtit_replay_core::packet::{
-    encode, CycleCount, DecoderConfig, FupEvent, Packet, PacketDecoder, Tnt,
-};
+use rtit_replay_core::packet::{encode, CycleCount, DecoderConfig, FupEvent, Packet, PacketDecoder, Tnt};
 
 /// A small deterministic generator (xorshift) so every run decodes the same bytes.
 struct Rng(u64);
@@ -75,11 +73,7 @@ fn synthetic_trace(size: usize, cycle_accurate: bool) -> Vec<u8> {
                 &mut out,
                 cycle_accurate,
             );
-            push(
-                &Packet::Tip(lip.compress(libc + 0x1000)),
-                &mut out,
-                cycle_accurate,
-            );
+            push(&Packet::Tip(lip.compress(libc + 0x1000)), &mut out, cycle_accurate);
         }
         since_psb += out.len() - start;
     }
@@ -115,11 +109,7 @@ fn bench(c: &mut Criterion) {
         let config = DecoderConfig { cycle_accurate };
         group.throughput(Throughput::Bytes(trace.len() as u64));
         group.bench_function(name, |b| {
-            b.iter_batched(
-                || (),
-                |()| decode_all(&trace, config),
-                BatchSize::SmallInput,
-            )
+            b.iter_batched(|| (), |()| decode_all(&trace, config), BatchSize::SmallInput)
         });
     }
     group.finish();

@@ -158,10 +158,7 @@ fn a_bad_byte_gives_one_error_line_then_decoding_resumes_at_the_next_psb() {
         ],
     );
     let message = got[2]["message"].as_str().expect("message");
-    assert!(
-        message.contains("reserved") && message.contains("0xc9"),
-        "{message}"
-    );
+    assert!(message.contains("reserved") && message.contains("0xc9"), "{message}");
     let message = got[4]["message"].as_str().expect("message");
     assert!(message.contains("no previous IP"), "{message}");
 }
@@ -182,10 +179,7 @@ fn human_listing_shows_offset_bytes_name_and_ip() {
     let text = String::from_utf8(out.stdout).expect("utf-8");
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 3, "{text}");
-    assert!(
-        lines[0].starts_with("0000000000000000  82 26 11 40 00 00 00"),
-        "{text}"
-    );
+    assert!(lines[0].starts_with("0000000000000000  82 26 11 40 00 00 00"), "{text}");
     assert!(
         lines[0].contains("fup.pge") && lines[0].contains("0x0000000000401126"),
         "{text}"
@@ -194,10 +188,7 @@ fn human_listing_shows_offset_bytes_name_and_ip() {
         lines[1].starts_with("0000000000000007  0d") && lines[1].ends_with("TNT"),
         "{text}"
     );
-    assert!(
-        lines[2].contains("error") && lines[2].contains("0xe0"),
-        "{text}"
-    );
+    assert!(lines[2].contains("error") && lines[2].contains("0xe0"), "{text}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("1 decode error"));
 }
 
@@ -226,11 +217,7 @@ fn committed_samples_are_current_and_decode_cleanly() {
             sample_trace::sample(cycle_accurate),
             "{path} is stale: run `cargo run --example sample_trace`"
         );
-        let flag: &[&str] = if cycle_accurate {
-            &["--cycle-accurate"]
-        } else {
-            &[]
-        };
+        let flag: &[&str] = if cycle_accurate { &["--cycle-accurate"] } else { &[] };
         let got = dump_json(&committed, &format!("sample-{cycle_accurate}.rtit"), flag);
         assert!(got.iter().all(|v| v["type"] != "error"), "{got:#?}");
         assert!(got.iter().any(|v| v["type"] == "fup.ovf"));

@@ -235,12 +235,7 @@ mod tests {
             // 3 again with nothing to match against.
             (None, 0x0000_0000_2345, IpSize::Two, true),
             // 4: match 47:32 only, 47:32 not zero.
-            (
-                Some(0x7f12_3456_0000),
-                0x7f12_9999_abcd,
-                IpSize::Four,
-                false,
-            ),
+            (Some(0x7f12_3456_0000), 0x7f12_9999_abcd, IpSize::Four, false),
             // 5: 31:16 differs, 47:32 zero (and matches).
             (Some(0x0000_0040_1000), 0x0000_0050_2345, IpSize::Four, true),
             // 6: 47:32 differs, 47:32 zero now.
@@ -289,17 +284,8 @@ mod tests {
                 zext: false,
                 bits: 1,
             };
-            assert_eq!(
-                dec.decompress(p),
-                Err(NoPreviousIp {
-                    bytes: size.bytes()
-                })
-            );
-            assert_eq!(
-                dec.get(),
-                None,
-                "a failed expansion leaves the register alone"
-            );
+            assert_eq!(dec.decompress(p), Err(NoPreviousIp { bytes: size.bytes() }));
+            assert_eq!(dec.get(), None, "a failed expansion leaves the register alone");
         }
         // Zext and full payloads need nothing.
         let zext = IpPayload {

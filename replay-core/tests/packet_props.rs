@@ -5,8 +5,8 @@
 use proptest::prelude::*;
 use rtit_replay_core::ip::{canonical, IpPayload, IpSize, LastLip};
 use rtit_replay_core::packet::{
-    encode_all, CycleCount, DecodeError, Decoded, DecoderConfig, FupEvent, Mtc, Packet,
-    PacketDecoder, Pip, Sts, Tnt, PSB_BYTES,
+    encode_all, CycleCount, DecodeError, Decoded, DecoderConfig, FupEvent, Mtc, Packet, PacketDecoder, Pip, Sts, Tnt,
+    PSB_BYTES,
 };
 
 fn ip_payload() -> impl Strategy<Value = IpPayload> {
@@ -75,12 +75,7 @@ fn stream(cycle_accurate: bool) -> impl Strategy<Value = Vec<Packet>> {
 }
 
 fn config_and_stream() -> impl Strategy<Value = (DecoderConfig, Vec<Packet>)> {
-    any::<bool>().prop_flat_map(|cycle_accurate| {
-        (
-            Just(DecoderConfig { cycle_accurate }),
-            stream(cycle_accurate),
-        )
-    })
+    any::<bool>().prop_flat_map(|cycle_accurate| (Just(DecoderConfig { cycle_accurate }), stream(cycle_accurate)))
 }
 
 proptest! {

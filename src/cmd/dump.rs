@@ -41,20 +41,18 @@ pub fn run(args: &DumpArgs) -> Result<()> {
             args.source.display()
         );
     }
-    let trace = std::fs::read(&args.source)
-        .with_context(|| format!("cannot read {}", args.source.display()))?;
+    let trace = std::fs::read(&args.source).with_context(|| format!("cannot read {}", args.source.display()))?;
     let config = DecoderConfig {
         cycle_accurate: args.cycle_accurate,
     };
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
-    let errors =
-        match print_packets(&trace, config, args, &mut out).and_then(|n| out.flush().map(|()| n)) {
-            Ok(errors) => errors,
-            // `rtit dump … | head` closes the pipe early: that is not a failure.
-            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
-            Err(e) => return Err(e).context("cannot write to standard output"),
-        };
+    let errors = match print_packets(&trace, config, args, &mut out).and_then(|n| out.flush().map(|()| n)) {
+        Ok(errors) => errors,
+        // `rtit dump … | head` closes the pipe early: that is not a failure.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
+        Err(e) => return Err(e).context("cannot write to standard output"),
+    };
     if errors > 0 {
         eprintln!(
             "rtit dump: {errors} decode error{} in {}",
@@ -66,12 +64,7 @@ pub fn run(args: &DumpArgs) -> Result<()> {
 }
 
 /// Prints the listing; returns the number of decode errors.
-fn print_packets(
-    trace: &[u8],
-    config: DecoderConfig,
-    args: &DumpArgs,
-    out: &mut impl Write,
-) -> io::Result<usize> {
+fn print_packets(trace: &[u8], config: DecoderConfig, args: &DumpArgs, out: &mut impl Write) -> io::Result<usize> {
     let mut errors = 0;
     let limit = args.limit.unwrap_or(usize::MAX);
     for item in PacketDecoder::new(trace, config).take(limit) {
@@ -176,11 +169,7 @@ fn tnt_string(bits: impl Iterator<Item = bool>) -> String {
 }
 
 /// ptdump-like: offset, raw bytes, packet name, payload, expanded IP.
-fn write_human(
-    trace: &[u8],
-    item: &Result<Decoded, DecodeError>,
-    out: &mut impl Write,
-) -> io::Result<()> {
+fn write_human(trace: &[u8], item: &Result<Decoded, DecodeError>, out: &mut impl Write) -> io::Result<()> {
     let d = match item {
         Ok(d) => d,
         Err(e) => return writeln!(out, "{:016x}  {:<27}  error    {}", e.offset, "", e.kind),
@@ -200,11 +189,7 @@ fn write_human(
         Packet::Psb | Packet::TraceStop => String::new(),
     };
     let name = d.packet.name();
-    let line = format!(
-        "{:016x}  {:<27}  {name:<8} {details}",
-        d.offset,
-        hex.join(" ")
-    );
+    let line = format!("{:016x}  {:<27}  {name:<8} {details}", d.offset, hex.join(" "));
     writeln!(out, "{}", line.trim_end())
 }
 

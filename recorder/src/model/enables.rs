@@ -83,10 +83,7 @@ mod tests {
             ..ConfigRegs::default()
         };
         assert!(context_en(&r, 3, 0x1000, false));
-        assert!(
-            !context_en(&r, 0, 0x1000, false),
-            "OS clear: CPL 0 is not traced"
-        );
+        assert!(!context_en(&r, 0, 0x1000, false), "OS clear: CPL 0 is not traced");
         assert!(!context_en(&r, 3, 0x1000, true), "SMM/VMX host");
         r.ctl = ctl::OS;
         assert!(context_en(&r, 0, 0x1000, false));

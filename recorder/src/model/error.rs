@@ -23,10 +23,7 @@ pub enum ModelError {
         bits: u64,
     },
     /// RTIT_TNT_BUFF written with 0 (§3.3.13).
-    #[error(
-        "#GP: RTIT_TNT_BUFF ({:#x}) must never be written with 0 (§3.3.13)",
-        msr::TNT_BUFF
-    )]
+    #[error("#GP: RTIT_TNT_BUFF ({:#x}) must never be written with 0 (§3.3.13)", msr::TNT_BUFF)]
     ZeroTntBuff,
     /// Not an RTIT MSR.
     #[error("{0:#x} is not an RTIT MSR")]

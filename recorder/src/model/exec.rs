@@ -135,11 +135,7 @@ impl UnitModel {
         //    (§4.2.6), not during an overflow; then time passes, the cycle counter counting in
         //    the mode of table 17.
         if let (Some(nlip), None) = (s.pcc_nlip, self.overflow) {
-            let mode = if less {
-                pe_before
-            } else {
-                trigger && ctx_before
-            };
+            let mode = if less { pe_before } else { trigger && ctx_before };
             if self.out.cycle_accurate && self.out.cntp & CNTP_MSB != 0 && mode {
                 self.out.fup(FupEvent::PeriodicCycleCount, nlip);
             }
@@ -161,9 +157,7 @@ impl UnitModel {
             let compress = self.regs.has(ctl::CMPRS_RET);
             match cofi {
                 Cofi::Conditional => self.out.tnt_bit(taken),
-                Cofi::Return
-                    if compress && self.out.last_call_nlip == Some(s.next_ip & LIP_MASK) =>
-                {
+                Cofi::Return if compress && self.out.last_call_nlip == Some(s.next_ip & LIP_MASK) => {
                     self.out.tnt_bit(true)
                 }
                 Cofi::Return | Cofi::IndirectJump | Cofi::IndirectCall => self.out.tip(s.next_ip),

@@ -108,12 +108,7 @@ impl RtitConfig {
     /// RET compression, no IP filter, a PSB about every 8 KiB.
     pub const fn user_process(cr3: u64) -> Self {
         Self {
-            ctl: ctl::TRACE_EN
-                | ctl::TRACE_ACTIVE
-                | ctl::USER
-                | ctl::CR3_EN
-                | ctl::CMPRS_RET
-                | ctl::DEST,
+            ctl: ctl::TRACE_EN | ctl::TRACE_ACTIVE | ctl::USER | ctl::CR3_EN | ctl::CMPRS_RET | ctl::DEST,
             cr3_match: cr3 & (((1 << 36) - 1) & !0x1f),
             events: rtit_replay_core::regs::events(EventId::AlwaysOn, EventId::AlwaysOff),
             lip: [0; 4],
@@ -337,11 +332,9 @@ impl UnitModel {
         if self.overflow.is_some() {
             // Dropped with every other packet until the overflow clears (§4.2.5).
         } else if pe_before && !pe_after && self.trigger_en() {
-            self.out
-                .fup(rtit_replay_core::packet::FupEvent::PacketGenDisable, ip);
+            self.out.fup(rtit_replay_core::packet::FupEvent::PacketGenDisable, ip);
         } else if !pe_before && pe_after {
-            self.out
-                .fup(rtit_replay_core::packet::FupEvent::PacketGenEnable, ip);
+            self.out.fup(rtit_replay_core::packet::FupEvent::PacketGenEnable, ip);
         }
     }
 }

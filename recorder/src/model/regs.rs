@@ -114,10 +114,7 @@ pub fn check_write(addr: u32, value: u64, old_ctl: u64) -> Result<u64, ModelErro
             bits: !value & 0x3f,
         }),
         msr::TNT_BUFF if value == 0 => Err(ModelError::ZeroTntBuff),
-        msr::EVENTS
-            if EventId::from_bits(value & 7).is_none()
-                || EventId::from_bits((value >> 3) & 7).is_none() =>
-        {
+        msr::EVENTS if EventId::from_bits(value & 7).is_none() || EventId::from_bits((value >> 3) & 7).is_none() => {
             Err(ModelError::Undefined(
                 "RTIT_EVENTS with a reserved event ID (011, 100 or 101; table 7)",
             ))
@@ -146,10 +143,7 @@ mod tests {
         let gp = |addr, value| check_write(addr, value, 0).map_err(|e| e.is_gp());
         assert_eq!(gp(msr::CTL, 1 << 5), Err(true));
         assert_eq!(gp(msr::CTL, 1 << 16), Err(true));
-        assert_eq!(
-            gp(msr::CTL, ctl::TRACE_EN | ctl::USER | ctl::MTC_RANGE),
-            Ok(0xc009)
-        );
+        assert_eq!(gp(msr::CTL, ctl::TRACE_EN | ctl::USER | ctl::MTC_RANGE), Ok(0xc009));
         assert_eq!(gp(msr::STATUS, 1 << 4), Err(true));
         assert_eq!(gp(msr::CNTP, 1 << 22), Err(true));
         assert_eq!(gp(msr::EVENTS, 1 << 6), Err(true));
@@ -159,11 +153,7 @@ mod tests {
         assert_eq!(gp(msr::BASE_ADDR, 1 << 36), Err(true));
         assert_eq!(gp(msr::BASE_ADDR, 0x1000_0000), Ok(0x1000_0000));
         assert_eq!(gp(msr::LIMIT_MASK, 0x1f_ffff), Ok(0x1f_ffff));
-        assert_eq!(
-            gp(msr::LIMIT_MASK, 0x1f_ffc0),
-            Err(true),
-            "bits 5:0 are reserved as 1"
-        );
+        assert_eq!(gp(msr::LIMIT_MASK, 0x1f_ffc0), Err(true), "bits 5:0 are reserved as 1");
         assert_eq!(gp(msr::LIMIT_MASK, 0x7f_ffff), Err(true));
         assert_eq!(gp(msr::OFFSET, 1 << 22), Err(true));
         assert_eq!(gp(msr::CR3_MATCH, 0x1234_5010), Err(true));
@@ -182,10 +172,7 @@ mod tests {
         let both = ctl::TRACE_EN | ctl::TRACE_ACTIVE;
         let err = check_write(msr::CTL, both, 0).expect_err("both enables at once");
         assert!(!err.is_gp());
-        assert!(
-            check_write(msr::CTL, 0, both).is_err(),
-            "both cleared at once"
-        );
+        assert!(check_write(msr::CTL, 0, both).is_err(), "both cleared at once");
         assert!(check_write(msr::CTL, both, ctl::TRACE_EN).is_ok());
         let err = check_write(msr::EVENTS, 0b011, 0).expect_err("reserved event id");
         assert!(!err.is_gp());

@@ -161,11 +161,7 @@ pub fn run(space: &AddressSpace, start: u64, plan: &Plan, model: &mut UnitModel)
             // The kernel's part.
             let back = match kind {
                 _ if nlip == plan.exit + u64::from(len) && insn.ip() == plan.exit => return truth,
-                FarKind::Syscall
-                    if plan
-                        .signal_handler
-                        .is_some_and(|h| in_handler(h, insn.ip())) =>
-                {
+                FarKind::Syscall if plan.signal_handler.is_some_and(|h| in_handler(h, insn.ip())) => {
                     signal_returns.pop().expect("a signal to return from")
                 }
                 FarKind::Int3 => {

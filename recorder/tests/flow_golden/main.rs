@@ -26,16 +26,15 @@ struct Setup {
 fn setups() -> Vec<Setup> {
     let base = RtitConfig::user_process(CR3);
     let options = ModelOptions::default();
-    let with =
-        |name, ctl_on: u64, ctl_off: u64, pkt_cnt: Option<u64>, options: ModelOptions| Setup {
-            name,
-            config: RtitConfig {
-                ctl: (base.ctl | ctl_on) & !ctl_off,
-                pkt_cnt: pkt_cnt.unwrap_or(base.pkt_cnt),
-                ..base
-            },
-            options,
-        };
+    let with = |name, ctl_on: u64, ctl_off: u64, pkt_cnt: Option<u64>, options: ModelOptions| Setup {
+        name,
+        config: RtitConfig {
+            ctl: (base.ctl | ctl_on) & !ctl_off,
+            pkt_cnt: pkt_cnt.unwrap_or(base.pkt_cnt),
+            ..base
+        },
+        options,
+    };
     vec![
         with("default", 0, 0, None, options),
         with("no-ret-compression", 0, ctl::CMPRS_RET, None, options),
@@ -119,16 +118,8 @@ fn check_exact(program: &Program, plan: &Plan) {
     for setup in setups() {
         let (trace, truth) = record(program, &setup, plan);
         let (ips, events) = decode(&trace, setup.config.ctl, &program.space);
-        let errors: Vec<&EventKind> = events
-            .iter()
-            .filter(|e| matches!(e, EventKind::Error { .. }))
-            .collect();
-        assert!(
-            errors.is_empty(),
-            "{} / {}: {errors:?}",
-            program.name,
-            setup.name
-        );
+        let errors: Vec<&EventKind> = events.iter().filter(|e| matches!(e, EventKind::Error { .. })).collect();
+        assert!(errors.is_empty(), "{} / {}: {errors:?}", program.name, setup.name);
         assert!(
             truth.len() > 50,
             "{}: a real workout ({} instructions)",
@@ -191,18 +182,10 @@ fn ip_filter_on_one_function() {
     setup.config.events = events(EventId::Range0, EventId::AlwaysOff);
     setup.config.lip = [p.labels["leaf"], 0, p.labels["exit"], 0];
     let (trace, truth) = record(&p, &setup, &p.plan);
-    assert!(
-        !truth.is_empty()
-            && truth
-                .iter()
-                .all(|&ip| ip >= p.labels["leaf"] && ip < p.labels["exit"])
-    );
+    assert!(!truth.is_empty() && truth.iter().all(|&ip| ip >= p.labels["leaf"] && ip < p.labels["exit"]));
     let (ips, events) = decode(&trace, setup.config.ctl, &p.space);
     assert!(ips == truth, "{}", first_difference(&ips, &truth));
-    let enabled = events
-        .iter()
-        .filter(|e| matches!(e, EventKind::Enabled { .. }))
-        .count();
+    let enabled = events.iter().filter(|e| matches!(e, EventKind::Enabled { .. })).count();
     let disabled = events
         .iter()
         .filter(|e| matches!(e, EventKind::Disabled { .. }))
@@ -231,12 +214,7 @@ fn buffer_overflows_leave_a_gap_and_nothing_invented() {
             for setup in setups() {
                 let (trace, truth) = record(&p, &setup, &plan);
                 let mut items: Vec<FlowItem> = Vec::new();
-                FlowDecoder::new(
-                    &trace,
-                    FlowConfig::from_rtit_ctl(setup.config.ctl),
-                    &p.space,
-                )
-                .decode(&mut items);
+                FlowDecoder::new(&trace, FlowConfig::from_rtit_ctl(setup.config.ctl), &p.space).decode(&mut items);
                 let gap = items
                     .iter()
                     .position(|i| matches!(i, FlowItem::Event(e) if matches!(e.kind, EventKind::Gap { .. })))
@@ -244,22 +222,9 @@ fn buffer_overflows_leave_a_gap_and_nothing_invented() {
                 let (before, _) = decode_items(&items[..gap], &p.space);
                 let (after, errors) = decode_items(&items[gap..], &p.space);
                 assert_eq!(errors, 0, "{} / {}", p.name, setup.name);
-                assert!(
-                    truth.starts_with(&before),
-                    "{} / {}: prefix",
-                    p.name,
-                    setup.name
-                );
-                assert!(
-                    truth.ends_with(&after),
-                    "{} / {}: suffix",
-                    p.name,
-                    setup.name
-                );
-                assert!(
-                    before.len() + after.len() < truth.len(),
-                    "something was lost"
-                );
+                assert!(truth.starts_with(&before), "{} / {}: prefix", p.name, setup.name);
+                assert!(truth.ends_with(&after), "{} / {}: suffix", p.name, setup.name);
+                assert!(before.len() + after.len() < truth.len(), "something was lost");
                 assert!(
                     before.len() as u64 <= at,
                     "nothing after the overflow began is shown before the gap"

@@ -44,11 +44,7 @@ impl Builder {
         Ok(())
     }
 
-    fn finish(
-        mut self,
-        name: &'static str,
-        plan: impl FnOnce(&HashMap<&'static str, u64>) -> Plan,
-    ) -> Program {
+    fn finish(mut self, name: &'static str, plan: impl FnOnce(&HashMap<&'static str, u64>) -> Plan) -> Program {
         let result = self
             .a
             .assemble_options(BASE, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)
@@ -60,11 +56,7 @@ impl Builder {
             .collect();
         let mut space = AddressSpace::new();
         space
-            .add(Image::from_raw(
-                name,
-                BASE,
-                result.inner.code_buffer.clone(),
-            ))
+            .add(Image::from_raw(name, BASE, result.inner.code_buffer.clone()))
             .expect("add");
         let plan = plan(&labels);
         Program {

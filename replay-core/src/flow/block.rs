@@ -172,9 +172,7 @@ fn decode_block(space: &AddressSpace, start: u64) -> Result<Block, BlockError> {
         let at_limit = offsets.len() >= MAX_BLOCK_INSNS || ip - start > u64::from(u16::MAX) - 16;
         if cofi != Cofi::None || at_limit {
             let target = match cofi {
-                Cofi::Conditional | Cofi::DirectJump | Cofi::DirectCall => {
-                    insn.near_branch_target()
-                }
+                Cofi::Conditional | Cofi::DirectJump | Cofi::DirectCall => insn.near_branch_target(),
                 _ => 0,
             };
             return Ok(Block {
@@ -201,8 +199,7 @@ mod tests {
 
     fn space(code: &[u8]) -> AddressSpace {
         let mut s = AddressSpace::new();
-        s.add(Image::from_raw("t", 0x1000, code.to_vec()))
-            .expect("add");
+        s.add(Image::from_raw("t", 0x1000, code.to_vec())).expect("add");
         s
     }
 
@@ -234,16 +231,11 @@ mod tests {
     #[test]
     fn code_running_off_its_image_is_an_error() {
         let s = space(&[0x90, 0x90]);
-        let err = BlockCache::new()
-            .get(&s, 0x1000)
-            .expect_err("no terminator");
+        let err = BlockCache::new().get(&s, 0x1000).expect_err("no terminator");
         assert_eq!(err.to_string(), "no image holds address 0x1002");
         let s = space(&[0x90, 0xe8, 0x00]); // call rel32 cut short
         let err = BlockCache::new().get(&s, 0x1000).expect_err("truncated");
-        assert_eq!(
-            err.to_string(),
-            "the image ends inside the instruction at 0x1001"
-        );
+        assert_eq!(err.to_string(), "the image ends inside the instruction at 0x1001");
     }
 
     #[test]

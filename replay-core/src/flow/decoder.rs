@@ -76,17 +76,19 @@ struct Failure {
 }
 
 impl Failure {
-    fn new(ip: Option<u64>, offset: usize, message: String) -> Self {
-        Self {
+    #[cold]
+    fn new(ip: Option<u64>, offset: usize, message: String) -> Box<Self> {
+        Box::new(Self {
             ip,
             offset,
             message,
             end: false,
-        }
+        })
     }
 }
 
-type Step<T> = Result<T, Failure>;
+/// Failures are boxed: they are rare, and a small `Result` stays in registers on the hot path.
+type Step<T> = Result<T, Box<Failure>>;
 
 /// Decodes a trace against an address space (or several, switched by PIP).
 pub struct FlowDecoder<'a> {
@@ -99,6 +101,9 @@ pub struct FlowDecoder<'a> {
     tnt_left: u32,
     /// The decoder's RTIT_LAST_CALL_NLIP: kept across PSBs (§3.3.9), cleared by FUP.BuffOvf.
     last_call_nlip: Option<u64>,
+    /// The block whose call set `last_call_nlip`: its unused fall-through link leads to the
+    /// block a return to that NLIP lands in.
+    last_call_block: u32,
     position: u64,
     /// A run not yet handed to the sink, extended while the history stays sequential.
     run: Option<(u64, u64, u64)>,
@@ -112,22 +117,16 @@ impl<'a> FlowDecoder<'a> {
 
     /// A decoder with one address space per CR3, switched by PIP packets; an entry with no
     /// CR3 is used until the first PIP.
-    pub fn with_spaces(
-        trace: &'a [u8],
-        config: FlowConfig,
-        spaces: Vec<(Option<u64>, &'a AddressSpace)>,
-    ) -> Self {
+    pub fn with_spaces(trace: &'a [u8], config: FlowConfig, spaces: Vec<(Option<u64>, &'a AddressSpace)>) -> Self {
         Self {
             source: Source::new(trace, config.packets),
-            spaces: spaces
-                .into_iter()
-                .map(|(cr3, s)| (cr3, s, BlockCache::new()))
-                .collect(),
+            spaces: spaces.into_iter().map(|(cr3, s)| (cr3, s, BlockCache::new())).collect(),
             current: 0,
             state: State::Disabled,
             tnt_bits: 0,
             tnt_left: 0,
             last_call_nlip: None,
+            last_call_block: NO_BLOCK,
             position: 0,
             run: None,
         }
@@ -188,6 +187,7 @@ impl<'a> FlowDecoder<'a> {
         });
     }
 
+    #[cold]
     fn fail(&mut self, sink: &mut impl FlowSink, f: Failure) {
         if f.end {
             self.state = State::Done;
@@ -235,6 +235,8 @@ impl<'a> FlowDecoder<'a> {
     fn switch_space(&mut self, cr3: u64) {
         if let Some(i) = self.spaces.iter().position(|(c, ..)| *c == Some(cr3)) {
             self.current = i;
+            // Block ids belong to one space's cache.
+            self.last_call_block = NO_BLOCK;
         }
     }
 
@@ -242,7 +244,8 @@ impl<'a> FlowDecoder<'a> {
         self.source.offset()
     }
 
-    fn unexpected(&mut self, ip: u64, wanted: &str, found: Option<Decoded>) -> Failure {
+    #[cold]
+    fn unexpected(&mut self, ip: u64, wanted: &str, found: Option<Decoded>) -> Box<Failure> {
         let offset = found.map_or_else(|| self.offset(), |d| d.offset);
         let name = found.map_or("the end of the trace", |d| d.packet.name());
         let mut f = Failure::new(
@@ -275,10 +278,7 @@ impl<'a> FlowDecoder<'a> {
     /// The TIP for the indirect branch at `ip`.
     fn take_tip(&mut self, ip: u64, what: &str) -> Step<u64> {
         if self.tnt_left != 0 {
-            let message = format!(
-                "{} TNT bits left over at the {what} at {ip:#x}",
-                self.tnt_left
-            );
+            let message = format!("{} TNT bits left over at the {what} at {ip:#x}", self.tnt_left);
             return Err(Failure::new(Some(ip), self.offset(), message));
         }
         let d = self.peek()?;
@@ -309,14 +309,17 @@ impl<'a> FlowDecoder<'a> {
         if !compressed {
             return self.take_tip(ip, "return");
         }
-        let offset = self.offset();
         if !self.take_bit(ip)? {
             let message = format!("a not-taken TNT bit for the return at {ip:#x}");
-            return Err(Failure::new(Some(ip), offset, message));
+            return Err(Failure::new(Some(ip), self.offset(), message));
         }
-        let message = format!("a compressed return at {ip:#x} with no call seen to return to");
-        self.last_call_nlip
-            .ok_or(Failure::new(Some(ip), offset, message))
+        match self.last_call_nlip {
+            Some(nlip) => Ok(nlip),
+            None => {
+                let message = format!("a compressed return at {ip:#x} with no call seen to return to");
+                Err(Failure::new(Some(ip), self.offset(), message))
+            }
+        }
     }
 
     // ---- states ----
@@ -330,7 +333,7 @@ impl<'a> FlowDecoder<'a> {
                 self.state = State::Done;
                 return;
             }
-            Err(f) => return self.fail(sink, f),
+            Err(f) => return self.fail(sink, *f),
         };
         self.source.next();
         match (d.packet, d.ip) {
@@ -351,7 +354,7 @@ impl<'a> FlowDecoder<'a> {
             (packet, _) if !lost => {
                 let message = format!("{} while tracing is disabled", packet.name());
                 let f = Failure::new(None, d.offset, message);
-                self.fail(sink, f);
+                self.fail(sink, *f);
             }
             _ => {}
         }
@@ -387,8 +390,7 @@ impl<'a> FlowDecoder<'a> {
     fn disabled(&mut self, sink: &mut impl FlowSink, offset: usize, ip: u64) {
         self.event(sink, offset, EventKind::Disabled { ip: Some(ip) });
         if let Ok(Some(Decoded {
-            packet: Packet::Tip(_),
-            ..
+            packet: Packet::Tip(_), ..
         })) = self.peek()
         {
             self.source.next();
@@ -405,15 +407,25 @@ impl<'a> FlowDecoder<'a> {
                 return Boundary::Leave;
             }
             Err(f) => {
-                self.fail(sink, f);
+                self.fail(sink, *f);
                 return Boundary::Leave;
             }
         };
         let Some(fup_ip) = d.ip else {
-            if d.packet == Packet::TraceStop {
-                self.source.next();
-                self.stop(sink, d.offset);
-                return Boundary::Leave;
+            match d.packet {
+                Packet::TraceStop => {
+                    self.source.next();
+                    self.stop(sink, d.offset);
+                    return Boundary::Leave;
+                }
+                // The next bits: nothing can bind before they are used, so take them now
+                // and skip the boundary checks until they are.
+                Packet::Tnt(tnt) => {
+                    self.source.next();
+                    self.tnt_left = u32::from(tnt.count());
+                    self.tnt_bits = u64::from(tnt.header());
+                }
+                _ => {}
             }
             return Boundary::Walk;
         };
@@ -443,7 +455,7 @@ impl<'a> FlowDecoder<'a> {
                         Boundary::Continue(target)
                     }
                     Err(f) => {
-                        self.fail(sink, f);
+                        self.fail(sink, *f);
                         Boundary::Leave
                     }
                 }
@@ -473,7 +485,7 @@ impl<'a> FlowDecoder<'a> {
                 Err(e) => {
                     let offset = self.offset();
                     let f = Failure::new(Some(ip), offset, e.to_string());
-                    return self.fail(sink, f);
+                    return self.fail(sink, *f);
                 }
             };
             let cache = &self.spaces[self.current].2;
@@ -505,15 +517,14 @@ impl<'a> FlowDecoder<'a> {
             }
             count = 1;
             let nlip = term.nlip();
-            let taken;
             let next = match self.terminator(&term, sink) {
-                Ok(Some((next, t))) => {
-                    taken = t;
-                    next
-                }
-                Ok(None) => return,
-                Err(f) => return self.fail(sink, f),
+                Ok(next) => next,
+                Err(f) => return self.fail(sink, *f),
             };
+            if !matches!(self.state, State::Tracing(_)) {
+                // A far transfer that ended in FUP.PGD: emitted, and tracing stopped.
+                return;
+            }
             self.emit(term.ip, count, nlip, sink);
             // A near branch out of the filter range: FUP.PGD with its NLIP (table 1).
             if next != nlip && self.tnt_left == 0 {
@@ -529,9 +540,14 @@ impl<'a> FlowDecoder<'a> {
                     }
                 }
             }
+            if term.cofi.is_near_call() {
+                self.last_call_block = id;
+            }
             from = match term.cofi {
-                Cofi::None | Cofi::Conditional | Cofi::DirectJump | Cofi::DirectCall => {
-                    Some((id, taken))
+                // Direct successors are fixed: the block at `next` is the one to link.
+                Cofi::None | Cofi::Conditional | Cofi::DirectJump | Cofi::DirectCall => Some((id, next != nlip)),
+                Cofi::Return if Some(next) == self.last_call_nlip && self.last_call_block != NO_BLOCK => {
+                    Some((self.last_call_block, false))
                 }
                 _ => None,
             };
@@ -556,55 +572,42 @@ impl<'a> FlowDecoder<'a> {
         cache.get(space, ip)
     }
 
-    /// Executes a terminator against the trace: where it goes and whether that is its taken
-    /// edge, or `None` when tracing stopped at it (it executed, then the FUP.PGD).
+    /// Executes a terminator against the trace: where it goes. After a far transfer that
+    /// ended in FUP.PGD the state is no longer `Tracing` (it executed, then tracing stopped).
     #[inline]
-    fn terminator(
-        &mut self,
-        t: &super::Terminator,
-        sink: &mut impl FlowSink,
-    ) -> Step<Option<(u64, bool)>> {
+    fn terminator(&mut self, t: &super::Terminator, sink: &mut impl FlowSink) -> Step<u64> {
         let nlip = t.nlip();
-        Ok(Some(match t.cofi {
-            Cofi::None => (nlip, false),
+        Ok(match t.cofi {
+            Cofi::None => nlip,
             Cofi::Conditional => {
                 if self.take_bit(t.ip)? {
-                    (t.target, true)
+                    t.target
                 } else {
-                    (nlip, false)
+                    nlip
                 }
             }
-            Cofi::DirectJump => (t.target, true),
+            Cofi::DirectJump => t.target,
             Cofi::DirectCall => {
                 self.last_call_nlip = Some(nlip);
-                (t.target, true)
+                t.target
             }
-            Cofi::IndirectJump => (self.take_tip(t.ip, "indirect jump")?, true),
+            Cofi::IndirectJump => self.take_tip(t.ip, "indirect jump")?,
             Cofi::IndirectCall => {
                 let target = self.take_tip(t.ip, "indirect call")?;
                 self.last_call_nlip = Some(nlip);
-                (target, true)
+                target
             }
-            Cofi::Return => (self.return_target(t.ip)?, true),
+            Cofi::Return => self.return_target(t.ip)?,
             Cofi::Far(kind) => return self.far_transfer(t, kind, sink),
             Cofi::Exception => {
                 let d = self.peek()?;
-                return Err(self.unexpected(
-                    t.ip,
-                    "an instruction that cannot execute (#UD) needs a fault",
-                    d,
-                ));
+                return Err(self.unexpected(t.ip, "an instruction that cannot execute (#UD) needs a fault", d));
             }
-        }))
+        })
     }
 
     /// A far-transfer instruction: FUP.FAR (its NLIP, or inside it: E1) and TIP, or FUP.PGD.
-    fn far_transfer(
-        &mut self,
-        t: &super::Terminator,
-        kind: FarKind,
-        sink: &mut impl FlowSink,
-    ) -> Step<Option<(u64, bool)>> {
+    fn far_transfer(&mut self, t: &super::Terminator, kind: FarKind, sink: &mut impl FlowSink) -> Step<u64> {
         let nlip = t.nlip();
         if self.tnt_left != 0 {
             let offset = self.offset();
@@ -625,13 +628,13 @@ impl<'a> FlowDecoder<'a> {
                 match event {
                     FupEvent::FarTransfer => {
                         self.source.next();
-                        return Ok(Some((self.take_tip(t.ip, "far transfer")?, true)));
+                        return self.take_tip(t.ip, "far transfer");
                     }
                     FupEvent::PacketGenDisable => {
                         self.source.next();
                         self.emit(t.ip, 1, nlip, sink);
                         self.disabled(sink, offset, nlip);
-                        return Ok(None);
+                        return Ok(nlip);
                     }
                     _ => {}
                 }
@@ -639,12 +642,8 @@ impl<'a> FlowDecoder<'a> {
         }
         if kind == FarKind::Into {
             // INTO without OF set does not trap.
-            return Ok(Some((nlip, false)));
+            return Ok(nlip);
         }
-        Err(self.unexpected(
-            t.ip,
-            "a far transfer needs FUP.FAR or FUP.PGD with its next IP",
-            d,
-        ))
+        Err(self.unexpected(t.ip, "a far transfer needs FUP.FAR or FUP.PGD with its next IP", d))
     }
 }

@@ -100,11 +100,7 @@ impl fmt::Display for FlowEvent {
             }
             EventKind::Stop => write!(f, "TraceSTOP")?,
         }
-        write!(
-            f,
-            " (trace offset {:#x}, position {})",
-            self.offset, self.position
-        )
+        write!(f, " (trace offset {:#x}, position {})", self.offset, self.position)
     }
 }
 

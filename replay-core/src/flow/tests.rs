@@ -19,12 +19,10 @@ use crate::packet::{encode, FupEvent, Packet, Tnt, PSB_BYTES};
 /// ```
 fn space() -> AddressSpace {
     let code = [
-        0x90, 0x74, 0x02, 0x90, 0x90, 0xff, 0xe0, 0x0f, 0x05, 0xc3, 0xe8, 0xf1, 0xff, 0xff, 0xff,
-        0x0f, 0x0b,
+        0x90, 0x74, 0x02, 0x90, 0x90, 0xff, 0xe0, 0x0f, 0x05, 0xc3, 0xe8, 0xf1, 0xff, 0xff, 0xff, 0x0f, 0x0b,
     ];
     let mut s = AddressSpace::new();
-    s.add(Image::from_raw("code", 0x1000, code.to_vec()))
-        .expect("add");
+    s.add(Image::from_raw("code", 0x1000, code.to_vec())).expect("add");
     s
 }
 
@@ -54,11 +52,7 @@ impl Trace {
         self
     }
     fn tnt(mut self, bits: &[bool]) -> Self {
-        encode(
-            &Packet::Tnt(Tnt::from_bits(bits).expect("bits")),
-            &mut self.bytes,
-        )
-        .expect("valid");
+        encode(&Packet::Tnt(Tnt::from_bits(bits).expect("bits")), &mut self.bytes).expect("valid");
         self
     }
 }
@@ -121,14 +115,8 @@ fn errata_e1_fup_far_inside_the_far_transfer_counts_as_its_nlip() {
         .fup(FupEvent::FarTransfer, 0x1008) // inside the 2-byte syscall
         .tip(0x1009);
     let items = decode(&t);
-    assert_eq!(
-        items[1..],
-        [run(0x1007, 1)],
-        "syscall, then ret needs a packet: end"
-    );
-    assert!(kinds(&items)
-        .iter()
-        .all(|k| !matches!(k, EventKind::Error { .. })));
+    assert_eq!(items[1..], [run(0x1007, 1)], "syscall, then ret needs a packet: end");
+    assert!(kinds(&items).iter().all(|k| !matches!(k, EventKind::Error { .. })));
     // A FUP.FAR elsewhere does not belong to the syscall.
     let t = Trace::new()
         .fup(FupEvent::PacketGenEnable, 0x1007)
@@ -167,19 +155,13 @@ fn errata_e5_a_tip_to_the_overflow_address_is_dropped() {
         .tip(0x1005) // spurious (E5)
         .tip(0x1009);
     let items = decode(&t);
-    assert_eq!(
-        items[1..],
-        [run(0x1005, 1)],
-        "jmp rax to 1009; ret needs a packet: end"
-    );
+    assert_eq!(items[1..], [run(0x1005, 1)], "jmp rax to 1009; ret needs a packet: end");
     assert_eq!(kinds(&items), [EventKind::Gap { ip: 0x1005 }]);
 }
 
 #[test]
 fn a_tip_where_a_tnt_bit_is_due_is_an_error_with_offset_and_position() {
-    let t = Trace::new()
-        .fup(FupEvent::PacketGenEnable, 0x1000)
-        .tip(0x1009);
+    let t = Trace::new().fup(FupEvent::PacketGenEnable, 0x1000).tip(0x1009);
     let items = decode(&t);
     let FlowItem::Event(e) = &items[2] else {
         panic!("{items:?}")
@@ -203,9 +185,7 @@ fn a_tip_where_a_tnt_bit_is_due_is_an_error_with_offset_and_position() {
 
 #[test]
 fn an_address_outside_every_image_is_an_error_naming_it() {
-    let t = Trace::new()
-        .fup(FupEvent::PacketGenEnable, 0x5000)
-        .tnt(&[true]);
+    let t = Trace::new().fup(FupEvent::PacketGenEnable, 0x5000).tnt(&[true]);
     let k = kinds(&decode(&t));
     assert!(
         matches!(&k[1], EventKind::Error { ip: Some(0x5000), message } if message == "no image holds address 0x5000"),
@@ -236,18 +216,10 @@ fn a_fault_binds_at_the_faulting_instruction() {
             EventKind::Disabled { ip: Some(0x1009) },
         ]
     );
-    let runs: Vec<&FlowItem> = items
-        .iter()
-        .filter(|i| matches!(i, FlowItem::Run { .. }))
-        .collect();
+    let runs: Vec<&FlowItem> = items.iter().filter(|i| matches!(i, FlowItem::Run { .. })).collect();
     assert_eq!(
         runs,
-        [
-            &run(0x100a, 1),
-            &run(0x1000, 2),
-            &run(0x1005, 1),
-            &run(0x1007, 1)
-        ]
+        [&run(0x100a, 1), &run(0x1000, 2), &run(0x1005, 1), &run(0x1007, 1)]
     );
 }
 

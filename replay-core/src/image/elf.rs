@@ -1,12 +1,10 @@
 //! Loading ELF files with `object`: linked files (ET_EXEC, ET_DYN) by their PT_LOAD segments,
 //! relocatable ones (ET_REL) by their allocated sections at given addresses.
 
-use object::elf::{
-    R_X86_64_32, R_X86_64_32S, R_X86_64_64, R_X86_64_PC32, R_X86_64_PC64, R_X86_64_PLT32,
-};
+use object::elf::{R_X86_64_32, R_X86_64_32S, R_X86_64_64, R_X86_64_PC32, R_X86_64_PC64, R_X86_64_PLT32};
 use object::{
-    Architecture, Object, ObjectKind, ObjectSection, ObjectSegment, ObjectSymbol, RelocationFlags,
-    RelocationTarget, SectionFlags, SectionKind, SegmentFlags, SymbolKind, SymbolSection,
+    Architecture, Object, ObjectKind, ObjectSection, ObjectSegment, ObjectSymbol, RelocationFlags, RelocationTarget,
+    SectionFlags, SectionKind, SegmentFlags, SymbolKind, SymbolSection,
 };
 
 use super::symbols::{Symbol, Symbols};
@@ -24,10 +22,7 @@ fn parse<'a>(name: &str, bytes: &'a [u8]) -> Result<object::File<'a>, ImageError
 }
 
 /// Function symbols of `file`, each at its address plus `offset(symbol)`.
-fn functions(
-    file: &object::File<'_>,
-    offset: impl Fn(&object::Symbol<'_, '_>) -> Option<u64>,
-) -> Vec<Symbol> {
+fn functions(file: &object::File<'_>, offset: impl Fn(&object::Symbol<'_, '_>) -> Option<u64>) -> Vec<Symbol> {
     file.symbols()
         .chain(file.dynamic_symbols())
         .filter(|s| s.kind() == SymbolKind::Text && s.is_definition())
@@ -48,10 +43,7 @@ pub fn load_linked(name: &str, bytes: Vec<u8>, bias: u64) -> Result<Image, Image
     match file.kind() {
         ObjectKind::Executable | ObjectKind::Dynamic => {}
         ObjectKind::Relocatable => {
-            return Err(ImageError::elf(
-                name,
-                "a relocatable object needs section addresses",
-            ));
+            return Err(ImageError::elf(name, "a relocatable object needs section addresses"));
         }
         kind => {
             return Err(ImageError::elf(
@@ -108,21 +100,14 @@ pub fn load_relocatable(
         if section.kind() == SectionKind::UninitializedData {
             continue;
         }
-        let mut data = section
-            .data()
-            .map_err(|e| ImageError::elf(name, e))?
-            .to_vec();
+        let mut data = section.data().map_err(|e| ImageError::elf(name, e))?.to_vec();
         for (offset, reloc) in section.relocations() {
             let target = match reloc.target() {
                 RelocationTarget::Section(index) => address_of(index),
                 RelocationTarget::Symbol(index) => {
-                    let symbol = file
-                        .symbol_by_index(index)
-                        .map_err(|e| ImageError::elf(name, e))?;
+                    let symbol = file.symbol_by_index(index).map_err(|e| ImageError::elf(name, e))?;
                     match symbol.section() {
-                        SymbolSection::Section(s) => {
-                            address_of(s).map(|a| a.wrapping_add(symbol.address()))
-                        }
+                        SymbolSection::Section(s) => address_of(s).map(|a| a.wrapping_add(symbol.address())),
                         SymbolSection::Absolute => Some(symbol.address()),
                         _ => symbol.name().ok().and_then(external),
                     }
@@ -188,12 +173,9 @@ fn apply(
         _ => return Ok(()),
     };
     let at = offset as usize;
-    let slot = data.get_mut(at..at + bytes.len()).ok_or_else(|| {
-        ImageError::elf(
-            name,
-            format!("relocation at offset {offset:#x} is outside its section"),
-        )
-    })?;
+    let slot = data
+        .get_mut(at..at + bytes.len())
+        .ok_or_else(|| ImageError::elf(name, format!("relocation at offset {offset:#x} is outside its section")))?;
     slot.copy_from_slice(&bytes);
     Ok(())
 }

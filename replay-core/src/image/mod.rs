@@ -69,12 +69,7 @@ impl Image {
         external: &dyn Fn(&str) -> Option<u64>,
     ) -> Result<Self, ImageError> {
         let bytes = read(path)?;
-        elf::load_relocatable(
-            &path.display().to_string(),
-            bytes,
-            section_address,
-            external,
-        )
+        elf::load_relocatable(&path.display().to_string(), bytes, section_address, external)
     }
 
     /// Raw code at an address, with no symbols: for JIT code and tests.

@@ -5,12 +5,8 @@
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use object::write::{
-    Object as WriteObject, Relocation, StandardSection, Symbol as WriteSymbol, SymbolSection,
-};
-use object::{
-    Architecture, BinaryFormat, Endianness, RelocationFlags, SymbolFlags, SymbolKind, SymbolScope,
-};
+use object::write::{Object as WriteObject, Relocation, StandardSection, Symbol as WriteSymbol, SymbolSection};
+use object::{Architecture, BinaryFormat, Endianness, RelocationFlags, SymbolFlags, SymbolKind, SymbolScope};
 
 use super::*;
 
@@ -48,20 +44,13 @@ fn the_running_test_binary_reads_like_its_memory() {
     std::hint::black_box(marker_function(3));
     let (exe, bias) = self_image();
     let mut space = AddressSpace::new();
-    space
-        .add(Image::load(&exe, bias).expect("load self"))
-        .expect("add");
+    space.add(Image::load(&exe, bias).expect("load self")).expect("add");
     let addr = marker_function as *const () as usize as u64;
-    assert_eq!(
-        space.bytes_at(addr).expect("code")[..32],
-        live_bytes(addr, 32)
-    );
+    assert_eq!(space.bytes_at(addr).expect("code")[..32], live_bytes(addr, 32));
 
     let loc = space.locate(addr + 1).expect("located");
     assert!(
-        loc.symbol
-            .as_deref()
-            .is_some_and(|s| s.contains("marker_function")),
+        loc.symbol.as_deref().is_some_and(|s| s.contains("marker_function")),
         "{loc:?}"
     );
     assert_eq!(loc.offset, 1);
@@ -75,9 +64,7 @@ fn the_running_test_binary_reads_like_its_memory() {
 #[test]
 fn unknown_addresses_are_errors_naming_them() {
     let mut space = AddressSpace::new();
-    space
-        .add(Image::from_raw("code", 0x1000, vec![0x90; 16]))
-        .expect("add");
+    space.add(Image::from_raw("code", 0x1000, vec![0x90; 16])).expect("add");
     assert_eq!(space.bytes_at(0x1008).expect("inside").len(), 8);
     let err = space.bytes_at(0x1010).expect_err("past the end");
     assert!(matches!(err, ImageError::NoImage { ip: 0x1010 }));
@@ -90,9 +77,7 @@ fn unknown_addresses_are_errors_naming_them() {
 #[test]
 fn overlapping_images_are_refused() {
     let mut space = AddressSpace::new();
-    space
-        .add(Image::from_raw("a", 0x1000, vec![0; 0x100]))
-        .expect("add a");
+    space.add(Image::from_raw("a", 0x1000, vec![0; 0x100])).expect("add a");
     space
         .add(Image::from_raw("b", 0x1100, vec![0; 0x100]))
         .expect("b is adjacent");
@@ -105,8 +90,7 @@ fn overlapping_images_are_refused() {
 
 #[test]
 fn not_an_elf_file_is_a_clear_error() {
-    let err =
-        Image::from_elf("junk.bin", vec![0x7f, b'E', b'L', b'X', 0, 0], 0).expect_err("not ELF");
+    let err = Image::from_elf("junk.bin", vec![0x7f, b'E', b'L', b'X', 0, 0], 0).expect_err("not ELF");
     assert!(err.to_string().starts_with("junk.bin: "), "{err}");
     let err = Image::load(Path::new("/no/such/file"), 0).expect_err("missing");
     assert!(err.to_string().contains("/no/such/file"), "{err}");
@@ -185,10 +169,7 @@ fn relocatable_objects_get_section_addresses_and_relocations() {
     // call ext: rel32 = ext - (text + 10)
     let rel = (ext.wrapping_sub(text + 10)) as u32;
     assert_eq!(code[5..10], [&[0xe8][..], &rel.to_le_bytes()].concat()[..]);
-    assert_eq!(
-        space.bytes_at(data).expect("data")[..8],
-        (text + 16).to_le_bytes()
-    );
+    assert_eq!(space.bytes_at(data).expect("data")[..8], (text + 16).to_le_bytes());
     let loc = space.locate(text + 16).expect("f");
     assert_eq!(loc.symbol.as_deref(), Some("f"));
 }

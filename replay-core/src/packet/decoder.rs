@@ -3,12 +3,9 @@
 //! are known again (§4.2.1).
 
 use super::header::{
-    IP_PACKET, IP_PACKET_MASK, MTC, PIP, PSB, PSB_BYTES, STS, TIP_EVENT, TNT_MASK, TRACE_STOP,
-    ZEXT_BIT,
+    IP_PACKET, IP_PACKET_MASK, MTC, PIP, PSB, PSB_BYTES, STS, TIP_EVENT, TNT_MASK, TRACE_STOP, ZEXT_BIT,
 };
-use super::{
-    CycleCount, DecodeError, DecodeErrorKind, FupEvent, Mtc, Packet, PacketKind, Pip, Sts, Tnt,
-};
+use super::{CycleCount, DecodeError, DecodeErrorKind, FupEvent, Mtc, Packet, PacketKind, Pip, Sts, Tnt};
 use crate::ip::{IpPayload, IpSize, LastLip};
 
 /// The TNT packet of every header byte (`Psb` where the byte is no TNT). The decoder copies
@@ -193,10 +190,7 @@ impl<'a> PacketDecoder<'a> {
             }
             None => {
                 let b = self.take(packet, n)?;
-                b[1..]
-                    .iter()
-                    .rev()
-                    .fold(0, |acc, &x| (acc << 8) | u64::from(x))
+                b[1..].iter().rev().fold(0, |acc, &x| (acc << 8) | u64::from(x))
             }
         };
         let payload = IpPayload {
@@ -206,9 +200,7 @@ impl<'a> PacketDecoder<'a> {
         };
         let ip = match self.last_lip.decompress(payload) {
             Ok(ip) => ip,
-            Err(source) => {
-                return Err(self.fail(self.pos, DecodeErrorKind::NoPreviousIp { packet, source }))
-            }
+            Err(source) => return Err(self.fail(self.pos, DecodeErrorKind::NoPreviousIp { packet, source })),
         };
         self.pos += n;
         let packet = match fup {
@@ -236,28 +228,16 @@ impl<'a> PacketDecoder<'a> {
             TRACE_STOP => Packet::TraceStop,
             h if h & !1 == PIP => {
                 let b = self.take(PacketKind::Pip, 6)?;
-                let cr3 = b[1..6]
-                    .iter()
-                    .rev()
-                    .fold(0, |acc, &x| (acc << 8) | u64::from(x));
-                Packet::Pip(Pip {
-                    cr3,
-                    pg: h & 1 != 0,
-                })
+                let cr3 = b[1..6].iter().rev().fold(0, |acc, &x| (acc << 8) | u64::from(x));
+                Packet::Pip(Pip { cr3, pg: h & 1 != 0 })
             }
             h if h & !3 == MTC => {
                 let b = self.take(PacketKind::Mtc, 2)?;
-                Packet::Mtc(Mtc {
-                    rng: h & 3,
-                    tsc: b[1],
-                })
+                Packet::Mtc(Mtc { rng: h & 3, tsc: b[1] })
             }
             h if h & 0xf0 == STS => {
                 let b = self.take(PacketKind::Sts, 7)?;
-                let btc = b[2..7]
-                    .iter()
-                    .rev()
-                    .fold(0, |acc, &x| (acc << 8) | u64::from(x));
+                let btc = b[2..7].iter().rev().fold(0, |acc, &x| (acc << 8) | u64::from(x));
                 Packet::Sts(Sts {
                     acbr: ((h & 0xf) << 2) | (b[1] >> 6),
                     ecbr: b[1] & 0x3f,
@@ -309,9 +289,7 @@ impl Iterator for PacketDecoder<'_> {
         let offset = self.pos;
         let Some(&header) = self.buf.get(offset) else {
             // The trace may not end where a cycle count is due: that packet is cut off.
-            return self
-                .cyc_due
-                .then(|| Err(self.truncated(PacketKind::Cyc, 1)));
+            return self.cyc_due.then(|| Err(self.truncated(PacketKind::Cyc, 1)));
         };
         // Fast path for the most frequent packet, a TNT byte.
         if !self.cyc_due {

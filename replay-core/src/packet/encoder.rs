@@ -38,11 +38,7 @@ pub fn encode(packet: &Packet, out: &mut Vec<u8>) -> Result<(), EncodeError> {
         Packet::Cyc(cyc) => {
             // Figure 13: CNTP[5:0] above CCNT, then CNTP[13:6], then CNTP[21:14].
             let v = cyc.value();
-            let bytes = [
-                ((v << 2) as u8) | cyc.encoded_len(),
-                (v >> 6) as u8,
-                (v >> 14) as u8,
-            ];
+            let bytes = [((v << 2) as u8) | cyc.encoded_len(), (v >> 6) as u8, (v >> 14) as u8];
             out.extend_from_slice(&bytes[..usize::from(cyc.encoded_len())]);
         }
     }
@@ -50,9 +46,7 @@ pub fn encode(packet: &Packet, out: &mut Vec<u8>) -> Result<(), EncodeError> {
 }
 
 /// Encodes a sequence of packets into a new buffer.
-pub fn encode_all<'a>(
-    packets: impl IntoIterator<Item = &'a Packet>,
-) -> Result<Vec<u8>, EncodeError> {
+pub fn encode_all<'a>(packets: impl IntoIterator<Item = &'a Packet>) -> Result<Vec<u8>, EncodeError> {
     let mut out = Vec::new();
     for p in packets {
         encode(p, &mut out)?;
@@ -60,24 +54,14 @@ pub fn encode_all<'a>(
     Ok(out)
 }
 
-fn encode_ip(
-    event: u8,
-    name: &'static str,
-    p: IpPayload,
-    out: &mut Vec<u8>,
-) -> Result<(), EncodeError> {
+fn encode_ip(event: u8, name: &'static str, p: IpPayload, out: &mut Vec<u8>) -> Result<(), EncodeError> {
     check(name, "ip", p.bits, p.size.mask())?;
     out.push(ip_header(event, p.zext, p.size.cnt()));
     out.extend_from_slice(&p.bits.to_le_bytes()[..p.size.bytes()]);
     Ok(())
 }
 
-fn check(
-    packet: &'static str,
-    field: &'static str,
-    value: u64,
-    max: u64,
-) -> Result<(), EncodeError> {
+fn check(packet: &'static str, field: &'static str, value: u64, max: u64) -> Result<(), EncodeError> {
     if value > max {
         Err(EncodeError {
             packet,
@@ -114,10 +98,7 @@ mod tests {
         };
         assert_eq!(bytes(Packet::Tip(p)), [0xb5, 0x22, 0x11, 0x40, 0x00]);
         assert_eq!(
-            bytes(Packet::Fup(
-                FupEvent::FarTransfer,
-                IpPayload::full(0x7f01_0203_0405)
-            )),
+            bytes(Packet::Fup(FupEvent::FarTransfer, IpPayload::full(0x7f01_0203_0405))),
             [0xba, 0x05, 0x04, 0x03, 0x02, 0x01, 0x7f]
         );
         let two = IpPayload {
@@ -125,18 +106,9 @@ mod tests {
             zext: false,
             bits: 0xbeef,
         };
-        assert_eq!(
-            bytes(Packet::Fup(FupEvent::PacketGenEnable, two)),
-            [0x80, 0xef, 0xbe]
-        );
-        assert_eq!(
-            bytes(Packet::Fup(FupEvent::PacketGenDisable, two)),
-            [0x88, 0xef, 0xbe]
-        );
-        assert_eq!(
-            bytes(Packet::Fup(FupEvent::BufferOverflow, two)),
-            [0x90, 0xef, 0xbe]
-        );
+        assert_eq!(bytes(Packet::Fup(FupEvent::PacketGenEnable, two)), [0x80, 0xef, 0xbe]);
+        assert_eq!(bytes(Packet::Fup(FupEvent::PacketGenDisable, two)), [0x88, 0xef, 0xbe]);
+        assert_eq!(bytes(Packet::Fup(FupEvent::BufferOverflow, two)), [0x90, 0xef, 0xbe]);
         assert_eq!(
             bytes(Packet::Fup(FupEvent::PeriodicCycleCount, two)),
             [0x98, 0xef, 0xbe]
@@ -147,10 +119,7 @@ mod tests {
             cr3: 0x12_3456_7000,
             pg: true,
         };
-        assert_eq!(
-            bytes(Packet::Pip(pip)),
-            [0xc3, 0x00, 0x70, 0x56, 0x34, 0x12]
-        );
+        assert_eq!(bytes(Packet::Pip(pip)), [0xc3, 0x00, 0x70, 0x56, 0x34, 0x12]);
         assert_eq!(bytes(Packet::Mtc(Mtc { rng: 2, tsc: 0x9a })), [0xc6, 0x9a]);
         let sts = Sts {
             acbr: 0b10_1101,

@@ -219,9 +219,7 @@ impl Tnt {
         if taken.is_empty() || taken.len() > Self::MAX_BITS as usize {
             return None;
         }
-        Some(Self(
-            taken.iter().fold(1u8, |acc, &t| (acc << 1) | u8::from(t)),
-        ))
+        Some(Self(taken.iter().fold(1u8, |acc, &t| (acc << 1) | u8::from(t))))
     }
 
     /// The header byte.
@@ -348,10 +346,7 @@ mod tests {
         assert_eq!(t.header(), 0b0011_0011);
         assert_eq!(t.count(), 5);
         assert!(!t.is_full());
-        assert_eq!(
-            t.iter().collect::<Vec<_>>(),
-            [true, false, false, true, true]
-        );
+        assert_eq!(t.iter().collect::<Vec<_>>(), [true, false, false, true, true]);
         assert_eq!(format!("{t:?}"), "Tnt(TNNTT)");
         assert!(Tnt::from_header(0x7f).is_some_and(Tnt::is_full));
         assert_eq!(Tnt::from_header(0x02).map(Tnt::count), Some(1));
@@ -368,18 +363,9 @@ mod tests {
         assert_eq!(CycleCount::new(0).map(CycleCount::encoded_len), Some(1));
         assert_eq!(CycleCount::new(63).map(CycleCount::encoded_len), Some(1));
         assert_eq!(CycleCount::new(64).map(CycleCount::encoded_len), Some(2));
-        assert_eq!(
-            CycleCount::new(0x3fff).map(CycleCount::encoded_len),
-            Some(2)
-        );
-        assert_eq!(
-            CycleCount::new(0x4000).map(CycleCount::encoded_len),
-            Some(3)
-        );
-        assert_eq!(
-            CycleCount::new(CycleCount::MAX).map(CycleCount::encoded_len),
-            Some(3)
-        );
+        assert_eq!(CycleCount::new(0x3fff).map(CycleCount::encoded_len), Some(2));
+        assert_eq!(CycleCount::new(0x4000).map(CycleCount::encoded_len), Some(3));
+        assert_eq!(CycleCount::new(CycleCount::MAX).map(CycleCount::encoded_len), Some(3));
         assert_eq!(CycleCount::new(CycleCount::MAX + 1), None);
         assert_eq!(CycleCount::with_len(64, 1), None);
         assert!(CycleCount::with_len(5, 3).is_some());

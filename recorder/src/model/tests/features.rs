@@ -29,12 +29,7 @@ fn mtc_packets_follow_the_watched_tsc_bits() {
     let mut m = user_model(ctl::MTC_EN, cycles(64));
     let got = run(
         &mut m,
-        &[
-            plain(0x1000, 1),
-            plain(0x1001, 1),
-            plain(0x1002, 1),
-            plain(0x1003, 1),
-        ],
+        &[plain(0x1000, 1), plain(0x1001, 1), plain(0x1002, 1), plain(0x1003, 1)],
     );
     assert_eq!(got, [0xc4, 0x01, 0xc4, 0x02]); // MTC range 0, TSC[14:7] = 1, then 2
                                                // MTC_Range 1 watches TSC[16:9]: four times slower.
@@ -68,17 +63,7 @@ fn cycle_counts_in_cycle_accurate_mode() {
     );
     assert_eq!(
         got,
-        [
-            0xb4,
-            0x00,
-            0x11,
-            40 << 2 | 1,
-            0b100,
-            0xb4,
-            0x00,
-            0x12,
-            30 << 2 | 1
-        ]
+        [0xb4, 0x00, 0x11, 40 << 2 | 1, 0b100, 0xb4, 0x00, 0x12, 30 << 2 | 1]
     );
 }
 
@@ -120,11 +105,7 @@ fn buffer_overflow_drops_packets_then_sends_fup_buffovf() {
     assert_eq!(got, [0x02, 0x94, 0x00, 0x31]); // TNT N, FUP.BuffOvf 3100 (its BLIP)
     assert_eq!(m.rdmsr(msr::STATUS).map(|s| s & 8), Ok(0));
     assert_eq!(m.rdmsr(msr::LAST_CALL_NLIP), Ok(0));
-    assert_eq!(
-        m.rdmsr(msr::LAST_LIP),
-        Ok(0),
-        "FUP.BuffOvf does not set LAST_LIP"
-    );
+    assert_eq!(m.rdmsr(msr::LAST_LIP), Ok(0), "FUP.BuffOvf does not set LAST_LIP");
     // The return is no longer compressed: LAST_CALL_NLIP was cleared.
     assert_eq!(run(&mut m, &[ret(0x3100, 0x1005)]), [0xb4, 0x05, 0x10]);
 }
@@ -162,10 +143,7 @@ fn trace_stop_range() {
     assert_eq!(got, [0xc1]);
     assert_eq!(m.rdmsr(msr::CTL).map(|c| c & ctl::TRACE_ACTIVE), Ok(0));
     assert_eq!(m.rdmsr(msr::TNT_BUFF), Ok(0b101));
-    assert_eq!(
-        run(&mut m, &[ijmp(0x1800, 2, 0x1000), plain(0x1000, 1)]),
-        []
-    );
+    assert_eq!(run(&mut m, &[ijmp(0x1800, 2, 0x1000), plain(0x1000, 1)]), []);
 }
 
 /// With the reset Pkt_Mask (2), a PSB follows the packet that sets bit 13 of Pkt_Cnt, and
@@ -177,10 +155,7 @@ fn psb_period_from_pkt_mask() {
         .expect("Pkt_Cnt just below bit 13");
     let got = run(&mut m, &[ijmp(0x1000, 2, 0x1100), ijmp(0x1100, 2, 0x1200)]);
     // 3 bytes of TIP cross bit 13 (0x1ffc + 3 = 0x1fff: not yet); the next one does.
-    assert_eq!(
-        got,
-        [&[0xb4, 0x00, 0x11, 0xb4, 0x00, 0x12][..], &PSB].concat()
-    );
+    assert_eq!(got, [&[0xb4, 0x00, 0x11, 0xb4, 0x00, 0x12][..], &PSB].concat());
     assert_eq!(m.rdmsr(msr::PKT_CNT), Ok(0x2_0009));
     assert_eq!(m.rdmsr(msr::LAST_LIP), Ok(0));
 }

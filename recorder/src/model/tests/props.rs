@@ -27,8 +27,7 @@ fn address() -> impl Strategy<Value = u64> {
         (0u64..0x4000).prop_map(|o| 0x40_0000 + o),
         (0u64..0x4000).prop_map(|o| 0x7fff_f7dd_0000 + o),
         (0u64..0x1000).prop_map(|o| 0xffff_ffff_8100_0000 + o),
-        any::<u64>()
-            .prop_map(|a| rtit_replay_core::ip::canonical(a & rtit_replay_core::ip::LIP_MASK)),
+        any::<u64>().prop_map(|a| rtit_replay_core::ip::canonical(a & rtit_replay_core::ip::LIP_MASK)),
     ]
 }
 

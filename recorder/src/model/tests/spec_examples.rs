@@ -33,10 +33,7 @@ fn table_3_trace_example() {
             jmp(0x20, 3, 0x102),                      // 1: jmp to 102
             far(0x102, 3, FarKind::FarJmp, 0x983, 0), // 3: far jmp to 983
             far(0x983, 2, FarKind::FarJmp, 0x10e, 0), // 4: far jmp to 10e
-            Input::Fault {
-                handler: 0x345,
-                cpl: 0,
-            }, // 5: divide at 10e faults
+            Input::Fault { handler: 0x345, cpl: 0 },  // 5: divide at 10e faults
             plain(0x345, 3),                          // 6: add
             plain(0x348, 4),                          // 7: pop
             plain(0x34c, 4),                          // 8: modify
@@ -69,27 +66,16 @@ fn ret_compression() -> RtitConfig {
 /// compresses too.
 #[test]
 fn figure_6_return_compression_without_nested_calls() {
-    let mut m = model(
-        &ret_compression(),
-        CpuState::user(0x005, 0),
-        ModelOptions::default(),
-    );
+    let mut m = model(&ret_compression(), CpuState::user(0x005, 0), ModelOptions::default());
     assert_eq!(m.output()[9..], [0x84, 0x05, 0x00]); // PSB, FUP.PGE 005
-    let got = run(
-        &mut m,
-        &[call(0x005, 5, 0x400), plain(0x400, 5), ret(0x405, 0x00a)],
-    );
+    let got = run(&mut m, &[call(0x005, 5, 0x400), plain(0x400, 5), ret(0x405, 0x00a)]);
     assert_eq!(got, [], "the T bit waits in RTIT_TNT_BUFF");
     assert_eq!(m.rdmsr(msr::TNT_BUFF), Ok(0b11));
     assert_eq!(m.rdmsr(msr::LAST_CALL_NLIP), Ok(0x00a | 1 << 48));
     // Back into the function by a jump, and out by a RET to the same NLIP: still compressed.
     let got = run(
         &mut m,
-        &[
-            jmp(0x00a, 2, 0x400),
-            ret(0x400, 0x00a),
-            ijmp(0x00a, 2, 0x600),
-        ],
+        &[jmp(0x00a, 2, 0x400), ret(0x400, 0x00a), ijmp(0x00a, 2, 0x600)],
     );
     assert_eq!(got, [0b111, 0xb4, 0x00, 0x06]); // TNT T T, TIP 600
 }
@@ -98,11 +84,7 @@ fn figure_6_return_compression_without_nested_calls() {
 /// (00a) is not the NLIP of the last call (409), so it sends a TIP.
 #[test]
 fn figure_7_return_compression_with_nested_calls() {
-    let mut m = model(
-        &ret_compression(),
-        CpuState::user(0x005, 0),
-        ModelOptions::default(),
-    );
+    let mut m = model(&ret_compression(), CpuState::user(0x005, 0), ModelOptions::default());
     let got = run(
         &mut m,
         &[
@@ -124,11 +106,7 @@ fn figure_7_return_compression_with_nested_calls() {
 #[test]
 fn a_compressed_return_leaves_last_lip_alone() {
     let a = 0x7f00_0000_0005;
-    let mut m = model(
-        &ret_compression(),
-        CpuState::user(a, 0),
-        ModelOptions::default(),
-    );
+    let mut m = model(&ret_compression(), CpuState::user(a, 0), ModelOptions::default());
     let got = run(
         &mut m,
         &[
@@ -165,12 +143,8 @@ fn pkt_cnt_worked_example_of_3_3_9() {
     );
     assert_eq!(m.output()[9..], [0x82, 0x00, 0x10, 0x00, 0x00, 0xff, 0x7f]); // PSB, PGE in full
     run(&mut m, &[jmp(start, 5, 0x5555_0000_2000)]);
-    m.wrmsr(msr::PKT_CNT, 0x1_0ffc)
-        .expect("Pkt_Mask 1, Pkt_Cnt 0xffc");
-    let got = run(
-        &mut m,
-        &[far(0x5555_0000_2000, 5, FarKind::FarCall, 0x40_1000, 0)],
-    );
+    m.wrmsr(msr::PKT_CNT, 0x1_0ffc).expect("Pkt_Mask 1, Pkt_Cnt 0xffc");
+    let got = run(&mut m, &[far(0x5555_0000_2000, 5, FarKind::FarCall, 0x40_1000, 0)]);
     let mut want = vec![0xba, 0x05, 0x20, 0x00, 0x00, 0x55, 0x55]; // FUP.FAR, 6 bytes
     want.extend_from_slice(&PSB);
     want.extend_from_slice(&[0xb5, 0x00, 0x10, 0x40, 0x00]); // TIP, 4 bytes zero-extended

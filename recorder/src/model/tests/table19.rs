@@ -20,11 +20,7 @@ fn range_config() -> RtitConfig {
 }
 
 fn outside_at(ip: u64) -> UnitModel {
-    let m = model(
-        &range_config(),
-        CpuState::user(ip, 0),
-        ModelOptions::default(),
-    );
+    let m = model(&range_config(), CpuState::user(ip, 0), ModelOptions::default());
     assert_eq!(m.output(), PSB);
     m
 }
@@ -43,10 +39,7 @@ fn inside() -> UnitModel {
 /// PacketEn set at 0x1100 with N, T buffered.
 fn inside_with_tnt() -> UnitModel {
     let mut m = inside();
-    assert_eq!(
-        run(&mut m, &[jcc(0x1000, None), jcc(0x1002, Some(0x1100))]),
-        []
-    );
+    assert_eq!(run(&mut m, &[jcc(0x1000, None), jcc(0x1002, Some(0x1100))]), []);
     assert_eq!(m.rdmsr(msr::TNT_BUFF), Ok(0b101));
     m
 }
@@ -104,10 +97,7 @@ fn row_07_direct_jump_stays_disabled() {
 #[test]
 fn row_08_direct_jump_out() {
     // FUP.PGD carries the jump's NLIP 1002, not its target (table 1).
-    assert_eq!(
-        run(&mut inside(), &[jmp(0x1000, 2, 0x3000)]),
-        [0x8c, 0x02, 0x10]
-    );
+    assert_eq!(run(&mut inside(), &[jmp(0x1000, 2, 0x3000)]), [0x8c, 0x02, 0x10]);
 }
 
 #[test]
@@ -118,10 +108,8 @@ fn row_09_direct_jump_out_with_tnt() {
 
 #[test]
 fn row_10_direct_jump_in() {
-    assert_eq!(
-        run(&mut outside(), &[jmp(0x800, 2, 0x1100)]),
-        [0x84, 0x00, 0x11]
-    ); // BLIP
+    assert_eq!(run(&mut outside(), &[jmp(0x800, 2, 0x1100)]), [0x84, 0x00, 0x11]);
+    // BLIP
 }
 
 /// Row 11: a taken conditional branch that does not fill the buffer is a direct jump plus a
@@ -171,10 +159,7 @@ fn rows_14_16_18_20_no_bits_without_packet_en() {
     for ip in (0x800..0x80c).step_by(2) {
         assert_eq!(run(&mut m, &[jcc(ip, Some(ip + 2))]), []);
     }
-    assert_eq!(
-        run(&mut m, &[jcc(0x80c, Some(0x900)), jcc(0x900, None)]),
-        []
-    );
+    assert_eq!(run(&mut m, &[jcc(0x80c, Some(0x900)), jcc(0x900, None)]), []);
     assert_eq!(m.rdmsr(msr::TNT_BUFF), Ok(1));
 }
 
@@ -186,10 +171,7 @@ fn row_15_conditional_taken_fills_the_buffer_and_leaves() {
 
 #[test]
 fn row_17_conditional_not_taken_fills_the_buffer() {
-    assert_eq!(
-        run(&mut inside_with_five_bits(), &[jcc(0x100a, None)]),
-        [0b100_0000]
-    );
+    assert_eq!(run(&mut inside_with_five_bits(), &[jcc(0x100a, None)]), [0b100_0000]);
 }
 
 #[test]
@@ -202,10 +184,7 @@ fn row_19_conditional_not_taken_fills_the_buffer_and_walks_out() {
 
 #[test]
 fn row_21_indirect_stays_enabled() {
-    assert_eq!(
-        run(&mut inside(), &[ijmp(0x1000, 2, 0x1800)]),
-        [0xb4, 0x00, 0x18]
-    );
+    assert_eq!(run(&mut inside(), &[ijmp(0x1000, 2, 0x1800)]), [0xb4, 0x00, 0x18]);
 }
 
 #[test]
@@ -233,10 +212,7 @@ fn row_25_indirect_out_with_tnt() {
 
 #[test]
 fn row_26_indirect_in() {
-    assert_eq!(
-        run(&mut outside(), &[ijmp(0x800, 2, 0x1100)]),
-        [0x84, 0x00, 0x11]
-    );
+    assert_eq!(run(&mut outside(), &[ijmp(0x800, 2, 0x1100)]), [0x84, 0x00, 0x11]);
 }
 
 #[test]
@@ -247,19 +223,13 @@ fn row_27_far_transfer_stays_enabled() {
 
 #[test]
 fn row_28_far_transfer_stays_enabled_with_tnt() {
-    let got = run(
-        &mut inside_with_tnt(),
-        &[far(0x1100, 5, FarKind::FarCall, 0x1800, 3)],
-    );
+    let got = run(&mut inside_with_tnt(), &[far(0x1100, 5, FarKind::FarCall, 0x1800, 3)]);
     assert_eq!(got, [0x05, 0xbc, 0x05, 0x11, 0xb4, 0x00, 0x18]);
 }
 
 #[test]
 fn row_29_far_transfer_stays_disabled() {
-    assert_eq!(
-        run(&mut outside(), &[far(0x800, 5, FarKind::FarJmp, 0x900, 3)]),
-        []
-    );
+    assert_eq!(run(&mut outside(), &[far(0x800, 5, FarKind::FarJmp, 0x900, 3)]), []);
 }
 
 #[test]
@@ -270,10 +240,7 @@ fn row_30_far_transfer_out_keeping_context() {
 
 #[test]
 fn row_31_far_transfer_out_keeping_context_with_tnt() {
-    let got = run(
-        &mut inside_with_tnt(),
-        &[far(0x1100, 5, FarKind::FarJmp, 0x3000, 3)],
-    );
+    let got = run(&mut inside_with_tnt(), &[far(0x1100, 5, FarKind::FarJmp, 0x3000, 3)]);
     assert_eq!(got, [0x05, 0x8c, 0x05, 0x11, 0xb4, 0x00, 0x30]);
 }
 
@@ -308,13 +275,7 @@ fn row_33_far_transfer_leaves_context_with_tnt() {
 #[test]
 fn row_34_far_transfer_enters_context() {
     let mut m = user_only();
-    run(
-        &mut m,
-        &[
-            far(0x1000, 2, FarKind::Syscall, KERNEL, 0),
-            plain(KERNEL, 4),
-        ],
-    );
+    run(&mut m, &[far(0x1000, 2, FarKind::Syscall, KERNEL, 0), plain(KERNEL, 4)]);
     // SYSRET from the kernel (not traced, so its address does not matter) to 1002.
     let got = run(&mut m, &[far(KERNEL + 0x40, 3, FarKind::Sysret, 0x1002, 3)]);
     assert_eq!(got, [0x84, 0x02, 0x10]); // FUP.PGE 1002 (BLIP)
@@ -382,11 +343,7 @@ fn row_40_mov_cr3_stays_enabled_with_tnt() {
     let mut m = cr3_filter_model(0x800);
     run(
         &mut m,
-        &[
-            jmp(0x800, 2, 0x1000),
-            jcc(0x1000, None),
-            jcc(0x1002, Some(0x1100)),
-        ],
+        &[jmp(0x800, 2, 0x1000), jcc(0x1000, None), jcc(0x1002, Some(0x1100))],
     );
     let got = run(&mut m, &[Input::Cr3Change { cr3: 0x5000 }]);
     assert_eq!(got, [&[0x05][..], &PIP_5000, &STS_BYTES].concat());

@@ -3,12 +3,8 @@
 use super::*;
 use crate::packet::{encode, encode_all};
 
-const PLAIN: DecoderConfig = DecoderConfig {
-    cycle_accurate: false,
-};
-const CYC: DecoderConfig = DecoderConfig {
-    cycle_accurate: true,
-};
+const PLAIN: DecoderConfig = DecoderConfig { cycle_accurate: false };
+const CYC: DecoderConfig = DecoderConfig { cycle_accurate: true };
 
 fn decode(bytes: &[u8], config: DecoderConfig) -> Vec<Result<Decoded, DecodeError>> {
     PacketDecoder::new(bytes, config).collect()
@@ -40,10 +36,7 @@ fn every_packet_type_from_its_figure() {
         0xc1, // TraceSTOP
     ];
     let got = ok(&bytes, PLAIN);
-    let summary: Vec<(usize, &str, Option<u64>)> = got
-        .iter()
-        .map(|d| (d.offset, d.packet.name(), d.ip))
-        .collect();
+    let summary: Vec<(usize, &str, Option<u64>)> = got.iter().map(|d| (d.offset, d.packet.name(), d.ip)).collect();
     assert_eq!(
         summary,
         [
@@ -63,17 +56,10 @@ fn every_packet_type_from_its_figure() {
             (55, "stop", None),
         ]
     );
-    let Packet::Tnt(t) = got[2].packet else {
-        panic!("tnt")
-    };
+    let Packet::Tnt(t) = got[2].packet else { panic!("tnt") };
     assert_eq!(t.iter().collect::<Vec<_>>(), [false, true]);
-    let Packet::Tnt(t) = got[3].packet else {
-        panic!("tnt")
-    };
-    assert_eq!(
-        t.iter().collect::<Vec<_>>(),
-        [true, true, true, true, true, false]
-    );
+    let Packet::Tnt(t) = got[3].packet else { panic!("tnt") };
+    assert_eq!(t.iter().collect::<Vec<_>>(), [true, true, true, true, true, false]);
     assert_eq!(
         got[9].packet,
         Packet::Pip(Pip {
@@ -114,8 +100,8 @@ fn cycle_counts_follow_exactly_the_packets_of_4_2_15() {
     assert_eq!(
         names,
         [
-            "psb", "fup.pge", "cyc", "tnt", "tnt", "cyc", "tip", "cyc", "pip", "cyc", "mtc", "cyc",
-            "sts", "cyc", "stop", "tnt"
+            "psb", "fup.pge", "cyc", "tnt", "tnt", "cyc", "tip", "cyc", "pip", "cyc", "mtc", "cyc", "sts", "cyc",
+            "stop", "tnt"
         ]
     );
     let cycles: Vec<(usize, u32)> = got
@@ -127,14 +113,7 @@ fn cycle_counts_follow_exactly_the_packets_of_4_2_15() {
         .collect();
     assert_eq!(
         cycles,
-        [
-            (14, 1),
-            (17, 0x1234),
-            (22, 0x3f_ffff),
-            (31, 0),
-            (34, 2),
-            (42, 3)
-        ]
+        [(14, 1), (17, 0x1234), (22, 0x3f_ffff), (31, 0), (34, 2), (42, 3)]
     );
     // The same bytes without Cycle_Acc go wrong at the first CYC byte (0x05 is a TNT here,
     // and the error shows up as a misparse further on), which is why the config matters.
@@ -170,10 +149,7 @@ fn reserved_headers_are_errors_and_decoding_resumes_at_the_next_psb() {
                 kind: DecodeErrorKind::ReservedHeader(header)
             })
         );
-        assert_eq!(
-            got[2].as_ref().map(|d| (d.offset, d.packet)),
-            Ok((5, Packet::Psb))
-        );
+        assert_eq!(got[2].as_ref().map(|d| (d.offset, d.packet)), Ok((5, Packet::Psb)));
         assert_eq!(got[3].as_ref().map(|d| d.offset), Ok(14));
     }
 }
@@ -202,38 +178,20 @@ fn malformed_packets_name_what_is_wrong() {
         (
             &[0xc0, 0, 0, 0, 0, 0x42, 0, 0, 0],
             PLAIN,
-            DecodeErrorKind::MalformedPsb {
-                index: 5,
-                value: 0x42,
-            },
+            DecodeErrorKind::MalformedPsb { index: 5, value: 0x42 },
         ),
-        (
-            &[0xc1, 0x40, 0x00],
-            CYC,
-            DecodeErrorKind::ReservedCycleLength(0x00),
-        ),
+        (&[0xc1, 0x40, 0x00], CYC, DecodeErrorKind::ReservedCycleLength(0x00)),
     ];
     for (bytes, config, kind) in cases {
-        let errors: Vec<DecodeError> = decode(bytes, config)
-            .into_iter()
-            .filter_map(Result::err)
-            .collect();
-        let offset = bytes.len()
-            - if config.cycle_accurate {
-                1
-            } else {
-                bytes.len()
-            };
+        let errors: Vec<DecodeError> = decode(bytes, config).into_iter().filter_map(Result::err).collect();
+        let offset = bytes.len() - if config.cycle_accurate { 1 } else { bytes.len() };
         assert_eq!(errors, [DecodeError { offset, kind }], "{bytes:x?}");
     }
     let e = DecodeError {
         offset: 0x1234,
         kind: DecodeErrorKind::ReservedHeader(0xc9),
     };
-    assert_eq!(
-        e.to_string(),
-        "trace offset 0x1234: reserved packet header 0xc9"
-    );
+    assert_eq!(e.to_string(), "trace offset 0x1234: reserved packet header 0xc9");
 }
 
 /// Every packet type in both configs, cut at every byte: one truncation error at the packet's
@@ -278,22 +236,14 @@ fn truncation_at_every_byte_of_every_packet() {
                 let c = Packet::Cyc(CycleCount::new(0x3f_0000).expect("22 bits"));
                 encode(&c, &mut whole).expect("encodable");
             }
-            assert!(
-                decode(&whole, config).iter().all(Result::is_ok),
-                "{p:?} whole decodes"
-            );
+            assert!(decode(&whole, config).iter().all(Result::is_ok), "{p:?} whole decodes");
             for cut in prefix.len() + 1..whole.len() {
                 let got = decode(&whole[..cut], config);
-                let errors: Vec<&DecodeError> =
-                    got.iter().filter_map(|r| r.as_ref().err()).collect();
+                let errors: Vec<&DecodeError> = got.iter().filter_map(|r| r.as_ref().err()).collect();
                 assert_eq!(errors.len(), 1, "{p:?} cut at {cut}: {got:?}");
                 // Cut after the packet itself: the cycle count that is due is truncated.
                 let body_end = prefix.len() + p.encoded_len();
-                let at = if cut >= body_end {
-                    body_end
-                } else {
-                    prefix.len()
-                };
+                let at = if cut >= body_end { body_end } else { prefix.len() };
                 assert_eq!(errors[0].offset, at, "{p:?} cut at {cut}");
                 assert!(
                     matches!(errors[0].kind, DecodeErrorKind::Truncated { available, .. } if usize::from(available) == cut - at),
@@ -360,18 +310,12 @@ fn cold_start_at_a_psb_waits_for_an_uncompressed_ip() {
     assert_eq!(dec.offset(), 7);
     assert_eq!(dec.sync_forward(), Some(8));
     assert_eq!(dec.last_lip().get(), None);
-    assert_eq!(
-        dec.next().map(|r| r.map(|d| d.packet)),
-        Some(Ok(Packet::Psb))
-    );
+    assert_eq!(dec.next().map(|r| r.map(|d| d.packet)), Some(Ok(Packet::Psb)));
     let err = dec.next().and_then(Result::err).expect("no previous IP");
     assert_eq!(err.offset, 17);
     // Resumes at the next PSB, cold again.
     let rest: Vec<Decoded> = dec.map(|r| r.expect("decodes")).collect();
-    assert_eq!(
-        rest.iter().map(|d| d.offset).collect::<Vec<_>>(),
-        [20, 29, 32]
-    );
+    assert_eq!(rest.iter().map(|d| d.offset).collect::<Vec<_>>(), [20, 29, 32]);
     assert_eq!(rest[1].ip, Some(0x3344));
     assert_eq!(rest[2].ip, Some(0x6655));
 }
