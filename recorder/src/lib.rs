@@ -1,7 +1,9 @@
 //! The recorder of rtit: the RTIT unit model (what the hardware would write for a sequence of
 //! retired instructions), the recording writer and the trace backends (step, qemu, msr).
 //!
-//! It is built up by the issues that follow the foundation, on the packet encoder of
-//! `rtit-replay-core`.
+//! - [`model`]: the RTIT unit model, programmed through its MSRs;
+//! - [`script`]: a scripted CPU that walks real code and drives the model, for traces with
+//!   known truth (tests, benchmarks).
 
 pub mod model;
+pub mod script;

@@ -2,7 +2,6 @@
 //! executed by a scripted machine, encoded by the unit model under each configuration, decoded
 //! with the program's bytes, and compared instruction by instruction with what ran.
 
-mod machine;
 mod programs;
 
 use rtit_recorder::model::{CpuState, ModelOptions, RtitConfig, UnitModel};
@@ -10,7 +9,7 @@ use rtit_replay_core::flow::{decode_insn, EventKind, FlowConfig, FlowDecoder, Fl
 use rtit_replay_core::image::AddressSpace;
 use rtit_replay_core::regs::{ctl, events, EventId};
 
-use machine::Plan;
+use rtit_recorder::script::{self as machine, Plan};
 use programs::Program;
 
 const CR3: u64 = 0x1234_5000;

@@ -7,7 +7,7 @@ use iced_x86::code_asm::*;
 use iced_x86::BlockEncoderOptions;
 use rtit_replay_core::image::{AddressSpace, Image};
 
-use super::machine::Plan;
+use rtit_recorder::script::Plan;
 
 /// Where programs are loaded (a non-PIE executable's usual text address).
 pub const BASE: u64 = 0x40_1000;

@@ -37,6 +37,16 @@ fn functions(file: &object::File<'_>, offset: impl Fn(&object::Symbol<'_, '_>) -
         .collect()
 }
 
+/// The page-aligned lowest address of a linked file's loadable segments: what its first
+/// mapping starts at when loaded with bias 0.
+pub fn lowest_vaddr(name: &str, bytes: &[u8]) -> Result<u64, ImageError> {
+    let file = parse(name, bytes)?;
+    file.segments()
+        .map(|s| s.address() & !0xfff)
+        .min()
+        .ok_or_else(|| ImageError::elf(name, "no loadable segment"))
+}
+
 /// An executable, shared object or vDSO at `bias`.
 pub fn load_linked(name: &str, bytes: Vec<u8>, bias: u64) -> Result<Image, ImageError> {
     let file = parse(name, &bytes)?;

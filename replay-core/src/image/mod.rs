@@ -54,6 +54,19 @@ impl Image {
         Self::from_elf(&path.display().to_string(), bytes, bias)
     }
 
+    /// Loads an ELF file whose lowest loadable segment is mapped at `address` (the start of
+    /// its first mapping in `/proc/PID/maps`). For ET_EXEC, `address` must be where the file
+    /// says, or `None`.
+    pub fn load_at(path: &Path, address: Option<u64>) -> Result<Self, ImageError> {
+        let bytes = read(path)?;
+        let name = path.display().to_string();
+        let bias = match address {
+            Some(address) => address.wrapping_sub(elf::lowest_vaddr(&name, &bytes)?),
+            None => 0,
+        };
+        Self::from_elf(&name, bytes, bias)
+    }
+
     /// An ELF image from bytes (e.g. the vDSO as read from the traced process), at `bias`.
     pub fn from_elf(name: &str, bytes: Vec<u8>, bias: u64) -> Result<Self, ImageError> {
         elf::load_linked(name, bytes, bias)

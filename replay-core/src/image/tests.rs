@@ -56,6 +56,11 @@ fn the_running_test_binary_reads_like_its_memory() {
     assert_eq!(loc.offset, 1);
     assert!(loc.to_string().ends_with("+0x1"), "{loc}");
 
+    // Loaded by the address of its first mapping, as `--image FILE@ADDR` does.
+    let mut by_address = AddressSpace::new();
+    by_address.add(Image::load_at(&exe, Some(bias)).expect("load self")).expect("add");
+    assert_eq!(by_address.bytes_at(addr).expect("code")[..32], live_bytes(addr, 32));
+
     let line = space.source_line(addr).expect("DWARF line info");
     assert!(line.file.ends_with("image/tests.rs"), "{line:?}");
     assert_eq!(line.line, MARKER_LINE, "{line:?}");

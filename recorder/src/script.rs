@@ -1,12 +1,14 @@
-//! A scripted machine: walks a program's real instruction bytes, chooses branch outcomes and
-//! indirect targets by plan, plays the kernel's part (system calls, signal delivery and
-//! return, interrupts) and feeds every retired instruction and event to the unit model. The
-//! truth it keeps is every instruction that started with PacketEn set: exactly what the
-//! trace covers.
+//! A scripted CPU for making traces with known truth: it walks a program's real instruction
+//! bytes, chooses branch outcomes and indirect targets by plan (it does not emulate data),
+//! plays the kernel's part (system calls, signal delivery and return, interrupts) and feeds
+//! every retired instruction and event to the unit model. The truth it keeps is every
+//! instruction that started with PacketEn set: exactly what the trace covers.
+//!
+//! Used by the golden tests of the flow decoder, the CLI tests and the benchmarks.
 
 use std::collections::HashMap;
 
-use rtit_recorder::model::{Input, Retired, UnitModel};
+use crate::model::{Input, Retired, UnitModel};
 use rtit_replay_core::cofi::{classify, Cofi, FarKind};
 use rtit_replay_core::flow::decode_insn;
 use rtit_replay_core::image::AddressSpace;
@@ -15,7 +17,7 @@ use rtit_replay_core::image::AddressSpace;
 pub const KERNEL: u64 = 0xffff_ffff_8100_0000;
 
 /// How the machine runs a program.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
     /// A backward conditional branch is taken this many times, then falls through once.
     pub loop_count: u32,
@@ -36,6 +38,7 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// A plan for a program whose exit system call is at `exit`.
     pub fn new(exit: u64) -> Self {
         Self {
             loop_count: 7,
@@ -50,10 +53,12 @@ impl Plan {
     }
 }
 
-/// What ran: the traced instructions in order.
-#[derive(Debug, Default)]
+/// What ran.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Truth {
+    /// The traced instructions in order.
     pub ips: Vec<u64>,
+    /// Instructions and events the machine went through.
     pub steps: u64,
 }
 
@@ -69,6 +74,10 @@ impl Rng {
 }
 
 /// Runs the program from `start` to its exit, feeding `model`.
+///
+/// # Panics
+/// On a program that does not end within two million steps, executes #UD, returns with an
+/// empty stack or takes an indirect branch the plan has no targets for: the script is wrong.
 pub fn run(space: &AddressSpace, start: u64, plan: &Plan, model: &mut UnitModel) -> Truth {
     let mut truth = Truth::default();
     let mut rng = Rng(plan.seed);
