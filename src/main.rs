@@ -21,12 +21,18 @@ struct Cli {
 enum Command {
     /// Print the packets of a raw RTIT trace, like libipt's ptdump.
     Dump(cmd::dump::DumpArgs),
+    /// Print every executed instruction of a trace, like gdb's `record instruction-history`.
+    Insns(cmd::insns::InsnsArgs),
+    /// Print the function-call history of a trace, like gdb's `record function-call-history`.
+    Calls(cmd::calls::CallsArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Dump(args) => cmd::dump::run(&args),
+        Command::Insns(args) => cmd::insns::run(&args),
+        Command::Calls(args) => cmd::calls::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

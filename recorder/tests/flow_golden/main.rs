@@ -9,8 +9,8 @@ use rtit_replay_core::flow::{decode_insn, EventKind, FlowConfig, FlowDecoder, Fl
 use rtit_replay_core::image::AddressSpace;
 use rtit_replay_core::regs::{ctl, events, EventId};
 
-use rtit_recorder::script::{self as machine, Plan};
 use programs::Program;
+use rtit_recorder::script::{self as machine, Plan};
 
 const CR3: u64 = 0x1234_5000;
 

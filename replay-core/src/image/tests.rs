@@ -58,7 +58,9 @@ fn the_running_test_binary_reads_like_its_memory() {
 
     // Loaded by the address of its first mapping, as `--image FILE@ADDR` does.
     let mut by_address = AddressSpace::new();
-    by_address.add(Image::load_at(&exe, Some(bias)).expect("load self")).expect("add");
+    by_address
+        .add(Image::load_at(&exe, Some(bias)).expect("load self"))
+        .expect("add");
     assert_eq!(by_address.bytes_at(addr).expect("code")[..32], live_bytes(addr, 32));
 
     let line = space.source_line(addr).expect("DWARF line info");

@@ -1,0 +1,152 @@
+//! What `rtit insns` and `rtit calls` share: a trace and the images it ran from, named on the
+//! command line, decoded into the history, and that history one instruction at a time.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use iced_x86::Instruction;
+use rtit_replay_core::cofi::{classify, Cofi};
+use rtit_replay_core::flow::{decode_insn, FlowConfig, FlowDecoder, FlowEvent, FlowItem};
+use rtit_replay_core::image::{AddressSpace, Image};
+use rtit_replay_core::packet::DecoderConfig;
+
+/// The trace and its code.
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    /// A raw RTIT trace file (recording directories come with `rtit record`).
+    #[arg(value_name = "TRACE")]
+    source: PathBuf,
+    /// An ELF file the traced code ran from; for a PIE or shared object, @ the address its
+    /// first segment was mapped at (hex, as /proc/PID/maps shows). Repeatable.
+    #[arg(long = "image", value_name = "FILE[@ADDR]")]
+    images: Vec<String>,
+    /// Raw code bytes (no ELF headers) at an address. Repeatable.
+    #[arg(long = "raw", value_name = "FILE@ADDR")]
+    raw: Vec<String>,
+    /// The trace was written with RTIT_CTL.Cycle_Acc set.
+    #[arg(long)]
+    cycle_accurate: bool,
+}
+
+/// A decoded history with its address space.
+pub struct History {
+    pub space: AddressSpace,
+    pub items: Vec<FlowItem>,
+}
+
+fn split_at_address(spec: &str) -> Result<(&Path, Option<u64>)> {
+    match spec.rsplit_once('@') {
+        Some((file, addr)) => {
+            let digits = addr.trim_start_matches("0x").trim_start_matches("0X");
+            let addr = u64::from_str_radix(digits, 16)
+                .with_context(|| format!("{spec}: `{addr}` is not a hexadecimal address"))?;
+            Ok((Path::new(file), Some(addr)))
+        }
+        None => Ok((Path::new(spec), None)),
+    }
+}
+
+impl TraceArgs {
+    /// Loads the images and decodes the trace.
+    pub fn load(&self) -> Result<History> {
+        if self.source.is_dir() {
+            bail!(
+                "{} is a directory; a raw trace file is needed (recording directories are not defined yet)",
+                self.source.display()
+            );
+        }
+        if self.images.is_empty() && self.raw.is_empty() {
+            bail!("no code to decode against: give --image FILE[@ADDR] or --raw FILE@ADDR");
+        }
+        let mut space = AddressSpace::new();
+        for spec in &self.images {
+            let (file, addr) = split_at_address(spec)?;
+            space.add(Image::load_at(file, addr)?)?;
+        }
+        for spec in &self.raw {
+            let (file, addr) = split_at_address(spec)?;
+            let Some(addr) = addr else {
+                bail!("--raw {spec}: the address is missing (FILE@ADDR)")
+            };
+            let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+            space.add(Image::from_raw(&file.display().to_string(), addr, bytes))?;
+        }
+        let trace = std::fs::read(&self.source).with_context(|| format!("cannot read {}", self.source.display()))?;
+        let config = FlowConfig {
+            packets: DecoderConfig {
+                cycle_accurate: self.cycle_accurate,
+            },
+        };
+        let mut items = Vec::new();
+        FlowDecoder::new(&trace, config, &space).decode(&mut items);
+        Ok(History { space, items })
+    }
+}
+
+/// One executed instruction.
+pub struct Insn {
+    /// Its position in the history.
+    pub position: u64,
+    /// The decoded instruction (its `ip()` is its address).
+    pub insn: Instruction,
+    /// How it changes the flow.
+    pub cofi: Cofi,
+}
+
+/// An instruction or an event.
+pub enum Entry<'a> {
+    Insn(Insn),
+    Event(&'a FlowEvent),
+}
+
+impl History {
+    /// The history one instruction at a time; `range` selects positions.
+    pub fn entries(&self, range: std::ops::Range<u64>) -> impl Iterator<Item = Result<Entry<'_>>> + '_ {
+        let mut cache: HashMap<u64, (Instruction, Cofi)> = HashMap::new();
+        let mut position = 0u64;
+        self.items.iter().flat_map(move |item| -> Vec<Result<Entry<'_>>> {
+            match item {
+                FlowItem::Event(e) => {
+                    if range.contains(&e.position) || e.position == range.end {
+                        vec![Ok(Entry::Event(e))]
+                    } else {
+                        Vec::new()
+                    }
+                }
+                FlowItem::Run { ip, count } => {
+                    let mut out = Vec::new();
+                    let mut ip = *ip;
+                    for _ in 0..*count {
+                        let here = position;
+                        position += 1;
+                        let (insn, cofi) = match cache.get(&ip) {
+                            Some(hit) => *hit,
+                            None => match decode_insn(&self.space, ip) {
+                                Ok(insn) => {
+                                    let entry = (insn, classify(&insn));
+                                    cache.insert(ip, entry);
+                                    entry
+                                }
+                                Err(e) => {
+                                    out.push(Err(e.into()));
+                                    break;
+                                }
+                            },
+                        };
+                        if range.contains(&here) {
+                            out.push(Ok(Entry::Insn(Insn {
+                                position: here,
+                                insn,
+                                cofi,
+                            })));
+                        }
+                        ip = insn.next_ip();
+                    }
+                    out
+                }
+            }
+        })
+    }
+}
