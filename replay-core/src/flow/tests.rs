@@ -254,3 +254,27 @@ fn undecodable_packets_are_errors_then_the_decoder_waits_for_an_ip() {
     // Everything up to the next PSB is skipped: there is none, so nothing follows.
     assert_eq!(k.len(), 2, "{k:?}");
 }
+
+/// PIP switches the address space: 0x1004 holds `jmp rax` under one CR3 and `syscall` under
+/// the other.
+#[test]
+fn pip_switches_between_address_spaces() {
+    let mut a = AddressSpace::new();
+    a.add(Image::from_raw("a", 0x1000, vec![0xff, 0xe0, 0x90, 0x90, 0xff, 0xe0]))
+        .expect("add");
+    let mut b = AddressSpace::new();
+    b.add(Image::from_raw("b", 0x1004, vec![0x0f, 0x05])).expect("add");
+    let mut t = Trace::new().fup(FupEvent::PacketGenEnable, 0x1000).tip(0x1004);
+    let pip = Packet::Pip(crate::packet::Pip { cr3: 0xb000, pg: true });
+    encode(&pip, &mut t.bytes).expect("valid");
+    let t = t.fup(FupEvent::PacketGenDisable, 0x1006);
+    let mut items = Vec::new();
+    let spaces = vec![(Some(0xa000), &a), (Some(0xb000), &b)];
+    FlowDecoder::with_spaces(&t.bytes, FlowConfig::default(), spaces).decode(&mut items);
+    assert_eq!(
+        items[1..3],
+        [run(0x1000, 1), run(0x1004, 1)],
+        "jmp rax in a, then syscall in b"
+    );
+    assert_eq!(kinds(&items)[1], EventKind::Disabled { ip: Some(0x1006) });
+}
