@@ -7,9 +7,10 @@
 //! - [`regs`]: the RTIT MSRs, RTIT_CTL bits and event IDs (chapter 3);
 //! - [`cofi`]: how an instruction changes the flow as RTIT sees it (table 2), by iced-x86;
 //! - [`image`]: the address space: ELF images at their addresses, symbols, source lines;
-//! - [`flow`]: the reconstruction of every executed instruction from packets and images.
+//! - [`flow`]: the reconstruction of every executed instruction from packets and images;
+//! - [`timeline`]: that history indexed by position (first cut).
 //!
-//! Later layers (timeline, state) build on these. The crate does no I/O beyond
+//! The state layer builds on these. The crate does no I/O beyond
 //! reading a recording, and never panics on bad input: errors are values that say where.
 
 pub mod cofi;
@@ -18,3 +19,4 @@ pub mod image;
 pub mod ip;
 pub mod packet;
 pub mod regs;
+pub mod timeline;

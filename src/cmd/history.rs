@@ -115,6 +115,11 @@ impl History {
                         Vec::new()
                     }
                 }
+                // A run wholly outside the range is skipped without decoding it.
+                FlowItem::Run { count, .. } if position + count <= range.start || position >= range.end => {
+                    position += count;
+                    Vec::new()
+                }
                 FlowItem::Run { ip, count } => {
                     let mut out = Vec::new();
                     let mut ip = *ip;
