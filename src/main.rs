@@ -19,6 +19,12 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run a program and record its control flow: `rtit record -- PROGRAM [ARGS]`.
+    Record(cmd::record::RecordArgs),
+    /// Summarise a recording (default: the latest).
+    Info(cmd::info::InfoArgs),
+    /// List the recordings.
+    Ls(cmd::ls::LsArgs),
     /// Print the packets of a raw RTIT trace, like libipt's ptdump.
     Dump(cmd::dump::DumpArgs),
     /// Print every executed instruction of a trace, like gdb's `record instruction-history`.
@@ -30,6 +36,12 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Record(args) => match cmd::record::run(&args) {
+            Ok(status) => return ExitCode::from(status),
+            Err(e) => Err(e),
+        },
+        Command::Info(args) => cmd::info::run(&args),
+        Command::Ls(args) => cmd::ls::run(&args),
         Command::Dump(args) => cmd::dump::run(&args),
         Command::Insns(args) => cmd::insns::run(&args),
         Command::Calls(args) => cmd::calls::run(&args),

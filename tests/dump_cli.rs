@@ -200,9 +200,11 @@ fn bad_sources_name_the_path() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no-such-trace.rtit"), "{err}");
 
+    // A directory is read as a recording; one without a manifest is not a recording.
     let out = rtit(&["dump", env!("CARGO_TARGET_TMPDIR")]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("is a directory"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a recording (no manifest.json)"), "{err}");
 }
 
 /// The committed samples (the README's first command dumps one) are what the example writes,

@@ -3,7 +3,10 @@
 //!
 //! - [`model`]: the RTIT unit model, programmed through its MSRs;
 //! - [`script`]: a scripted CPU that walks real code and drives the model, for traces with
-//!   known truth (tests, benchmarks).
+//!   known truth (tests, benchmarks);
+//! - [`step`]: the step backend, ptrace single-stepping a real program into the model.
 
 pub mod model;
 pub mod script;
+pub mod step;
+pub mod writer;

@@ -8,7 +8,8 @@
 //! - [`cofi`]: how an instruction changes the flow as RTIT sees it (table 2), by iced-x86;
 //! - [`image`]: the address space: ELF images at their addresses, symbols, source lines;
 //! - [`flow`]: the reconstruction of every executed instruction from packets and images;
-//! - [`timeline`]: that history indexed by position (first cut).
+//! - [`timeline`]: that history indexed by position (first cut);
+//! - [`recording`]: the recording format and its reader.
 //!
 //! The state layer builds on these. The crate does no I/O beyond
 //! reading a recording, and never panics on bad input: errors are values that say where.
@@ -18,5 +19,6 @@ pub mod flow;
 pub mod image;
 pub mod ip;
 pub mod packet;
+pub mod recording;
 pub mod regs;
 pub mod timeline;

@@ -8,7 +8,7 @@
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 use rtit_replay_core::ip::IpPayload;
 use rtit_replay_core::packet::{DecodeError, Decoded, DecoderConfig, Packet, PacketDecoder};
@@ -27,24 +27,30 @@ pub struct DumpArgs {
     /// Print at most N packets (error lines count).
     #[arg(long, value_name = "N")]
     limit: Option<usize>,
-    /// A raw RTIT trace file: the bytes of the output region, starting at a packet boundary.
+    /// A recording directory (default: the latest), or a raw RTIT trace file: the bytes of
+    /// the output region, starting at a packet boundary.
     #[arg(value_name = "SOURCE")]
-    source: PathBuf,
+    source: Option<PathBuf>,
 }
 
 /// Runs `rtit dump`.
 pub fn run(args: &DumpArgs) -> Result<()> {
-    if args.source.is_dir() {
-        bail!(
-            "{} is a directory; `rtit dump` reads a raw trace file (recording directories are \
-             not defined yet)",
-            args.source.display()
-        );
-    }
-    let trace = std::fs::read(&args.source).with_context(|| format!("cannot read {}", args.source.display()))?;
-    let config = DecoderConfig {
-        cycle_accurate: args.cycle_accurate,
+    let (trace, cycle_accurate, name) = match &args.source {
+        Some(file) if !file.is_dir() => {
+            let trace = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+            (trace, args.cycle_accurate, file.display().to_string())
+        }
+        dir => {
+            let rec = super::recordings::open(dir.as_deref())?;
+            let from_ctl = DecoderConfig::from_rtit_ctl(rec.manifest.rtit.ctl).cycle_accurate;
+            (
+                rec.trace()?,
+                from_ctl || args.cycle_accurate,
+                rec.dir.display().to_string(),
+            )
+        }
     };
+    let config = DecoderConfig { cycle_accurate };
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let errors = match print_packets(&trace, config, args, &mut out).and_then(|n| out.flush().map(|()| n)) {
@@ -55,9 +61,8 @@ pub fn run(args: &DumpArgs) -> Result<()> {
     };
     if errors > 0 {
         eprintln!(
-            "rtit dump: {errors} decode error{} in {}",
+            "rtit dump: {errors} decode error{} in {name}",
             if errors == 1 { "" } else { "s" },
-            args.source.display()
         );
     }
     Ok(())

@@ -15,9 +15,9 @@ use rtit_replay_core::packet::DecoderConfig;
 /// The trace and its code.
 #[derive(Debug, Args)]
 pub struct TraceArgs {
-    /// A raw RTIT trace file (recording directories come with `rtit record`).
-    #[arg(value_name = "TRACE")]
-    source: PathBuf,
+    /// A recording directory (default: the latest) or a raw RTIT trace file.
+    #[arg(value_name = "REC|TRACE")]
+    source: Option<PathBuf>,
     /// An ELF file the traced code ran from; for a PIE or shared object, @ the address its
     /// first segment was mapped at (hex, as /proc/PID/maps shows). Repeatable.
     #[arg(long = "image", value_name = "FILE[@ADDR]")]
@@ -51,16 +51,19 @@ fn split_at_address(spec: &str) -> Result<(&Path, Option<u64>)> {
 impl TraceArgs {
     /// Loads the images and decodes the trace.
     pub fn load(&self) -> Result<History> {
-        if self.source.is_dir() {
-            bail!(
-                "{} is a directory; a raw trace file is needed (recording directories are not defined yet)",
-                self.source.display()
-            );
-        }
-        if self.images.is_empty() && self.raw.is_empty() {
-            bail!("no code to decode against: give --image FILE[@ADDR] or --raw FILE@ADDR");
-        }
-        let mut space = AddressSpace::new();
+        let (mut space, trace, mut config) = match &self.source {
+            Some(file) if !file.is_dir() => {
+                if self.images.is_empty() && self.raw.is_empty() {
+                    bail!("no code to decode a raw trace against: give --image FILE[@ADDR] or --raw FILE@ADDR");
+                }
+                let trace = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+                (AddressSpace::new(), trace, FlowConfig::default())
+            }
+            dir => {
+                let rec = super::recordings::open(dir.as_deref())?;
+                (rec.address_space()?, rec.trace()?, rec.flow_config())
+            }
+        };
         for spec in &self.images {
             let (file, addr) = split_at_address(spec)?;
             space.add(Image::load_at(file, addr)?)?;
@@ -73,12 +76,9 @@ impl TraceArgs {
             let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
             space.add(Image::from_raw(&file.display().to_string(), addr, bytes))?;
         }
-        let trace = std::fs::read(&self.source).with_context(|| format!("cannot read {}", self.source.display()))?;
-        let config = FlowConfig {
-            packets: DecoderConfig {
-                cycle_accurate: self.cycle_accurate,
-            },
-        };
+        if self.cycle_accurate {
+            config.packets = DecoderConfig { cycle_accurate: true };
+        }
         let mut items = Vec::new();
         FlowDecoder::new(&trace, config, &space).decode(&mut items);
         Ok(History { space, items })

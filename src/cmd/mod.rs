@@ -3,4 +3,8 @@
 pub mod calls;
 pub mod dump;
 mod history;
+pub mod info;
 pub mod insns;
+pub mod ls;
+pub mod record;
+mod recordings;

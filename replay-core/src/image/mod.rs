@@ -15,6 +15,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use error::ImageError;
+
+/// The page-aligned lowest address of an ELF file's loadable segments: where its first
+/// mapping starts when loaded at bias 0. A load address minus this is the bias.
+pub fn lowest_vaddr(name: &str, bytes: &[u8]) -> Result<u64, ImageError> {
+    elf::lowest_vaddr(name, bytes)
+}
 pub use symbols::{Location, SourceLine};
 
 use symbols::Symbols;

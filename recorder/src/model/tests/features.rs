@@ -143,7 +143,7 @@ fn trace_stop_range() {
     assert_eq!(got, [0xc1]);
     assert_eq!(m.rdmsr(msr::CTL).map(|c| c & ctl::TRACE_ACTIVE), Ok(0));
     assert_eq!(m.rdmsr(msr::TNT_BUFF), Ok(0b101));
-    assert_eq!(run(&mut m, &[ijmp(0x1800, 2, 0x1000), plain(0x1000, 1)]), []);
+    assert_eq!(run(&mut m, &[ijmp(0x1800, 2, 0x1000), plain(0x1000, 1)]), [0u8; 0]);
 }
 
 /// With the reset Pkt_Mask (2), a PSB follows the packet that sets bit 13 of Pkt_Cnt, and
@@ -177,7 +177,7 @@ fn sts_on_time_sync() {
     );
     // Without STS_En, nothing.
     let mut m = user_model(0, options);
-    assert_eq!(run(&mut m, &[Input::TimeSync]), []);
+    assert_eq!(run(&mut m, &[Input::TimeSync]), [0u8; 0]);
 }
 
 /// §3.3.9: the PSB's clearing of LAST_LIP may take effect up to 4 packets late. With a delay

@@ -29,7 +29,7 @@ fn enabling_sends_psb_and_fup_pge() {
     assert!(matches!(m.wrmsr(msr::CTL, both), Err(ModelError::Undefined(_))));
     m.wrmsr(msr::EVENTS, 0x37).expect("always on, never stop");
     m.wrmsr(msr::CTL, ctl::TRACE_EN | ctl::USER).expect("Trace_En");
-    assert_eq!(m.output(), []);
+    assert_eq!(m.output(), [0u8; 0]);
     m.wrmsr(msr::CTL, both).expect("TraceActive");
     assert_eq!(m.output(), [&PSB[..], &[0x84, 0x00, 0x10]].concat());
     assert_eq!(m.rdmsr(msr::STATUS), Ok(0b0111));

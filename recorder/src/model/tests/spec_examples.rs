@@ -69,7 +69,7 @@ fn figure_6_return_compression_without_nested_calls() {
     let mut m = model(&ret_compression(), CpuState::user(0x005, 0), ModelOptions::default());
     assert_eq!(m.output()[9..], [0x84, 0x05, 0x00]); // PSB, FUP.PGE 005
     let got = run(&mut m, &[call(0x005, 5, 0x400), plain(0x400, 5), ret(0x405, 0x00a)]);
-    assert_eq!(got, [], "the T bit waits in RTIT_TNT_BUFF");
+    assert_eq!(got, [0u8; 0], "the T bit waits in RTIT_TNT_BUFF");
     assert_eq!(m.rdmsr(msr::TNT_BUFF), Ok(0b11));
     assert_eq!(m.rdmsr(msr::LAST_CALL_NLIP), Ok(0x00a | 1 << 48));
     // Back into the function by a jump, and out by a RET to the same NLIP: still compressed.

@@ -39,7 +39,7 @@ fn inside() -> UnitModel {
 /// PacketEn set at 0x1100 with N, T buffered.
 fn inside_with_tnt() -> UnitModel {
     let mut m = inside();
-    assert_eq!(run(&mut m, &[jcc(0x1000, None), jcc(0x1002, Some(0x1100))]), []);
+    assert_eq!(run(&mut m, &[jcc(0x1000, None), jcc(0x1002, Some(0x1100))]), [0u8; 0]);
     assert_eq!(m.rdmsr(msr::TNT_BUFF), Ok(0b101));
     m
 }
@@ -56,12 +56,12 @@ fn inside_with_five_bits() -> UnitModel {
 
 #[test]
 fn row_01_normal_instruction_stays_enabled() {
-    assert_eq!(run(&mut inside(), &[plain(0x1000, 3)]), []);
+    assert_eq!(run(&mut inside(), &[plain(0x1000, 3)]), [0u8; 0]);
 }
 
 #[test]
 fn row_02_normal_instruction_stays_disabled() {
-    assert_eq!(run(&mut outside(), &[plain(0x800, 3)]), []);
+    assert_eq!(run(&mut outside(), &[plain(0x800, 3)]), [0u8; 0]);
 }
 
 #[test]
@@ -86,12 +86,12 @@ fn row_05_normal_instruction_walks_in() {
 
 #[test]
 fn row_06_direct_jump_stays_enabled() {
-    assert_eq!(run(&mut inside(), &[jmp(0x1000, 2, 0x1800)]), []);
+    assert_eq!(run(&mut inside(), &[jmp(0x1000, 2, 0x1800)]), [0u8; 0]);
 }
 
 #[test]
 fn row_07_direct_jump_stays_disabled() {
-    assert_eq!(run(&mut outside(), &[jmp(0x800, 2, 0x900)]), []);
+    assert_eq!(run(&mut outside(), &[jmp(0x800, 2, 0x900)]), [0u8; 0]);
 }
 
 #[test]
@@ -117,7 +117,7 @@ fn row_10_direct_jump_in() {
 #[test]
 fn row_11_conditional_taken_not_filling() {
     let mut m = inside();
-    assert_eq!(run(&mut m, &[jcc(0x1000, Some(0x1100))]), []);
+    assert_eq!(run(&mut m, &[jcc(0x1000, Some(0x1100))]), [0u8; 0]);
     assert_eq!(m.rdmsr(msr::TNT_BUFF), Ok(0b11));
     // Out of the range: the bit, flushed by the FUP.PGD with the NLIP.
     assert_eq!(
@@ -128,7 +128,7 @@ fn row_11_conditional_taken_not_filling() {
     let mut m = outside();
     assert_eq!(run(&mut m, &[jcc(0x800, Some(0x1100))]), [0x84, 0x00, 0x11]);
     assert_eq!(m.rdmsr(msr::TNT_BUFF), Ok(1));
-    assert_eq!(run(&mut outside(), &[jcc(0x800, Some(0x900))]), []);
+    assert_eq!(run(&mut outside(), &[jcc(0x800, Some(0x900))]), [0u8; 0]);
 }
 
 /// Row 12: a conditional branch not taken is a normal instruction plus a TNT bit when it
@@ -136,7 +136,7 @@ fn row_11_conditional_taken_not_filling() {
 #[test]
 fn row_12_conditional_not_taken_not_filling() {
     let mut m = inside();
-    assert_eq!(run(&mut m, &[jcc(0x1000, None)]), []);
+    assert_eq!(run(&mut m, &[jcc(0x1000, None)]), [0u8; 0]);
     assert_eq!(m.rdmsr(msr::TNT_BUFF), Ok(0b10));
     let got = run(&mut inside(), &[jmp(0x1000, 2, 0x1ffe), jcc(0x1ffe, None)]);
     assert_eq!(got, [0x02, 0x8c, 0x00, 0x20]); // N, then FUP.PGD 2000
@@ -157,9 +157,9 @@ fn row_13_conditional_taken_fills_the_buffer() {
 fn rows_14_16_18_20_no_bits_without_packet_en() {
     let mut m = outside();
     for ip in (0x800..0x80c).step_by(2) {
-        assert_eq!(run(&mut m, &[jcc(ip, Some(ip + 2))]), []);
+        assert_eq!(run(&mut m, &[jcc(ip, Some(ip + 2))]), [0u8; 0]);
     }
-    assert_eq!(run(&mut m, &[jcc(0x80c, Some(0x900)), jcc(0x900, None)]), []);
+    assert_eq!(run(&mut m, &[jcc(0x80c, Some(0x900)), jcc(0x900, None)]), [0u8; 0]);
     assert_eq!(m.rdmsr(msr::TNT_BUFF), Ok(1));
 }
 
@@ -195,7 +195,7 @@ fn row_22_indirect_stays_enabled_with_tnt() {
 
 #[test]
 fn row_23_indirect_stays_disabled() {
-    assert_eq!(run(&mut outside(), &[ijmp(0x800, 2, 0x900)]), []);
+    assert_eq!(run(&mut outside(), &[ijmp(0x800, 2, 0x900)]), [0u8; 0]);
 }
 
 #[test]
@@ -229,7 +229,10 @@ fn row_28_far_transfer_stays_enabled_with_tnt() {
 
 #[test]
 fn row_29_far_transfer_stays_disabled() {
-    assert_eq!(run(&mut outside(), &[far(0x800, 5, FarKind::FarJmp, 0x900, 3)]), []);
+    assert_eq!(
+        run(&mut outside(), &[far(0x800, 5, FarKind::FarJmp, 0x900, 3)]),
+        [0u8; 0]
+    );
 }
 
 #[test]

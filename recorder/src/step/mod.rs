@@ -1,0 +1,470 @@
+//! The step backend: runs a program under ptrace, single-steps every user instruction and
+//! feeds the unit model what retired, under the design card's configuration (user-only, CR3
+//! filter, RET compression). Exact everywhere, slow (every instruction is a ptrace stop).
+//!
+//! Retirement under ptrace (the rules the issue lists):
+//! - a single-step stop (SIGTRAP) retires the instruction at the previous RIP; a REP string
+//!   instruction stops after every iteration with the same RIP and retires once, when RIP
+//!   moves on;
+//! - a fault stop (SIGSEGV, SIGBUS, SIGFPE, SIGILL sent by the kernel) retires nothing: the
+//!   instruction faulted, a far transfer from its own address (FUP.PGD under user-only);
+//! - another signal is an interrupt at the next instruction; if RIP moved, the instruction
+//!   before it retired first (a system call that raised the signal);
+//! - delivering a caught signal stops again at the handler having retired nothing: the kernel
+//!   entered user mode there (FUP.PGE); an ignored signal changes nothing; a fatal one ends it;
+//! - a system call is a far transfer into the kernel and, when it returns, out of it;
+//!   `exit_group` ends the recording; `execve` and thread creation stop it, unsupported.
+
+mod sideband;
+mod tracee;
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use iced_x86::{Decoder, DecoderOptions};
+use nix::sys::ptrace;
+use nix::sys::signal::Signal;
+use nix::sys::wait::{waitpid, WaitStatus};
+use rtit_replay_core::cofi::{classify, Cofi, FarKind};
+use rtit_replay_core::recording::{EndState, Maps};
+
+use crate::model::{CpuState, Input, ModelError, ModelOptions, Retired, RtitConfig, UnitModel};
+pub use sideband::Images;
+use tracee::Tracee;
+pub use tracee::{check_executable, regs_map, resolve, Regs};
+
+/// Where the untraced kernel is, for the model's far transfers; no packet ever carries it.
+const KERNEL: u64 = 0xffff_ffff_8100_0000;
+
+/// A failure to record.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// The program cannot be recorded.
+    #[error("{program}: {problem}")]
+    Program {
+        /// The program.
+        program: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A ptrace or /proc operation failed.
+    #[error("ptrace: {0}")]
+    Ptrace(String),
+    /// The start point is unknown or never reached.
+    #[error("--start {at}: {problem}")]
+    Start {
+        /// The start point given.
+        at: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// The unit model refused the configuration.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+}
+
+/// Where tracing starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartAt {
+    /// The first instruction after execve (the dynamic loader's, for a dynamic program).
+    Entry,
+    /// A symbol of the executable, run to natively.
+    Symbol(String),
+    /// An address, run to natively.
+    Address(u64),
+}
+
+/// What to record and how.
+pub struct StepOptions {
+    /// The program (found on PATH if it has no slash).
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+    /// Leave ASLR on.
+    pub aslr: bool,
+    /// Where tracing starts.
+    pub start: StartAt,
+    /// RTIT configuration (RTIT_CR3_MATCH is set to the process's CR3).
+    pub config: RtitConfig,
+    /// Unit model options.
+    pub model: ModelOptions,
+    /// Keep every retired instruction address.
+    pub truth: bool,
+    /// Set (by a SIGINT handler) to stop recording.
+    pub interrupted: Arc<AtomicBool>,
+    /// Called every 2^16 instructions with the count so far.
+    pub progress: Option<Box<dyn FnMut(u64)>>,
+}
+
+/// The recorder's truth: every traced instruction's address, and registers at sampled
+/// positions (every 1000th).
+#[derive(Debug, Default, Clone)]
+pub struct Truth {
+    /// Addresses, in order.
+    pub ips: Vec<u64>,
+    /// (position, registers before the instruction there).
+    pub samples: Vec<(u64, Regs)>,
+}
+
+/// What a recording run produced.
+pub struct StepOutcome {
+    /// The packet bytes.
+    pub trace: Vec<u8>,
+    /// Instructions retired while tracing.
+    pub instructions: u64,
+    /// With `truth`: what ran.
+    pub truth: Option<Truth>,
+    /// The memory map at the start and its changes.
+    pub maps: Maps,
+    /// The images to copy.
+    pub images: Images,
+    /// Registers when tracing started, and at the end.
+    pub regs_start: Regs,
+    /// At the end: before the exit system call, at the fault, or where stopped.
+    pub regs_end: Regs,
+    /// Where tracing started.
+    pub start_ip: u64,
+    /// The CR3 the configuration filtered on.
+    pub cr3: u64,
+    /// How the run ended.
+    pub end: EndState,
+    /// The RTIT configuration used.
+    pub config: RtitConfig,
+}
+
+/// An instruction as the backend needs it.
+#[derive(Debug, Clone, Copy)]
+struct Insn {
+    len: u8,
+    cofi: Cofi,
+    rep: bool,
+}
+
+fn decode(tracee: &Tracee, cache: &mut HashMap<u64, Insn>, ip: u64) -> Insn {
+    *cache.entry(ip).or_insert_with(|| {
+        let mut bytes = [0u8; 16];
+        let n = tracee.read(ip, &mut bytes);
+        let insn = Decoder::with_ip(64, &bytes[..n], ip, DecoderOptions::NONE).decode();
+        Insn {
+            len: insn.len() as u8,
+            cofi: if insn.is_invalid() {
+                Cofi::Exception
+            } else {
+                classify(&insn)
+            },
+            rep: insn.has_rep_prefix() || insn.has_repe_prefix() || insn.has_repne_prefix(),
+        }
+    })
+}
+
+/// System call numbers (x86-64).
+mod nr {
+    pub const MMAP: u64 = 9;
+    pub const MPROTECT: u64 = 10;
+    pub const MUNMAP: u64 = 11;
+    pub const BRK: u64 = 12;
+    pub const MREMAP: u64 = 25;
+    pub const CLONE: u64 = 56;
+    pub const EXECVE: u64 = 59;
+    pub const EXIT: u64 = 60;
+    pub const EXIT_GROUP: u64 = 231;
+    pub const EXECVEAT: u64 = 322;
+    pub const CLONE3: u64 = 435;
+    pub const CLONE_THREAD: u64 = 0x10000;
+}
+
+/// Signals whose default action is to do nothing.
+fn ignored_by_default(sig: Signal) -> bool {
+    matches!(
+        sig,
+        Signal::SIGCHLD | Signal::SIGURG | Signal::SIGWINCH | Signal::SIGCONT
+    )
+}
+
+struct Recorder<'a> {
+    tracee: Tracee,
+    model: UnitModel,
+    cache: HashMap<u64, Insn>,
+    count: u64,
+    truth: Option<Truth>,
+    maps: Maps,
+    current_map: Vec<rtit_replay_core::recording::Mapping>,
+    images: Images,
+    progress: Option<Box<dyn FnMut(u64) + 'a>>,
+}
+
+impl Recorder<'_> {
+    /// The instruction at `ip` retired and execution went on at `next`.
+    fn retire(&mut self, ip: u64, insn: Insn, next: u64, regs: &Regs, syscall_nr: u64) -> Result<(), StepError> {
+        if let Some(t) = &mut self.truth {
+            if self.model.packet_en() {
+                if t.ips.len() % 1000 == 0 {
+                    t.samples.push((t.ips.len() as u64, *regs));
+                }
+                t.ips.push(ip);
+            }
+        }
+        self.count += 1;
+        if self.count & 0xffff == 0 {
+            if let Some(p) = &mut self.progress {
+                p(self.count);
+            }
+        }
+        let nlip = ip + u64::from(insn.len);
+        match insn.cofi {
+            Cofi::Far(kind) => {
+                self.model
+                    .apply(&Input::Retire(Retired::new(ip, insn.len, insn.cofi, KERNEL).to_cpl(0)));
+                // INT3 goes on to signal delivery; exit and exit_group do not come back.
+                let returns = kind != FarKind::Int3 && !matches!(syscall_nr, nr::EXIT | nr::EXIT_GROUP);
+                if returns {
+                    // The kernel returns to user mode.
+                    self.model.apply(&Input::Retire(
+                        Retired::new(KERNEL + 0x40, 3, Cofi::Far(FarKind::Sysret), next).to_cpl(3),
+                    ));
+                    if matches!(syscall_nr, nr::MMAP | nr::MPROTECT | nr::MUNMAP | nr::BRK | nr::MREMAP) {
+                        self.map_changed(syscall_nr)?;
+                    }
+                }
+            }
+            Cofi::Conditional => {
+                let r = Retired::new(ip, insn.len, insn.cofi, next).taken(next != nlip);
+                self.model.apply(&Input::Retire(r));
+            }
+            cofi => self.model.apply(&Input::Retire(Retired::new(ip, insn.len, cofi, next))),
+        }
+        Ok(())
+    }
+
+    fn map_changed(&mut self, syscall: u64) -> Result<(), StepError> {
+        let now = self.tracee.maps()?;
+        if let Some(change) = sideband::diff(&self.current_map, &now, self.count, syscall) {
+            self.images.note(&change.added);
+            self.maps.changes.push(change);
+        }
+        self.current_map = now;
+        Ok(())
+    }
+}
+
+/// Runs to `at` natively with a breakpoint; returns the registers there.
+fn run_to(tracee: &Tracee, at: &StartAt) -> Result<Regs, StepError> {
+    let addr = match at {
+        StartAt::Entry => return tracee.regs(),
+        StartAt::Address(a) => *a,
+        StartAt::Symbol(name) => sideband::symbol_address(tracee, name)?,
+    };
+    let label = match at {
+        StartAt::Symbol(s) => s.clone(),
+        _ => format!("{addr:#x}"),
+    };
+    let mut original = [0u8; 1];
+    if tracee.read(addr, &mut original) != 1 {
+        return Err(StepError::Start {
+            at: label,
+            problem: format!("{addr:#x} is not mapped"),
+        });
+    }
+    tracee.write(addr, &[0xcc])?;
+    let mut signal = None;
+    loop {
+        ptrace::cont(tracee.pid, signal.take()).map_err(|e| StepError::Ptrace(format!("PTRACE_CONT: {e}")))?;
+        match waitpid(tracee.pid, None) {
+            Ok(WaitStatus::Stopped(_, Signal::SIGTRAP)) => {
+                let mut regs = tracee.regs()?;
+                if regs.rip == addr + 1 {
+                    tracee.write(addr, &original)?;
+                    regs.rip = addr;
+                    tracee.set_regs(regs)?;
+                    return Ok(regs);
+                }
+                signal = Some(Signal::SIGTRAP);
+            }
+            Ok(WaitStatus::Stopped(_, sig)) => signal = Some(sig),
+            Ok(other) => {
+                return Err(StepError::Start {
+                    at: label,
+                    problem: format!("the program ended before reaching it ({other:?})"),
+                })
+            }
+            Err(e) => return Err(StepError::Ptrace(format!("waitpid: {e}"))),
+        }
+    }
+}
+
+/// Records a program.
+pub fn record(opts: StepOptions) -> Result<StepOutcome, StepError> {
+    let program = resolve(&opts.program)?;
+    check_executable(&program)?;
+    let tracee = Tracee::spawn(&program, &opts.args, opts.aslr)?;
+    let regs_start = run_to(&tracee, &opts.start)?;
+    let start_ip = regs_start.rip;
+    let cr3 = (u64::from(tracee.pid.as_raw() as u32) << 12) & ((1 << 36) - 1);
+    let config = RtitConfig {
+        cr3_match: cr3,
+        ..opts.config
+    };
+    let mut model = UnitModel::new(CpuState::user(start_ip, cr3), opts.model);
+    model.program(&config)?;
+    let initial = tracee.maps()?;
+    let images = Images::from_maps(&tracee, &initial);
+    let mut rec = Recorder {
+        tracee,
+        model,
+        cache: HashMap::new(),
+        count: 0,
+        truth: opts.truth.then(Truth::default),
+        maps: Maps {
+            initial: initial.clone(),
+            changes: Vec::new(),
+        },
+        current_map: initial,
+        images,
+        progress: opts.progress,
+    };
+    let pid = rec.tracee.pid;
+    let mut regs = regs_start;
+    let mut regs_end = regs_start;
+    let mut pending: Option<Signal> = None;
+    let mut entering_handler = false;
+    let mut fault: Option<(Signal, u64, u64)> = None;
+    let end = loop {
+        if opts.interrupted.load(Ordering::Relaxed) {
+            regs_end = regs;
+            let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+            let _ = waitpid(pid, None);
+            break EndState::Interrupted;
+        }
+        let ip = regs.rip;
+        let insn = decode(&rec.tracee, &mut rec.cache, ip);
+        let syscall_nr = if insn.cofi == Cofi::Far(FarKind::Syscall) {
+            regs.rax
+        } else {
+            u64::MAX
+        };
+        if pending.is_none() {
+            let unsupported = match syscall_nr {
+                nr::EXECVE | nr::EXECVEAT => Some("the program called execve; recording stops before it"),
+                nr::CLONE if regs.rdi & nr::CLONE_THREAD != 0 => {
+                    Some("the program creates a thread; threads are not supported yet")
+                }
+                nr::CLONE3 => {
+                    let mut flags = [0u8; 8];
+                    rec.tracee.read(regs.rdi, &mut flags);
+                    (u64::from_le_bytes(flags) & nr::CLONE_THREAD != 0)
+                        .then_some("the program creates a thread; threads are not supported yet")
+                }
+                nr::EXIT | nr::EXIT_GROUP => {
+                    regs_end = regs;
+                    None
+                }
+                _ => None,
+            };
+            if let Some(reason) = unsupported {
+                regs_end = regs;
+                let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+                let _ = waitpid(pid, None);
+                break EndState::Unsupported {
+                    reason: reason.to_string(),
+                };
+            }
+        }
+        ptrace::step(pid, pending.take()).map_err(|e| StepError::Ptrace(format!("PTRACE_SINGLESTEP: {e}")))?;
+        match waitpid(pid, None).map_err(|e| StepError::Ptrace(format!("waitpid: {e}")))? {
+            WaitStatus::Exited(_, code) => {
+                if syscall_nr == nr::EXIT || syscall_nr == nr::EXIT_GROUP {
+                    rec.retire(ip, insn, KERNEL, &regs, syscall_nr)?;
+                }
+                break EndState::Exited { code };
+            }
+            WaitStatus::Signaled(_, sig, _) => {
+                regs_end = regs;
+                let (address, at) = match fault {
+                    Some((s, addr, at)) if s == sig => (Some(format!("{addr:#x}")), Some(format!("{at:#x}"))),
+                    _ => (None, None),
+                };
+                break EndState::Signaled {
+                    signal: sig as i32,
+                    name: sig.as_str().to_string(),
+                    address,
+                    ip: at,
+                };
+            }
+            WaitStatus::Stopped(_, Signal::SIGTRAP) if insn.cofi != Cofi::Far(FarKind::Int3) || entering_handler => {
+                let new = rec.tracee.regs()?;
+                if entering_handler {
+                    // The kernel set up the signal frame: the handler is next, nothing retired.
+                    entering_handler = false;
+                    let r = Retired::new(KERNEL + 0x40, 3, Cofi::Far(FarKind::Iret), new.rip).to_cpl(3);
+                    rec.model.apply(&Input::Retire(r));
+                } else if !(insn.rep && new.rip == ip) {
+                    rec.retire(ip, insn, new.rip, &regs, syscall_nr)?;
+                }
+                regs = new;
+            }
+            WaitStatus::Stopped(_, sig) => {
+                let new = rec.tracee.regs()?;
+                let info = ptrace::getsiginfo(pid).map_err(|e| StepError::Ptrace(format!("PTRACE_GETSIGINFO: {e}")))?;
+                let kernel_sent = info.si_code > 0;
+                let is_fault = kernel_sent
+                    && matches!(sig, Signal::SIGSEGV | Signal::SIGBUS | Signal::SIGFPE | Signal::SIGILL)
+                    && new.rip == ip;
+                if insn.cofi == Cofi::Far(FarKind::Int3) && sig == Signal::SIGTRAP {
+                    // INT3 retired (a trap into the kernel), which now delivers SIGTRAP.
+                    rec.retire(ip, insn, KERNEL, &regs, u64::MAX)?;
+                } else if !is_fault && new.rip != ip {
+                    rec.retire(ip, insn, new.rip, &regs, syscall_nr)?;
+                }
+                regs = new;
+                let (caught, ignored) = rec.tracee.disposition(sig);
+                pending = Some(sig);
+                if ignored || (!caught && ignored_by_default(sig)) {
+                    continue;
+                }
+                if is_fault {
+                    // SAFETY: for SIGSEGV, SIGBUS, SIGFPE and SIGILL sent by the kernel
+                    // (si_code > 0) the kernel filled the fault-address member of the union,
+                    // which is what si_addr() reads.
+                    #[allow(unsafe_code)]
+                    let addr = unsafe { info.si_addr() } as u64;
+                    fault = Some((sig, addr, ip));
+                    rec.model.apply(&Input::Fault {
+                        handler: KERNEL,
+                        cpl: 0,
+                    });
+                } else if insn.cofi != Cofi::Far(FarKind::Int3) {
+                    rec.model.apply(&Input::Interrupt {
+                        handler: KERNEL,
+                        cpl: 0,
+                    });
+                }
+                entering_handler = caught;
+            }
+            other => return Err(StepError::Ptrace(format!("unexpected stop: {other:?}"))),
+        }
+    };
+    let Recorder {
+        mut model,
+        count,
+        truth,
+        maps,
+        images,
+        ..
+    } = rec;
+    Ok(StepOutcome {
+        trace: model.take_output(),
+        instructions: count,
+        truth,
+        maps,
+        images,
+        regs_start,
+        regs_end,
+        start_ip,
+        cr3,
+        end,
+        config,
+    })
+}

@@ -1,0 +1,256 @@
+//! The traced process: spawning it stopped at its first instruction, and reading its
+//! registers, memory, memory map and signal dispositions.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use nix::sys::personality::{self, Persona};
+use nix::sys::ptrace;
+use nix::sys::signal::Signal;
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::Pid;
+use rtit_replay_core::recording::Mapping;
+
+use super::StepError;
+
+/// A process stopped under ptrace.
+pub struct Tracee {
+    pub pid: Pid,
+    mem: File,
+}
+
+/// The general-purpose registers.
+pub type Regs = nix::libc::user_regs_struct;
+
+/// Finds `program` as execve would: a path with a slash as is, else along `PATH`.
+pub fn resolve(program: &Path) -> Result<PathBuf, StepError> {
+    if program.components().count() > 1 || program.to_string_lossy().contains('/') {
+        return Ok(program.to_path_buf());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+        .ok_or_else(|| StepError::Program {
+            program: program.display().to_string(),
+            problem: "not found (neither a path nor on PATH)".to_string(),
+        })
+}
+
+/// Checks that `path` is a 64-bit x86 ELF executable before running it.
+pub fn check_executable(path: &Path) -> Result<(), StepError> {
+    let problem = |problem: &str| StepError::Program {
+        program: path.display().to_string(),
+        problem: problem.to_string(),
+    };
+    let mut header = [0u8; 20];
+    let file = File::open(path).map_err(|e| problem(&format!("cannot open it: {e}")))?;
+    file.read_at(&mut header, 0)
+        .map_err(|e| problem(&format!("cannot read it: {e}")))?;
+    if &header[..4] != b"\x7fELF" {
+        return Err(problem(if header.starts_with(b"#!") {
+            "is a script, not an ELF executable; record its interpreter instead"
+        } else {
+            "is not an ELF executable"
+        }));
+    }
+    if header[4] != 2 {
+        return Err(problem("is a 32-bit program; only x86-64 programs are supported"));
+    }
+    if u16::from_le_bytes([header[18], header[19]]) != 62 {
+        return Err(problem("is not an x86-64 program"));
+    }
+    Ok(())
+}
+
+impl Tracee {
+    /// Starts `program` with `args` under ptrace, stopped at its first instruction after
+    /// execve. Standard input, output, error and the environment pass through.
+    pub fn spawn(program: &Path, args: &[OsString], aslr: bool) -> Result<Self, StepError> {
+        let mut cmd = Command::new(program);
+        cmd.args(args);
+        // SAFETY: runs in the forked child before execve, where only async-signal-safe calls
+        // are allowed: ptrace(PTRACE_TRACEME) and personality() are plain system calls that
+        // allocate nothing and take no lock.
+        #[allow(unsafe_code)]
+        unsafe {
+            cmd.pre_exec(move || {
+                ptrace::traceme().map_err(std::io::Error::from)?;
+                if !aslr {
+                    let persona = personality::get().map_err(std::io::Error::from)?;
+                    personality::set(persona | Persona::ADDR_NO_RANDOMIZE).map_err(std::io::Error::from)?;
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map_err(|e| StepError::Program {
+            program: program.display().to_string(),
+            problem: format!("cannot be started: {e}"),
+        })?;
+        let pid = Pid::from_raw(child.id() as i32);
+        match waitpid(pid, None) {
+            Ok(WaitStatus::Stopped(_, Signal::SIGTRAP)) => {}
+            Ok(other) => {
+                return Err(StepError::Ptrace(format!(
+                    "{program:?} did not stop at execve under ptrace: {other:?}"
+                )));
+            }
+            Err(e) => return Err(StepError::Ptrace(format!("waitpid: {e}"))),
+        }
+        ptrace::setoptions(pid, ptrace::Options::PTRACE_O_EXITKILL)
+            .map_err(|e| StepError::Ptrace(format!("PTRACE_SETOPTIONS: {e} (is ptrace permitted here?)")))?;
+        let mem = File::options()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/{pid}/mem"))
+            .map_err(|e| StepError::Ptrace(format!("cannot open /proc/{pid}/mem: {e}")))?;
+        // The child is reaped by waitpid, not by `child`: forget the handle.
+        drop(child);
+        Ok(Self { pid, mem })
+    }
+
+    /// The registers.
+    pub fn regs(&self) -> Result<Regs, StepError> {
+        ptrace::getregs(self.pid).map_err(|e| StepError::Ptrace(format!("PTRACE_GETREGS: {e}")))
+    }
+
+    /// Sets the registers.
+    pub fn set_regs(&self, regs: Regs) -> Result<(), StepError> {
+        ptrace::setregs(self.pid, regs).map_err(|e| StepError::Ptrace(format!("PTRACE_SETREGS: {e}")))
+    }
+
+    /// Reads memory; fewer bytes than asked where the mapping ends.
+    pub fn read(&self, addr: u64, buf: &mut [u8]) -> usize {
+        let mut done = 0;
+        while done < buf.len() {
+            match self.mem.read_at(&mut buf[done..], addr + done as u64) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => done += n,
+            }
+        }
+        done
+    }
+
+    /// Writes memory (breakpoints).
+    pub fn write(&self, addr: u64, bytes: &[u8]) -> Result<(), StepError> {
+        self.mem
+            .write_all_at(bytes, addr)
+            .map_err(|e| StepError::Ptrace(format!("cannot write {addr:#x}: {e}")))
+    }
+
+    /// The memory map.
+    pub fn maps(&self) -> Result<Vec<Mapping>, StepError> {
+        let text = std::fs::read_to_string(format!("/proc/{}/maps", self.pid))
+            .map_err(|e| StepError::Ptrace(format!("cannot read /proc/{}/maps: {e}", self.pid)))?;
+        Ok(text.lines().filter_map(parse_map_line).collect())
+    }
+
+    /// Whether the process has a handler for `signal` (`SigCgt`), ignores it (`SigIgn`).
+    pub fn disposition(&self, signal: Signal) -> (bool, bool) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap_or_default();
+        let mask = |key: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+                .unwrap_or(0)
+        };
+        let bit = 1u64 << (signal as i32 - 1);
+        (mask("SigCgt:") & bit != 0, mask("SigIgn:") & bit != 0)
+    }
+}
+
+fn parse_map_line(line: &str) -> Option<Mapping> {
+    let mut parts = line.split_whitespace();
+    let range = parts.next()?;
+    let perms = parts.next()?.to_string();
+    let offset = u64::from_str_radix(parts.next()?, 16).ok()?;
+    let _dev = parts.next()?;
+    let _inode = parts.next()?;
+    let path = parts.collect::<Vec<_>>().join(" ");
+    let (start, end) = range.split_once('-')?;
+    Some(Mapping {
+        start: u64::from_str_radix(start, 16).ok()?,
+        end: u64::from_str_radix(end, 16).ok()?,
+        perms,
+        offset,
+        path: (!path.is_empty()).then_some(path),
+    })
+}
+
+/// Registers by name, as the manifest stores them.
+pub fn regs_map(r: &Regs) -> BTreeMap<String, String> {
+    let pairs = [
+        ("rax", r.rax),
+        ("rbx", r.rbx),
+        ("rcx", r.rcx),
+        ("rdx", r.rdx),
+        ("rsi", r.rsi),
+        ("rdi", r.rdi),
+        ("rbp", r.rbp),
+        ("rsp", r.rsp),
+        ("r8", r.r8),
+        ("r9", r.r9),
+        ("r10", r.r10),
+        ("r11", r.r11),
+        ("r12", r.r12),
+        ("r13", r.r13),
+        ("r14", r.r14),
+        ("r15", r.r15),
+        ("rip", r.rip),
+        ("eflags", r.eflags),
+        ("cs", r.cs),
+        ("ss", r.ss),
+        ("ds", r.ds),
+        ("es", r.es),
+        ("fs", r.fs),
+        ("gs", r.gs),
+        ("fs_base", r.fs_base),
+        ("gs_base", r.gs_base),
+    ];
+    pairs.iter().map(|(k, v)| (k.to_string(), format!("{v:#x}"))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn map_lines_parse() {
+        let m = parse_map_line("7ffff7fc3000-7ffff7fc7000 r--p 00000000 00:00 0                          [vvar]")
+            .expect("parses");
+        assert_eq!(
+            (m.start, m.end, m.perms.as_str(), m.path.as_deref()),
+            (0x7fff_f7fc_3000, 0x7fff_f7fc_7000, "r--p", Some("[vvar]"))
+        );
+        let m = parse_map_line("00400000-00401000 r-xp 00001000 fe:01 1234 /tmp/a b").expect("parses");
+        assert_eq!((m.offset, m.path.as_deref()), (0x1000, Some("/tmp/a b")));
+        assert_eq!(parse_map_line("garbage"), None);
+    }
+
+    #[test]
+    fn executables_are_checked_before_running() {
+        let dir = std::env::temp_dir();
+        let script = dir.join(format!("rtit-script-{}", std::process::id()));
+        std::fs::write(&script, "#!/bin/sh\necho hi\n").expect("write");
+        let err = check_executable(&script).expect_err("a script");
+        assert!(err.to_string().contains("is a script"), "{err}");
+        std::fs::write(
+            &script,
+            [0x7f, b'E', b'L', b'F', 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 3, 0],
+        )
+        .expect("write");
+        let err = check_executable(&script).expect_err("32-bit");
+        assert!(err.to_string().contains("32-bit"), "{err}");
+        std::fs::remove_file(&script).ok();
+        assert!(check_executable(Path::new("/no/such/program")).is_err());
+        let err = resolve(Path::new("no-such-program-rtit")).expect_err("not on PATH");
+        assert!(err.to_string().contains("not found"), "{err}");
+        check_executable(&std::env::current_exe().expect("self")).expect("the test binary is fine");
+    }
+}

@@ -1,0 +1,202 @@
+//! Writes a recording directory (format in `rtit_replay_core::recording`). Everything goes
+//! into a temporary sibling directory first, renamed into place when complete, so a directory
+//! with a manifest is never half-written; on failure the temporary directory is removed.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use object::Object;
+use rtit_replay_core::recording::{files, CpuInfo, ImageKind, ImageRecord, Manifest, RtitRegisters, FORMAT, VERSION};
+use sha2::{Digest, Sha256};
+
+use crate::step::{regs_map, StepOutcome};
+
+/// A failure to write a recording.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// A file operation failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The output directory exists.
+    #[error("{0} already exists; choose another --out or remove it")]
+    Exists(String),
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WriteError + '_ {
+    move |source| WriteError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// What the writer needs besides the outcome.
+pub struct Meta {
+    /// The command line recorded.
+    pub command: Vec<String>,
+    /// The backend's name.
+    pub backend: String,
+    /// Whether ASLR was left on.
+    pub aslr: bool,
+}
+
+/// A new directory name under `root` for `program`: `NAME-N` with the first free N.
+pub fn default_dir(root: &Path, program: &str) -> PathBuf {
+    let base = Path::new(program)
+        .file_name()
+        .map_or_else(|| "rec".into(), |n| n.to_string_lossy().into_owned());
+    (0u32..)
+        .map(|n| root.join(format!("{base}-{n}")))
+        .find(|p| !p.exists())
+        .unwrap_or_else(|| root.join(base))
+}
+
+/// Points `root/latest` at `dir`, replacing an older link atomically.
+pub fn set_latest(root: &Path, dir: &Path) -> Result<(), WriteError> {
+    let link = root.join("latest");
+    let tmp = root.join(format!(".latest-{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let target = dir.file_name().map_or_else(|| dir.to_path_buf(), PathBuf::from);
+    std::os::unix::fs::symlink(&target, &tmp).map_err(io(&tmp))?;
+    std::fs::rename(&tmp, &link).map_err(io(&link))
+}
+
+fn cpu_info() -> CpuInfo {
+    let text = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |key: &str| {
+        text.lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+            .unwrap_or_default()
+    };
+    CpuInfo {
+        vendor: field("vendor_id"),
+        model_name: field("model name"),
+        family: field("cpu family").parse().unwrap_or(0),
+        model: field("model\t").parse().unwrap_or(0),
+        stepping: field("stepping").parse().unwrap_or(0),
+    }
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Copies an image into `images/`, named by its content.
+fn copy_image(
+    tmp: &Path,
+    path: &str,
+    bytes: &[u8],
+    load_address: u64,
+    kind: ImageKind,
+) -> Result<ImageRecord, WriteError> {
+    let hash = sha256(bytes);
+    let base = Path::new(path)
+        .file_name()
+        .map_or_else(|| "vdso".into(), |n| n.to_string_lossy().into_owned());
+    let file = format!("{}/{base}-{}", files::IMAGES, &hash[..16]);
+    let dest = tmp.join(&file);
+    std::fs::write(&dest, bytes).map_err(io(&dest))?;
+    let build_id = object::File::parse(bytes).ok().and_then(|f| {
+        f.build_id()
+            .ok()
+            .flatten()
+            .map(|id| id.iter().map(|b| format!("{b:02x}")).collect())
+    });
+    Ok(ImageRecord {
+        path: path.to_string(),
+        file,
+        load_address,
+        kind,
+        build_id,
+        sha256: hash,
+    })
+}
+
+/// Writes `outcome` as a recording at `dir`; returns its manifest.
+pub fn write(dir: &Path, outcome: &StepOutcome, meta: &Meta) -> Result<Manifest, WriteError> {
+    if dir.exists() {
+        return Err(WriteError::Exists(dir.display().to_string()));
+    }
+    let name = dir
+        .file_name()
+        .map_or_else(|| "recording".into(), |n| n.to_string_lossy().into_owned());
+    let tmp = dir.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
+    let result = write_into(&tmp, outcome, meta).and_then(|m| {
+        std::fs::rename(&tmp, dir).map_err(io(dir))?;
+        Ok(m)
+    });
+    if result.is_err() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    result
+}
+
+fn write_into(tmp: &Path, outcome: &StepOutcome, meta: &Meta) -> Result<Manifest, WriteError> {
+    std::fs::create_dir_all(tmp.join(files::IMAGES)).map_err(io(tmp))?;
+    let trace = tmp.join(files::TRACE);
+    std::fs::write(&trace, &outcome.trace).map_err(io(&trace))?;
+    let maps = tmp.join(files::MAPS);
+    let text = serde_json::to_vec_pretty(&outcome.maps).map_err(|e| io(&maps)(e.into()))?;
+    std::fs::write(&maps, text).map_err(io(&maps))?;
+
+    let mut images = Vec::new();
+    for (path, load) in outcome.images.files() {
+        let bytes = std::fs::read(path).map_err(io(Path::new(path)))?;
+        images.push(copy_image(tmp, path, &bytes, load, ImageKind::Elf)?);
+    }
+    if let Some((addr, bytes)) = &outcome.images.vdso {
+        images.push(copy_image(tmp, "[vdso]", bytes, *addr, ImageKind::Vdso)?);
+    }
+
+    if let Some(truth) = &outcome.truth {
+        let path = tmp.join(files::TRUTH);
+        let bytes: Vec<u8> = truth.ips.iter().flat_map(|ip| ip.to_le_bytes()).collect();
+        std::fs::write(&path, bytes).map_err(io(&path))?;
+        let path = tmp.join(files::TRUTH_REGS);
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&path).map_err(io(&path))?);
+        for (position, regs) in &truth.samples {
+            let line = serde_json::json!({ "position": position, "registers": regs_map(regs) });
+            writeln!(f, "{line}").map_err(io(&path))?;
+        }
+        f.flush().map_err(io(&path))?;
+    }
+
+    let c = &outcome.config;
+    let manifest = Manifest {
+        format: FORMAT.to_string(),
+        version: VERSION,
+        command: meta.command.clone(),
+        cwd: std::env::current_dir()
+            .map(|d| d.display().to_string())
+            .unwrap_or_default(),
+        environment_variables: std::env::vars_os().count(),
+        backend: meta.backend.clone(),
+        cpu: cpu_info(),
+        rtit: RtitRegisters {
+            ctl: c.ctl,
+            cr3_match: c.cr3_match,
+            events: c.events,
+            lip: c.lip.to_vec(),
+            pkt_cnt: c.pkt_cnt,
+        },
+        cr3: outcome.cr3,
+        aslr: meta.aslr,
+        start_ip: outcome.start_ip,
+        trace_bytes: outcome.trace.len() as u64,
+        instructions: outcome.instructions,
+        images,
+        registers_start: regs_map(&outcome.regs_start),
+        registers_end: regs_map(&outcome.regs_end),
+        end: outcome.end.clone(),
+    };
+    let path = tmp.join(files::MANIFEST);
+    let text = serde_json::to_vec_pretty(&manifest).map_err(|e| io(&path)(e.into()))?;
+    std::fs::write(&path, text).map_err(io(&path))?;
+    Ok(manifest)
+}

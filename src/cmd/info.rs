@@ -1,0 +1,60 @@
+//! `rtit info [REC]`: a summary of a recording.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+use rtit_replay_core::regs::ctl;
+
+use super::recordings;
+
+/// Arguments of `rtit info`.
+#[derive(Debug, Args)]
+pub struct InfoArgs {
+    /// The recording (default: the latest).
+    #[arg(value_name = "REC")]
+    recording: Option<PathBuf>,
+}
+
+/// Runs `rtit info`.
+pub fn run(args: &InfoArgs) -> Result<()> {
+    let rec = recordings::open(args.recording.as_deref())?;
+    let m = &rec.manifest;
+    println!("recording     {}", rec.dir.display());
+    println!("command       {}", m.command.join(" "));
+    println!("backend       {}", m.backend);
+    println!("ended         {}", recordings::describe_end(&m.end));
+    println!("instructions  {}", m.instructions);
+    println!("trace         {} bytes", m.trace_bytes);
+    println!("started at    {:#x}", m.start_ip);
+    let bits = [
+        (ctl::USER, "User"),
+        (ctl::OS, "OS"),
+        (ctl::CR3_EN, "CR3En"),
+        (ctl::CMPRS_RET, "Cmprs_Ret"),
+        (ctl::CYCLE_ACC, "Cycle_Acc"),
+        (ctl::MTC_EN, "MTC_En"),
+        (ctl::STS_EN, "STS_En"),
+    ];
+    let on: Vec<&str> = bits
+        .iter()
+        .filter(|(b, _)| m.rtit.ctl & b != 0)
+        .map(|(_, n)| *n)
+        .collect();
+    println!("RTIT_CTL      {:#x} ({})", m.rtit.ctl, on.join(", "));
+    println!("CR3 filter    {:#x}", m.rtit.cr3_match);
+    println!(
+        "CPU           {} (family {} model {})",
+        m.cpu.model_name, m.cpu.family, m.cpu.model
+    );
+    println!("images");
+    for image in &m.images {
+        println!(
+            "  {:#014x}  {}  ({})",
+            image.load_address,
+            image.path,
+            &image.sha256[..16]
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,193 @@
+//! `rtit record`: run a program and record its control flow into a recording directory.
+
+use std::ffi::OsString;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use rtit_recorder::model::{ModelOptions, RtitConfig};
+use rtit_recorder::step::{self, StartAt, StepOptions};
+use rtit_recorder::writer::{self, Meta};
+use rtit_replay_core::recording::{default_root, EndState};
+use rtit_replay_core::regs::{ctl, events, EventId};
+
+/// Trace backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    /// Pick the best available (today: step).
+    Auto,
+    /// ptrace single-stepping through the RTIT unit model: exact, slow, works everywhere.
+    Step,
+}
+
+/// Arguments of `rtit record`.
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// The recording directory (default: a new one under ~/.local/share/rtit, or $RTIT_DIR,
+    /// with a `latest` link to it).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// The trace backend.
+    #[arg(long, value_enum, default_value = "auto")]
+    backend: Backend,
+    /// Run natively to this symbol of the executable (or hex address), then trace.
+    #[arg(long, value_name = "SYMBOL|ADDR")]
+    start: Option<String>,
+    /// Trace only this IP range (hex START-END, END excluded); up to two.
+    #[arg(long, value_name = "START-END")]
+    filter: Vec<String>,
+    /// Do not compress returns (RTIT_CTL.Cmprs_Ret clear).
+    #[arg(long)]
+    no_ret_compression: bool,
+    /// A PSB every this many bytes of trace: 2048, 4096, 8192 (default) or 16384.
+    #[arg(long, value_name = "BYTES", default_value_t = 8192)]
+    psb_period: u32,
+    /// Cycle-accurate mode (cycle counts after packets).
+    #[arg(long)]
+    cycle_accurate: bool,
+    /// MTC timing packets.
+    #[arg(long)]
+    mtc: bool,
+    /// STS timing packets.
+    #[arg(long)]
+    sts: bool,
+    /// Leave address-space randomisation on (off by default, as rr and gdb do).
+    #[arg(long)]
+    aslr: bool,
+    /// Also write every retired instruction address (truth.bin) and sampled registers.
+    #[arg(long)]
+    truth: bool,
+    /// The program and its arguments.
+    #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM [ARGS]...")]
+    command: Vec<OsString>,
+}
+
+fn hex(s: &str) -> Option<u64> {
+    u64::from_str_radix(s.trim_start_matches("0x"), 16).ok()
+}
+
+fn config(args: &RecordArgs) -> Result<RtitConfig> {
+    let mut config = RtitConfig::user_process(0);
+    if args.no_ret_compression {
+        config.ctl &= !ctl::CMPRS_RET;
+    }
+    for (flag, bit) in [
+        (args.cycle_accurate, ctl::CYCLE_ACC),
+        (args.mtc, ctl::MTC_EN),
+        (args.sts, ctl::STS_EN),
+    ] {
+        if flag {
+            config.ctl |= bit;
+        }
+    }
+    let mask = match args.psb_period {
+        2048 => 0,
+        4096 => 1,
+        8192 => 2,
+        16384 => 3,
+        other => bail!("--psb-period {other}: RTIT_PKT_CNT offers 2048, 4096, 8192 or 16384 bytes"),
+    };
+    config.pkt_cnt = mask << 16;
+    if args.filter.len() > 2 {
+        bail!("--filter: RTIT has two IP ranges, {} given", args.filter.len());
+    }
+    for (n, range) in args.filter.iter().enumerate() {
+        let (a, b) = range
+            .split_once('-')
+            .and_then(|(a, b)| Some((hex(a)?, hex(b)?)))
+            .filter(|(a, b)| a < b)
+            .with_context(|| format!("--filter {range}: expected hex START-END with START < END"))?;
+        config.lip[n] = a;
+        config.lip[n + 2] = b;
+    }
+    let filter = match args.filter.len() {
+        0 => EventId::AlwaysOn,
+        1 => EventId::Range0,
+        _ => EventId::Either,
+    };
+    config.events = events(filter, EventId::AlwaysOff);
+    Ok(config)
+}
+
+/// Runs `rtit record`; returns the exit status to leave with (the program's).
+pub fn run(args: &RecordArgs) -> Result<u8> {
+    let config = config(args)?;
+    let Some((program, program_args)) = args.command.split_first() else {
+        bail!("no program to record")
+    };
+    let start = match args.start.as_deref() {
+        None => StartAt::Entry,
+        Some(s) if s.starts_with("0x") => {
+            StartAt::Address(hex(s).with_context(|| format!("--start {s}: not an address"))?)
+        }
+        Some(s) => StartAt::Symbol(s.to_string()),
+    };
+    let (root, out) = match &args.out {
+        Some(dir) => (None, dir.clone()),
+        None => {
+            let root = default_root();
+            std::fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
+            let dir = writer::default_dir(&root, &program.to_string_lossy());
+            (Some(root), dir)
+        }
+    };
+    if out.exists() {
+        bail!("{} already exists; choose another --out or remove it", out.display());
+    }
+    eprintln!("rtit: recording with the step backend (ptrace single-stepping; no RTIT hardware needed)");
+
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let flag = interrupted.clone();
+    // A second ^C while stopping goes unheard, so the recording still gets written.
+    let _ = ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed));
+    let progress: Option<Box<dyn FnMut(u64)>> = std::io::stderr().is_terminal().then(|| {
+        let started = Instant::now();
+        Box::new(move |n: u64| {
+            let rate = n as f64 / started.elapsed().as_secs_f64().max(1e-3);
+            eprint!("\rrtit: {n} instructions traced ({rate:.0}/s)   ");
+            let _ = std::io::stderr().flush();
+        }) as Box<dyn FnMut(u64)>
+    });
+    let outcome = step::record(StepOptions {
+        program: PathBuf::from(program),
+        args: program_args.to_vec(),
+        aslr: args.aslr,
+        start,
+        config,
+        model: ModelOptions::default(),
+        truth: args.truth,
+        interrupted,
+        progress,
+    })?;
+    if std::io::stderr().is_terminal() {
+        eprintln!();
+    }
+    let meta = Meta {
+        command: args.command.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
+        backend: "step".to_string(),
+        aslr: args.aslr,
+    };
+    let manifest = writer::write(&out, &outcome, &meta)?;
+    if let Some(root) = root {
+        writer::set_latest(&root, &out)?;
+    }
+    eprintln!(
+        "rtit: {} instructions, {} bytes of trace in {}",
+        manifest.instructions,
+        manifest.trace_bytes,
+        out.display()
+    );
+    Ok(match &manifest.end {
+        EndState::Exited { code } => *code as u8,
+        EndState::Signaled { signal, .. } => 128 + *signal as u8,
+        EndState::Interrupted => 130,
+        EndState::Unsupported { reason } => {
+            eprintln!("rtit: {reason}");
+            1
+        }
+    })
+}
