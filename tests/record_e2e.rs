@@ -1,0 +1,212 @@
+//! `rtit record` end to end: the C programs of examples/c are compiled, recorded from `main`
+//! with the step backend, and `rtit insns` on each recording must reproduce the recorder's
+//! truth instruction by instruction, under RET compression on and off and a small PSB period.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use rtit_replay_core::recording::{EndState, Recording};
+use serde_json::Value;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("record_e2e").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// Compiles examples/c/NAME.c (static unless `dynamic`).
+fn compile(name: &str, dynamic: bool, dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("examples/c/{name}.c"));
+    let exe = dir.join(name);
+    let mut gcc = Command::new("gcc");
+    gcc.args(["-O1", "-o"]).arg(&exe).arg(&src);
+    if !dynamic {
+        gcc.arg("-static");
+    }
+    if name == "threads" {
+        gcc.arg("-pthread");
+    }
+    let status = gcc.status().expect("gcc is needed (`.ci/run` installs it)");
+    assert!(status.success(), "gcc failed on {}", src.display());
+    exe
+}
+
+fn rtit(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .args(args)
+        .env(
+            "RTIT_DIR",
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join("record_e2e/default-root"),
+        )
+        .output()
+        .expect("run rtit")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// Records `exe` with `flags`; returns the recording and rtit's exit status.
+fn record(exe: &Path, out: &Path, flags: &[&str]) -> (Recording, i32) {
+    let mut args = vec!["record", "--truth", "--start", "main", "--out", s(out)];
+    args.extend_from_slice(flags);
+    args.extend(["--", s(exe)]);
+    let result = rtit(&args);
+    let rec = Recording::open(out)
+        .unwrap_or_else(|e| panic!("{}: {e}\n{}", out.display(), String::from_utf8_lossy(&result.stderr)));
+    (rec, result.status.code().unwrap_or(-1))
+}
+
+/// `rtit insns --json` on the recording equals its truth, with no error event.
+fn check_truth(rec: &Recording, what: &str) {
+    let out = rtit(&["insns", "--json", s(&rec.dir)]);
+    assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
+    let mut ips = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let v: Value = serde_json::from_str(line).expect("JSON line");
+        assert_ne!(v["event"], "error", "{what}: {v}");
+        if let Some(ip) = v["ip"].as_str().filter(|_| v.get("i").is_some()) {
+            ips.push(u64::from_str_radix(ip.trim_start_matches("0x"), 16).expect("hex"));
+        }
+    }
+    let truth = rec.truth().expect("readable").expect("--truth was given");
+    assert!(truth.len() > 500, "{what}: a real run ({} instructions)", truth.len());
+    assert_eq!(
+        truth.len() as u64,
+        rec.manifest.instructions,
+        "{what}: all user instructions traced"
+    );
+    if ips != truth {
+        let at = ips
+            .iter()
+            .zip(&truth)
+            .position(|(a, b)| a != b)
+            .unwrap_or(ips.len().min(truth.len()));
+        panic!(
+            "{what}: {} decoded vs {} true; first difference at {at}",
+            ips.len(),
+            truth.len()
+        );
+    }
+}
+
+fn run_example(name: &str, dynamic: bool, expect_status: i32) {
+    let dir = scratch(name);
+    let exe = compile(name, dynamic, &dir);
+    let configs: [(&str, &[&str]); 3] = [
+        ("default", &[]),
+        ("no-ret-compression", &["--no-ret-compression"]),
+        ("psb-2048", &["--psb-period", "2048"]),
+    ];
+    for (config, flags) in configs {
+        let (rec, status) = record(&exe, &dir.join(config), flags);
+        assert_eq!(
+            status, expect_status,
+            "{name}/{config}: rtit record exits with the program's status"
+        );
+        check_truth(&rec, &format!("{name}/{config}"));
+    }
+}
+
+#[test]
+fn recursion() {
+    run_example("recursion", false, 0);
+}
+
+#[test]
+fn function_pointers_and_a_jump_table() {
+    run_example("dispatch", false, 0);
+}
+
+#[test]
+fn setjmp_longjmp() {
+    run_example("longjmp", false, 0);
+}
+
+#[test]
+fn signal_handlers_for_raise_and_sigsegv() {
+    run_example("signals", false, 0);
+}
+
+#[test]
+fn computed_goto() {
+    run_example("goto", false, 0);
+}
+
+#[test]
+fn deep_recursion() {
+    run_example("deep", false, 0);
+}
+
+#[test]
+fn dynamically_linked_with_the_vdso() {
+    run_example("dynamic", true, 0);
+    let rec = Recording::open(&scratch_path("dynamic").join("default")).expect("recording");
+    let images: Vec<&str> = rec.manifest.images.iter().map(|i| i.path.as_str()).collect();
+    assert!(images.contains(&"[vdso]"), "{images:?}");
+    assert!(images.iter().any(|p| p.contains("libc")), "{images:?}");
+}
+
+fn scratch_path(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("record_e2e").join(name)
+}
+
+#[test]
+fn a_crash_ends_the_recording_with_the_signal() {
+    run_example("crash", false, 128 + 11);
+    let rec = Recording::open(&scratch_path("crash").join("default")).expect("recording");
+    match &rec.manifest.end {
+        EndState::Signaled { name, address, .. } => {
+            assert_eq!(name, "SIGSEGV");
+            assert_eq!(address.as_deref(), Some("0x8"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn threads_stop_with_a_clear_message_and_a_valid_recording() {
+    let dir = scratch("threads");
+    let exe = compile("threads", true, &dir);
+    let out = dir.join("rec");
+    let result = rtit(&["record", "--start", "main", "--out", s(&out), "--", s(&exe)]);
+    assert_ne!(result.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&result.stderr).contains("threads are not supported yet"));
+    let rec = Recording::open(&out).expect("a valid recording");
+    assert!(
+        matches!(rec.manifest.end, EndState::Unsupported { .. }),
+        "{:?}",
+        rec.manifest.end
+    );
+    let decoded = rtit(&["insns", "--json", s(&out)]);
+    assert!(decoded.status.success());
+}
+
+#[test]
+fn bad_programs_are_one_line_errors_and_leave_nothing_behind() {
+    let dir = scratch("bad");
+    let script = dir.join("script.sh");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").expect("write");
+    let elf32 = dir.join("elf32");
+    std::fs::write(
+        &elf32,
+        [0x7f, b'E', b'L', b'F', 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 3, 0],
+    )
+    .expect("write");
+    let cases = [
+        (dir.join("missing"), "cannot open it"),
+        (PathBuf::from("no-such-program-anywhere"), "not found"),
+        (script, "is a script"),
+        (elf32, "32-bit"),
+    ];
+    for (program, problem) in cases {
+        let out = dir.join("rec");
+        let result = rtit(&["record", "--out", s(&out), "--", s(&program)]);
+        assert_ne!(result.status.code(), Some(0), "{}", program.display());
+        let err = String::from_utf8_lossy(&result.stderr);
+        let last = err.lines().last().unwrap_or_default();
+        assert!(last.contains(problem), "{}: {err}", program.display());
+        assert!(!out.exists(), "no partial recording for {}", program.display());
+    }
+}
