@@ -210,3 +210,33 @@ fn bad_programs_are_one_line_errors_and_leave_nothing_behind() {
         assert!(!out.exists(), "no partial recording for {}", program.display());
     }
 }
+
+#[test]
+fn sigint_leaves_a_valid_recording_marked_interrupted() {
+    let dir = scratch("spin");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/spin.c");
+    let exe = dir.join("spin");
+    let status = Command::new("gcc")
+        .args(["-O1", "-static", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("gcc");
+    assert!(status.success());
+    let out = dir.join("rec");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .args(["record", "--start", "main", "--out", s(&out), "--", s(&exe)])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("rtit record");
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).expect("SIGINT");
+    let status = child.wait().expect("rtit record ends");
+    assert_eq!(status.code(), Some(130));
+    let rec = Recording::open(&out).expect("a valid recording");
+    assert_eq!(rec.manifest.end, EndState::Interrupted);
+    assert!(rec.manifest.instructions > 100, "it traced the loop for a while");
+    let decoded = rtit(&["insns", "--json", "--range", "0..5", s(&out)]);
+    assert!(decoded.status.success());
+}

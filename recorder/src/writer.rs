@@ -6,10 +6,12 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use object::Object;
-use rtit_replay_core::recording::{files, CpuInfo, ImageKind, ImageRecord, Manifest, RtitRegisters, FORMAT, VERSION};
+use rtit_replay_core::recording::{
+    files, CpuInfo, ImageKind, ImageRecord, Manifest, MemoryIndex, MemoryRegion, RtitRegisters, FORMAT, VERSION,
+};
 use sha2::{Digest, Sha256};
 
-use crate::step::{regs_map, StepOutcome};
+use crate::step::{regs_map, Snapshot, StepOutcome, SNAPSHOT_BOUND};
 
 /// A failure to write a recording.
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +120,23 @@ fn copy_image(
     })
 }
 
+/// Writes a snapshot's bytes one region after another; returns where each went.
+fn write_snapshot(path: &Path, snap: &Snapshot) -> Result<Vec<MemoryRegion>, WriteError> {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).map_err(io(path))?);
+    let mut offset = 0u64;
+    let mut regions = Vec::new();
+    for (mapping, bytes) in &snap.regions {
+        f.write_all(bytes).map_err(io(path))?;
+        regions.push(MemoryRegion {
+            mapping: mapping.clone(),
+            file_offset: offset,
+        });
+        offset += bytes.len() as u64;
+    }
+    f.flush().map_err(io(path))?;
+    Ok(regions)
+}
+
 /// Writes `outcome` as a recording at `dir`; returns its manifest.
 pub fn write(dir: &Path, outcome: &StepOutcome, meta: &Meta) -> Result<Manifest, WriteError> {
     if dir.exists() {
@@ -153,6 +172,18 @@ fn write_into(tmp: &Path, outcome: &StepOutcome, meta: &Meta) -> Result<Manifest
     if let Some((addr, bytes)) = &outcome.images.vdso {
         images.push(copy_image(tmp, "[vdso]", bytes, *addr, ImageKind::Vdso)?);
     }
+
+    let mut index = MemoryIndex {
+        bound: SNAPSHOT_BOUND as u64,
+        start_truncated: outcome.memory_start.truncated,
+        end_truncated: outcome.memory_end.truncated,
+        ..MemoryIndex::default()
+    };
+    index.start = write_snapshot(&tmp.join(files::MEMORY_START), &outcome.memory_start)?;
+    index.end = write_snapshot(&tmp.join(files::MEMORY_END), &outcome.memory_end)?;
+    let path = tmp.join(files::MEMORY);
+    let text = serde_json::to_vec_pretty(&index).map_err(|e| io(&path)(e.into()))?;
+    std::fs::write(&path, text).map_err(io(&path))?;
 
     if let Some(truth) = &outcome.truth {
         let path = tmp.join(files::TRUTH);

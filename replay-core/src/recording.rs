@@ -40,6 +40,10 @@ pub mod files {
     pub const TRUTH_REGS: &str = "truth-regs.jsonl";
     /// Memory snapshot index.
     pub const MEMORY: &str = "memory.json";
+    /// Writable memory when tracing started.
+    pub const MEMORY_START: &str = "memory-start.bin";
+    /// Writable memory at the end.
+    pub const MEMORY_END: &str = "memory-end.bin";
 }
 
 /// Serde helpers writing `u64` addresses as `"0x…"` strings (JSON numbers lose precision past
@@ -253,6 +257,30 @@ pub struct Maps {
     pub changes: Vec<MapChange>,
 }
 
+/// One region of a memory snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryRegion {
+    /// The mapping it comes from (start and end narrowed to what was read).
+    pub mapping: Mapping,
+    /// Where its bytes are in the snapshot file.
+    pub file_offset: u64,
+}
+
+/// `memory.json`: where the snapshots' bytes come from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryIndex {
+    /// The bound on each snapshot, in bytes.
+    pub bound: u64,
+    /// Regions of `memory-start.bin`.
+    pub start: Vec<MemoryRegion>,
+    /// Whether the start snapshot was cut short by the bound.
+    pub start_truncated: bool,
+    /// Regions of `memory-end.bin`.
+    pub end: Vec<MemoryRegion>,
+    /// Whether the end snapshot was cut short.
+    pub end_truncated: bool,
+}
+
 /// A failure to read a recording.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum RecordingError {
@@ -377,6 +405,11 @@ impl Recording {
             space.add(loaded)?;
         }
         Ok(space)
+    }
+
+    /// Where the memory snapshots' bytes come from.
+    pub fn memory_index(&self) -> Result<MemoryIndex, RecordingError> {
+        json(&self.dir.join(files::MEMORY))
     }
 
     /// The retired instruction addresses `rtit record --truth` wrote, if any.

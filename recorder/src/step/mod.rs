@@ -32,7 +32,7 @@ use rtit_replay_core::cofi::{classify, Cofi, FarKind};
 use rtit_replay_core::recording::{EndState, Maps};
 
 use crate::model::{CpuState, Input, ModelError, ModelOptions, Retired, RtitConfig, UnitModel};
-pub use sideband::Images;
+pub use sideband::{Images, Snapshot, SNAPSHOT_BOUND};
 use tracee::Tracee;
 pub use tracee::{check_executable, regs_map, resolve, Regs};
 
@@ -117,6 +117,10 @@ pub struct StepOutcome {
     pub instructions: u64,
     /// With `truth`: what ran.
     pub truth: Option<Truth>,
+    /// Writable memory when tracing started, and at the end.
+    pub memory_start: Snapshot,
+    /// At the end, where the process could still be read.
+    pub memory_end: Snapshot,
     /// The memory map at the start and its changes.
     pub maps: Maps,
     /// The images to copy.
@@ -311,6 +315,7 @@ pub fn record(opts: StepOptions) -> Result<StepOutcome, StepError> {
     model.program(&config)?;
     let initial = tracee.maps()?;
     let images = Images::from_maps(&tracee, &initial);
+    let memory_start = sideband::snapshot(&tracee, &initial);
     let mut rec = Recorder {
         tracee,
         model,
@@ -331,9 +336,11 @@ pub fn record(opts: StepOptions) -> Result<StepOutcome, StepError> {
     let mut pending: Option<Signal> = None;
     let mut entering_handler = false;
     let mut fault: Option<(Signal, u64, u64)> = None;
+    let mut memory_end = Snapshot::default();
     let end = loop {
         if opts.interrupted.load(Ordering::Relaxed) {
             regs_end = regs;
+            memory_end = sideband::snapshot(&rec.tracee, &rec.current_map);
             let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
             let _ = waitpid(pid, None);
             break EndState::Interrupted;
@@ -359,12 +366,14 @@ pub fn record(opts: StepOptions) -> Result<StepOutcome, StepError> {
                 }
                 nr::EXIT | nr::EXIT_GROUP => {
                     regs_end = regs;
+                    memory_end = sideband::snapshot(&rec.tracee, &rec.current_map);
                     None
                 }
                 _ => None,
             };
             if let Some(reason) = unsupported {
                 regs_end = regs;
+                memory_end = sideband::snapshot(&rec.tracee, &rec.current_map);
                 let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
                 let _ = waitpid(pid, None);
                 break EndState::Unsupported {
@@ -381,7 +390,6 @@ pub fn record(opts: StepOptions) -> Result<StepOutcome, StepError> {
                 break EndState::Exited { code };
             }
             WaitStatus::Signaled(_, sig, _) => {
-                regs_end = regs;
                 let (address, at) = match fault {
                     Some((s, addr, at)) if s == sig => (Some(format!("{addr:#x}")), Some(format!("{at:#x}"))),
                     _ => (None, None),
@@ -424,6 +432,11 @@ pub fn record(opts: StepOptions) -> Result<StepOutcome, StepError> {
                 if ignored || (!caught && ignored_by_default(sig)) {
                     continue;
                 }
+                if !caught {
+                    // The signal ends the process: this is the last look at it.
+                    regs_end = regs;
+                    memory_end = sideband::snapshot(&rec.tracee, &rec.current_map);
+                }
                 if is_fault {
                     // SAFETY: for SIGSEGV, SIGBUS, SIGFPE and SIGILL sent by the kernel
                     // (si_code > 0) the kernel filled the fault-address member of the union,
@@ -458,6 +471,8 @@ pub fn record(opts: StepOptions) -> Result<StepOutcome, StepError> {
         trace: model.take_output(),
         instructions: count,
         truth,
+        memory_start,
+        memory_end,
         maps,
         images,
         regs_start,

@@ -59,6 +59,52 @@ impl Images {
     }
 }
 
+/// At most this many bytes of memory per snapshot: the stack first, then the other writable
+/// mappings in address order, each cut short when the bound is reached.
+pub const SNAPSHOT_BOUND: usize = 16 << 20;
+
+/// Writable memory at one moment: (mapping, its bytes, possibly cut short).
+#[derive(Debug, Default, Clone)]
+pub struct Snapshot {
+    /// The regions read.
+    pub regions: Vec<(Mapping, Vec<u8>)>,
+    /// Whether the bound cut something off.
+    pub truncated: bool,
+}
+
+/// Reads the writable mappings of `maps`, the stack first, up to [`SNAPSHOT_BOUND`] bytes.
+pub fn snapshot(tracee: &Tracee, maps: &[Mapping]) -> Snapshot {
+    let mut writable: Vec<&Mapping> = maps.iter().filter(|m| m.perms.contains('w')).collect();
+    writable.sort_by_key(|m| (m.path.as_deref() != Some("[stack]"), m.start));
+    let mut snap = Snapshot::default();
+    let mut left = SNAPSHOT_BOUND;
+    for m in writable {
+        let size = (m.end - m.start) as usize;
+        // The stack's live part is at its top: keep the top when cutting it short.
+        let take = size.min(left);
+        if take < size {
+            snap.truncated = true;
+        }
+        if take == 0 {
+            continue;
+        }
+        let from = if m.path.as_deref() == Some("[stack]") {
+            m.end - take as u64
+        } else {
+            m.start
+        };
+        let mut bytes = vec![0u8; take];
+        let n = tracee.read(from, &mut bytes);
+        bytes.truncate(n);
+        left -= n;
+        let mut region = m.clone();
+        region.start = from;
+        region.end = from + n as u64;
+        snap.regions.push((region, bytes));
+    }
+    snap
+}
+
 /// The system call's name, for the map-change record.
 fn syscall_name(syscall: u64) -> &'static str {
     match syscall {
