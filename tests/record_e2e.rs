@@ -71,12 +71,7 @@ fn check_truth(rec: &Recording, what: &str) {
         }
     }
     let truth = rec.truth().expect("readable").expect("--truth was given");
-    assert!(truth.len() > 500, "{what}: a real run ({} instructions)", truth.len());
-    assert_eq!(
-        truth.len() as u64,
-        rec.manifest.instructions,
-        "{what}: all user instructions traced"
-    );
+    assert!(truth.len() > 300, "{what}: a real run ({} instructions)", truth.len());
     if ips != truth {
         let at = ips
             .iter()
@@ -239,4 +234,94 @@ fn sigint_leaves_a_valid_recording_marked_interrupted() {
     assert!(rec.manifest.instructions > 100, "it traced the loop for a while");
     let decoded = rtit(&["insns", "--json", "--range", "0..5", s(&out)]);
     assert!(decoded.status.success());
+}
+
+/// Compiles a test program from tests/programs.
+fn compile_test_program(name: &str, dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/programs/{name}.c"));
+    let exe = dir.join(name);
+    let status = Command::new("gcc")
+        .args(["-O1", "-static", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("gcc");
+    assert!(status.success(), "gcc failed on {}", src.display());
+    exe
+}
+
+#[test]
+fn execve_stops_the_recording() {
+    let dir = scratch("exec");
+    let exe = compile_test_program("exec", &dir);
+    let out = dir.join("rec");
+    let result = rtit(&["record", "--start", "main", "--out", s(&out), "--", s(&exe)]);
+    assert_ne!(result.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&result.stderr).contains("execve"));
+    let rec = Recording::open(&out).expect("a valid recording");
+    assert!(matches!(&rec.manifest.end, EndState::Unsupported { reason } if reason.contains("execve")));
+}
+
+/// `--filter` on fib only: every decoded instruction is in fib, and they are the truth.
+#[test]
+fn an_ip_filter_on_one_function() {
+    use object::{Object, ObjectSymbol};
+    let dir = scratch("filter");
+    let exe = compile("recursion", false, &dir);
+    let bytes = std::fs::read(&exe).expect("exe");
+    let file = object::File::parse(&*bytes).expect("ELF");
+    let fib = file
+        .symbols()
+        .find(|s| s.name() == Ok("fib"))
+        .expect("fib is in the symbol table");
+    let range = format!("{:x}-{:x}", fib.address(), fib.address() + fib.size());
+    let (rec, status) = record(&exe, &dir.join("rec"), &["--filter", &range]);
+    assert_eq!(status, 0);
+    check_truth(&rec, "recursion/filter");
+    let truth = rec.truth().expect("truth").expect("truth");
+    assert!(truth
+        .iter()
+        .all(|&ip| ip >= fib.address() && ip < fib.address() + fib.size()));
+    assert!(
+        truth.len() < rec.manifest.instructions as usize,
+        "main, printf and exit are left out"
+    );
+}
+
+/// Without --out, a new directory under $RTIT_DIR with a `latest` link; info and ls show it;
+/// insns defaults to it.
+#[test]
+fn default_directory_latest_info_and_ls() {
+    let dir = scratch("default");
+    let exe = compile("goto", false, &dir);
+    let root = dir.join("root");
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_rtit"))
+            .args(args)
+            .env("RTIT_DIR", &root)
+            .output()
+            .expect("rtit")
+    };
+    for _ in 0..2 {
+        assert!(run(&["record", "--start", "main", "--", s(&exe)]).status.success());
+    }
+    assert!(root.join("goto-0").is_dir() && root.join("goto-1").is_dir());
+    assert_eq!(
+        std::fs::read_link(root.join("latest")).expect("link"),
+        Path::new("goto-1")
+    );
+    let info = String::from_utf8_lossy(&run(&["info"]).stdout).to_string();
+    assert!(info.contains("goto-1") || info.contains("latest"), "{info}");
+    assert!(info.contains("exited with status 0"), "{info}");
+    let ls = String::from_utf8_lossy(&run(&["ls"]).stdout).to_string();
+    assert_eq!(ls.lines().count(), 2, "{ls}");
+    let insns = run(&["insns", "--range", "0..3"]);
+    assert!(insns.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&insns.stdout)
+            .lines()
+            .filter(|l| l.contains("main"))
+            .count(),
+        3
+    );
 }
