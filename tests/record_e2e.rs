@@ -15,12 +15,12 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// Compiles examples/c/NAME.c (static unless `dynamic`).
-fn compile(name: &str, dynamic: bool, dir: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("examples/c/{name}.c"));
-    let exe = dir.join(name);
+/// Compiles a C file into `dir` (static unless `dynamic`).
+fn compile_c(src: &Path, dynamic: bool, dir: &Path) -> PathBuf {
+    let name = src.file_stem().expect("a file name").to_string_lossy().into_owned();
+    let exe = dir.join(&name);
     let mut gcc = Command::new("gcc");
-    gcc.args(["-O1", "-o"]).arg(&exe).arg(&src);
+    gcc.args(["-O1", "-o"]).arg(&exe).arg(src);
     if !dynamic {
         gcc.arg("-static");
     }
@@ -30,6 +30,24 @@ fn compile(name: &str, dynamic: bool, dir: &Path) -> PathBuf {
     let status = gcc.status().expect("gcc is needed (`.ci/run` installs it)");
     assert!(status.success(), "gcc failed on {}", src.display());
     exe
+}
+
+/// Compiles examples/c/NAME.c.
+fn compile(name: &str, dynamic: bool, dir: &Path) -> PathBuf {
+    compile_c(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("examples/c/{name}.c")),
+        dynamic,
+        dir,
+    )
+}
+
+/// Compiles tests/programs/NAME.c, static.
+fn compile_test_program(name: &str, dir: &Path) -> PathBuf {
+    compile_c(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/programs/{name}.c")),
+        false,
+        dir,
+    )
 }
 
 fn rtit(args: &[&str]) -> Output {
@@ -209,15 +227,7 @@ fn bad_programs_are_one_line_errors_and_leave_nothing_behind() {
 #[test]
 fn sigint_leaves_a_valid_recording_marked_interrupted() {
     let dir = scratch("spin");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/spin.c");
-    let exe = dir.join("spin");
-    let status = Command::new("gcc")
-        .args(["-O1", "-static", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .expect("gcc");
-    assert!(status.success());
+    let exe = compile_test_program("spin", &dir);
     let out = dir.join("rec");
     let mut child = Command::new(env!("CARGO_BIN_EXE_rtit"))
         .args(["record", "--start", "main", "--out", s(&out), "--", s(&exe)])
@@ -234,20 +244,6 @@ fn sigint_leaves_a_valid_recording_marked_interrupted() {
     assert!(rec.manifest.instructions > 100, "it traced the loop for a while");
     let decoded = rtit(&["insns", "--json", "--range", "0..5", s(&out)]);
     assert!(decoded.status.success());
-}
-
-/// Compiles a test program from tests/programs.
-fn compile_test_program(name: &str, dir: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/programs/{name}.c"));
-    let exe = dir.join(name);
-    let status = Command::new("gcc")
-        .args(["-O1", "-static", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .expect("gcc");
-    assert!(status.success(), "gcc failed on {}", src.display());
-    exe
 }
 
 #[test]
