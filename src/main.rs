@@ -21,6 +21,8 @@ struct Cli {
 enum Command {
     /// Run a program and record its control flow: `rtit record -- PROGRAM [ARGS]`.
     Record(cmd::record::RecordArgs),
+    /// Serve a recording to gdb with reverse execution (and start gdb, as `rr replay` does).
+    Replay(cmd::replay::ReplayArgs),
     /// Summarise a recording (default: the latest).
     Info(cmd::info::InfoArgs),
     /// List the recordings.
@@ -40,6 +42,7 @@ fn main() -> ExitCode {
             Ok(status) => return ExitCode::from(status),
             Err(e) => Err(e),
         },
+        Command::Replay(args) => cmd::replay::run(&args),
         Command::Info(args) => cmd::info::run(&args),
         Command::Ls(args) => cmd::ls::run(&args),
         Command::Dump(args) => cmd::dump::run(&args),

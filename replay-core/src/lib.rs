@@ -9,7 +9,8 @@
 //! - [`image`]: the address space: ELF images at their addresses, symbols, source lines;
 //! - [`flow`]: the reconstruction of every executed instruction from packets and images;
 //! - [`timeline`]: that history indexed by position (first cut);
-//! - [`recording`]: the recording format and its reader.
+//! - [`recording`]: the recording format and its reader;
+//! - [`session`]: a replay session: positions, moves, values where known.
 //!
 //! The state layer builds on these. The crate does no I/O beyond
 //! reading a recording, and never panics on bad input: errors are values that say where.
@@ -21,4 +22,5 @@ pub mod ip;
 pub mod packet;
 pub mod recording;
 pub mod regs;
+pub mod session;
 pub mod timeline;

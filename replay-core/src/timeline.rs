@@ -58,6 +58,11 @@ impl Timeline {
         &self.events
     }
 
+    /// The runs: (first position, first IP, number of instructions).
+    pub fn runs(&self) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+        self.runs.iter().map(|r| (r.position, r.ip, r.count))
+    }
+
     /// The first position of the run holding `position`, its first IP and its length.
     pub fn run_at(&self, position: u64) -> Option<(u64, u64, u64)> {
         let at = self.runs.partition_point(|r| r.position <= position);

@@ -8,3 +8,4 @@ pub mod insns;
 pub mod ls;
 pub mod record;
 mod recordings;
+pub mod replay;

@@ -2,4 +2,14 @@
 //! over the GDB remote serial protocol, with reverse execution. It holds no protocol code of
 //! its own; gdbstub's extensions carry the protocol features.
 //!
-//! The target itself arrives with the replay issue; until then the crate only builds.
+//! - `arch`: the x86-64 register set, able to say "unavailable";
+//! - `target`: the gdbstub `Target` over a `Session` (registers, memory, resume, reverse,
+//!   breakpoints, monitor commands);
+//! - `event_loop`: carrying out resume requests and reporting stops.
+
+pub mod arch;
+pub mod event_loop;
+pub mod target;
+
+pub use event_loop::serve_connection;
+pub use target::ReplayTarget;

@@ -65,11 +65,15 @@ pub fn load_linked(name: &str, bytes: Vec<u8>, bias: u64) -> Result<Image, Image
     let mut segments = Vec::new();
     for seg in file.segments() {
         let data = seg.data().map_err(|e| ImageError::elf(name, e))?;
-        let executable = matches!(seg.flags(), SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0);
+        let (executable, writable) = match seg.flags() {
+            SegmentFlags::Elf { p_flags } => (p_flags & object::elf::PF_X != 0, p_flags & object::elf::PF_W != 0),
+            _ => (false, true),
+        };
         segments.push(Segment {
             start: seg.address().wrapping_add(bias),
             bytes: data.into(),
             executable,
+            writable,
         });
     }
     if segments.is_empty() {
@@ -138,10 +142,12 @@ pub fn load_relocatable(
             }
         }
         let executable = section.kind() == SectionKind::Text;
+        let writable = matches!(section.flags(), SectionFlags::Elf { sh_flags } if sh_flags & u64::from(object::elf::SHF_WRITE) != 0);
         segments.push(Segment {
             start,
             bytes: data.into(),
             executable,
+            writable,
         });
     }
     if segments.is_empty() {

@@ -34,6 +34,9 @@ pub struct Segment {
     pub bytes: Arc<[u8]>,
     /// Whether it holds executable code.
     pub executable: bool,
+    /// Whether the program may write it: then the file's bytes are only its initial contents,
+    /// not what it holds later.
+    pub writable: bool,
 }
 
 impl Segment {
@@ -99,6 +102,7 @@ impl Image {
                 start,
                 bytes: bytes.into(),
                 executable: true,
+                writable: false,
             }],
             symbols: Symbols::new(Vec::new(), start),
         }
@@ -195,6 +199,14 @@ impl AddressSpace {
         let p = self.find(ip).ok_or(ImageError::NoImage { ip })?;
         let segment = &self.images[p.image].segments[p.segment];
         Ok(&segment.bytes[(ip - p.start) as usize..])
+    }
+
+    /// The bytes from `addr` to the end of its segment, only where the program cannot have
+    /// changed them: a segment that is not writable.
+    pub fn read_only_bytes_at(&self, addr: u64) -> Option<&[u8]> {
+        let p = self.find(addr)?;
+        let segment = &self.images[p.image].segments[p.segment];
+        (!segment.writable).then(|| &segment.bytes[(addr - p.start) as usize..])
     }
 
     /// The image holding `ip`.

@@ -1,0 +1,74 @@
+//! The blocking event loop: carries out gdb's resume requests on the session and reports why
+//! it stopped. Long continues poll the connection, so Ctrl-C interrupts them.
+
+use gdbstub::common::Signal;
+use gdbstub::conn::{Connection, ConnectionExt};
+use gdbstub::stub::run_blocking::{BlockingEventLoop, Event, WaitForStopReasonError};
+use gdbstub::stub::SingleThreadStopReason;
+use gdbstub::target::ext::base::reverse_exec::ReplayLogPosition;
+use gdbstub::target::Target;
+use rtit_replay_core::session::Stop;
+
+use crate::target::{Action, ReplayTarget};
+
+/// The event loop of [`ReplayTarget`] over a TCP connection.
+pub enum ReplayEventLoop {}
+
+type StopReason = SingleThreadStopReason<u64>;
+
+impl BlockingEventLoop for ReplayEventLoop {
+    type Target = ReplayTarget;
+    type Connection = std::net::TcpStream;
+    type StopReason = StopReason;
+
+    #[allow(clippy::type_complexity)]
+    fn wait_for_stop_reason(
+        target: &mut ReplayTarget,
+        conn: &mut Self::Connection,
+    ) -> Result<
+        Event<StopReason>,
+        WaitForStopReasonError<<ReplayTarget as Target>::Error, <Self::Connection as Connection>::Error>,
+    > {
+        let mut incoming = || conn.peek().map(|b| b.is_some()).unwrap_or(true);
+        let breakpoints = &target.breakpoints;
+        let session = &mut target.session;
+        let stop = match target.pending.take() {
+            Some(Action::Continue) => session.continue_forward(breakpoints, &mut incoming),
+            Some(Action::ReverseContinue) => session.continue_backward(breakpoints, &mut incoming),
+            Some(Action::Step) => session.step_forward(),
+            Some(Action::ReverseStep) => session.step_backward(),
+            None => Stop::Step,
+        };
+        let reason = match stop {
+            Stop::Interrupted => {
+                let byte = conn.read().map_err(WaitForStopReasonError::Connection)?;
+                return Ok(Event::IncomingData(byte));
+            }
+            Stop::Step => StopReason::DoneStep,
+            Stop::Breakpoint => StopReason::SwBreak(()),
+            Stop::Begin => StopReason::ReplayLog {
+                tid: None,
+                pos: ReplayLogPosition::Begin,
+            },
+            Stop::End => StopReason::ReplayLog {
+                tid: None,
+                pos: ReplayLogPosition::End,
+            },
+            Stop::Signal(s) => StopReason::Signal(Signal(s as u8)),
+        };
+        Ok(Event::TargetStopped(reason))
+    }
+
+    fn on_interrupt(_target: &mut ReplayTarget) -> Result<Option<StopReason>, <ReplayTarget as Target>::Error> {
+        Ok(Some(StopReason::Signal(Signal::SIGINT)))
+    }
+}
+
+/// Serves one gdb connection until it disconnects.
+pub fn serve_connection(
+    target: &mut ReplayTarget,
+    conn: std::net::TcpStream,
+) -> Result<gdbstub::stub::DisconnectReason, String> {
+    let stub = gdbstub::stub::GdbStub::new(conn);
+    stub.run_blocking::<ReplayEventLoop>(target).map_err(|e| e.to_string())
+}

@@ -1,0 +1,241 @@
+//! The gdbstub target over a replay session: registers and memory where known, forward and
+//! reverse stepping and continuing, software and hardware breakpoints (both are just addresses
+//! in a replay), and monitor commands.
+
+use std::collections::HashSet;
+
+use gdbstub::common::Signal;
+use gdbstub::outputln;
+use gdbstub::target::ext::base::reverse_exec::{ReverseCont, ReverseContOps, ReverseStep, ReverseStepOps};
+use gdbstub::target::ext::base::singlethread::{
+    SingleThreadBase, SingleThreadResume, SingleThreadResumeOps, SingleThreadSingleStep, SingleThreadSingleStepOps,
+};
+use gdbstub::target::ext::base::BaseOps;
+use gdbstub::target::ext::breakpoints::{
+    Breakpoints, BreakpointsOps, HwBreakpoint, HwBreakpointOps, SwBreakpoint, SwBreakpointOps,
+};
+use gdbstub::target::ext::monitor_cmd::{ConsoleOutput, MonitorCmd, MonitorCmdOps};
+use gdbstub::target::{Target, TargetError, TargetResult};
+use rtit_replay_core::flow::decode_insn;
+use rtit_replay_core::session::Session;
+
+use crate::arch::{ReplayRegs, X86_64Replay, GPR_NAMES, SEGMENT_NAMES};
+
+/// What gdb asked for, to be carried out by the event loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// continue
+    Continue,
+    /// stepi
+    Step,
+    /// reverse-continue
+    ReverseContinue,
+    /// reverse-stepi
+    ReverseStep,
+}
+
+/// A replay session served to gdb.
+pub struct ReplayTarget {
+    /// The session.
+    pub session: Session,
+    /// Breakpoint addresses.
+    pub breakpoints: HashSet<u64>,
+    /// The resume request gdb made last.
+    pub pending: Option<Action>,
+}
+
+impl ReplayTarget {
+    /// A target at position 0 of `session`.
+    pub fn new(session: Session) -> Self {
+        Self {
+            session,
+            breakpoints: HashSet::new(),
+            pending: None,
+        }
+    }
+}
+
+impl Target for ReplayTarget {
+    type Arch = X86_64Replay;
+    type Error = &'static str;
+
+    fn base_ops(&mut self) -> BaseOps<'_, Self::Arch, Self::Error> {
+        BaseOps::SingleThread(self)
+    }
+
+    fn support_breakpoints(&mut self) -> Option<BreakpointsOps<'_, Self>> {
+        Some(self)
+    }
+
+    fn support_monitor_cmd(&mut self) -> Option<MonitorCmdOps<'_, Self>> {
+        Some(self)
+    }
+}
+
+impl SingleThreadBase for ReplayTarget {
+    fn read_registers(&mut self, regs: &mut ReplayRegs) -> TargetResult<(), Self> {
+        let s = &self.session;
+        for (slot, name) in regs.gprs.iter_mut().zip(GPR_NAMES) {
+            *slot = s.register(name);
+        }
+        regs.rip = s.pc();
+        regs.eflags = s.register("eflags").map(|v| v as u32);
+        for (slot, name) in regs.segments.iter_mut().zip(SEGMENT_NAMES) {
+            *slot = s.register(name).map(|v| v as u32);
+        }
+        Ok(())
+    }
+
+    fn write_registers(&mut self, _regs: &ReplayRegs) -> TargetResult<(), Self> {
+        Err(TargetError::NonFatal)
+    }
+
+    fn read_addrs(&mut self, start: u64, data: &mut [u8]) -> TargetResult<usize, Self> {
+        // All of it if known; else the longest known prefix; nothing known is an error.
+        let known = (1..=data.len()).rev().find_map(|n| self.session.read_memory(start, n));
+        match known {
+            Some(bytes) => {
+                data[..bytes.len()].copy_from_slice(&bytes);
+                Ok(bytes.len())
+            }
+            None => Err(TargetError::Errno(14)),
+        }
+    }
+
+    fn write_addrs(&mut self, _start: u64, _data: &[u8]) -> TargetResult<(), Self> {
+        Err(TargetError::NonFatal)
+    }
+
+    fn support_resume(&mut self) -> Option<SingleThreadResumeOps<'_, Self>> {
+        Some(self)
+    }
+}
+
+impl SingleThreadResume for ReplayTarget {
+    fn resume(&mut self, _signal: Option<Signal>) -> Result<(), Self::Error> {
+        self.pending = Some(Action::Continue);
+        Ok(())
+    }
+
+    fn support_single_step(&mut self) -> Option<SingleThreadSingleStepOps<'_, Self>> {
+        Some(self)
+    }
+
+    fn support_reverse_cont(&mut self) -> Option<ReverseContOps<'_, (), Self>> {
+        Some(self)
+    }
+
+    fn support_reverse_step(&mut self) -> Option<ReverseStepOps<'_, (), Self>> {
+        Some(self)
+    }
+}
+
+impl SingleThreadSingleStep for ReplayTarget {
+    fn step(&mut self, _signal: Option<Signal>) -> Result<(), Self::Error> {
+        self.pending = Some(Action::Step);
+        Ok(())
+    }
+}
+
+impl ReverseCont<()> for ReplayTarget {
+    fn reverse_cont(&mut self) -> Result<(), Self::Error> {
+        self.pending = Some(Action::ReverseContinue);
+        Ok(())
+    }
+}
+
+impl ReverseStep<()> for ReplayTarget {
+    fn reverse_step(&mut self, _tid: ()) -> Result<(), Self::Error> {
+        self.pending = Some(Action::ReverseStep);
+        Ok(())
+    }
+}
+
+impl Breakpoints for ReplayTarget {
+    fn support_sw_breakpoint(&mut self) -> Option<SwBreakpointOps<'_, Self>> {
+        Some(self)
+    }
+
+    fn support_hw_breakpoint(&mut self) -> Option<HwBreakpointOps<'_, Self>> {
+        Some(self)
+    }
+}
+
+impl SwBreakpoint for ReplayTarget {
+    fn add_sw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
+        self.breakpoints.insert(addr);
+        Ok(true)
+    }
+
+    fn remove_sw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
+        Ok(self.breakpoints.remove(&addr))
+    }
+}
+
+impl HwBreakpoint for ReplayTarget {
+    fn add_hw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
+        self.breakpoints.insert(addr);
+        Ok(true)
+    }
+
+    fn remove_hw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
+        Ok(self.breakpoints.remove(&addr))
+    }
+}
+
+const MONITOR_HELP: &str = "\\
+rtit monitor commands:
+  monitor when        the current position and the history's length
+  monitor goto N      move to position N (then `flushregs` so gdb re-reads the registers)
+  monitor info        a summary of the recording
+  monitor insns [N]   the instructions around the current position (N each side, default 5)
+  monitor help        this list";
+
+impl MonitorCmd for ReplayTarget {
+    fn handle_monitor_cmd(&mut self, cmd: &[u8], mut out: ConsoleOutput<'_>) -> Result<(), Self::Error> {
+        let cmd = String::from_utf8_lossy(cmd);
+        let mut words = cmd.split_whitespace();
+        let s = &mut self.session;
+        match (words.next(), words.next()) {
+            (Some("when"), None) => outputln!(out, "position {} of {} (last {})", s.position(), s.len(), s.last()),
+            (Some("goto"), Some(n)) => match n.parse::<u64>() {
+                Ok(n) if n <= s.last() => {
+                    s.set_position(n);
+                    outputln!(
+                        out,
+                        "position {n}, rip {:#x}; run `flushregs` so gdb re-reads the registers",
+                        s.pc()
+                    );
+                }
+                _ => outputln!(out, "goto: `{n}` is not a position (0..={})", s.last()),
+            },
+            (Some("info"), None) => {
+                let m = &s.recording().manifest;
+                outputln!(out, "recording {}", s.recording().dir.display());
+                outputln!(out, "command   {}", m.command.join(" "));
+                outputln!(
+                    out,
+                    "backend   {}, {} instructions, {} bytes of trace",
+                    m.backend,
+                    m.instructions,
+                    m.trace_bytes
+                );
+                outputln!(out, "ended     {:?}", m.end);
+                outputln!(out, "decode errors {}", s.errors().count());
+            }
+            (Some("insns"), n) => {
+                let n: u64 = n.and_then(|n| n.parse().ok()).unwrap_or(5);
+                let here = s.position();
+                for p in here.saturating_sub(n)..=(here + n).min(s.last()) {
+                    let Some(ip) = s.ip_at(p) else { continue };
+                    let text = decode_insn(s.space(), ip).map_or_else(|e| e.to_string(), |i| i.to_string());
+                    let name = s.space().locate(ip).map(|l| l.to_string()).unwrap_or_default();
+                    let mark = if p == here { "=>" } else { "  " };
+                    outputln!(out, "{mark} {p:>8}  {ip:#014x}  {name:<28} {text}");
+                }
+            }
+            _ => outputln!(out, "{MONITOR_HELP}"),
+        }
+        Ok(())
+    }
+}
