@@ -231,3 +231,27 @@ fn disconnect_and_reconnect() {
     let insns = server.gdb(Some(&exe), &["monitor insns 2"]);
     assert!(insns.contains("=>") && insns.contains("main"), "{insns}");
 }
+
+/// A plain gdb with no file finds the executable and the shared objects from the recording
+/// (exec-file, host I/O, auxv, SVR4 library list), relocates the PIE and breaks in libc.
+#[test]
+fn plain_gdb_finds_the_program_and_its_libraries() {
+    let rec = recording("dynamic", true);
+    let server = Server::start(&rec);
+    let out = server.gdb(
+        None,
+        &[
+            "info symbol $pc",
+            "info sharedlibrary",
+            "break clock_gettime",
+            "continue",
+            "monitor when",
+        ],
+    );
+    assert!(out.contains("main in section .text"), "{out}");
+    assert!(out.lines().any(|l| l.contains("libc.so") && l.contains("Yes")), "{out}");
+    assert!(out.contains("Breakpoint 1, ") && out.contains("clock_gettime"), "{out}");
+    let truth = rec.truth().expect("truth").expect("truth");
+    let stop = positions(&out)[0] as usize;
+    assert!(stop > 0 && stop < truth.len(), "{out}");
+}

@@ -2,12 +2,11 @@
 //! start gdb connected to it, as `rr replay` does.
 
 use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use rtit_replay_core::recording::{ImageKind, Recording};
 use rtit_replay_core::session::Session;
 use rtit_stub::ReplayTarget;
 
@@ -33,22 +32,10 @@ pub struct ReplayArgs {
     gdb: PathBuf,
 }
 
-/// The recording's copy of the executable that was recorded.
-pub fn executable(rec: &Recording) -> Option<PathBuf> {
-    let program = rec.manifest.command.first()?;
-    let base = Path::new(program).file_name()?;
-    let elf = rec.manifest.images.iter().filter(|i| i.kind == ImageKind::Elf);
-    let image = elf
-        .clone()
-        .find(|i| Path::new(&i.path).file_name() == Some(base))
-        .or_else(|| elf.clone().next())?;
-    Some(rec.dir.join(&image.file))
-}
-
 /// Runs `rtit replay`.
 pub fn run(args: &ReplayArgs) -> Result<()> {
     let rec = recordings::open(args.recording.as_deref())?;
-    let exe = executable(&rec);
+    let exe = rtit_stub::files::executable(&rec).map(|i| rec.dir.join(&i.file));
     let session = Session::open(rec.clone()).context("cannot decode the recording")?;
     let errors = session.errors().count();
     if errors > 0 {

@@ -5,10 +5,12 @@
 //! - `arch`: the x86-64 register set, able to say "unavailable";
 //! - `target`: the gdbstub `Target` over a `Session` (registers, memory, resume, reverse,
 //!   breakpoints, monitor commands);
-//! - `event_loop`: carrying out resume requests and reporting stops.
+//! - `event_loop`: carrying out resume requests and reporting stops;
+//! - `files`: exec-file, host I/O, auxv and the SVR4 library list, so gdb finds the code.
 
 pub mod arch;
 pub mod event_loop;
+pub mod files;
 pub mod target;
 
 pub use event_loop::serve_connection;

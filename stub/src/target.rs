@@ -20,6 +20,7 @@ use rtit_replay_core::flow::decode_insn;
 use rtit_replay_core::session::Session;
 
 use crate::arch::{ReplayRegs, X86_64Replay, GPR_NAMES, SEGMENT_NAMES};
+use crate::files::Files;
 
 /// What gdb asked for, to be carried out by the event loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,12 +43,15 @@ pub struct ReplayTarget {
     pub breakpoints: HashSet<u64>,
     /// The resume request gdb made last.
     pub pending: Option<Action>,
+    /// The recording's files, as gdb asks for them.
+    pub files: Files,
 }
 
 impl ReplayTarget {
     /// A target at position 0 of `session`.
     pub fn new(session: Session) -> Self {
         Self {
+            files: Files::new(session.recording()),
             session,
             breakpoints: HashSet::new(),
             pending: None,
@@ -68,6 +72,22 @@ impl Target for ReplayTarget {
     }
 
     fn support_monitor_cmd(&mut self) -> Option<MonitorCmdOps<'_, Self>> {
+        Some(self)
+    }
+
+    fn support_exec_file(&mut self) -> Option<gdbstub::target::ext::exec_file::ExecFileOps<'_, Self>> {
+        Some(self)
+    }
+
+    fn support_host_io(&mut self) -> Option<gdbstub::target::ext::host_io::HostIoOps<'_, Self>> {
+        Some(self)
+    }
+
+    fn support_auxv(&mut self) -> Option<gdbstub::target::ext::auxv::AuxvOps<'_, Self>> {
+        Some(self)
+    }
+
+    fn support_libraries_svr4(&mut self) -> Option<gdbstub::target::ext::libraries::LibrariesSvr4Ops<'_, Self>> {
         Some(self)
     }
 }

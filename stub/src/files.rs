@@ -1,0 +1,257 @@
+//! What lets a plain `gdb` with no file argument find the code: the executable's path
+//! (qXfer:exec-file), the files themselves over host I/O (vFile, served from the recording's
+//! copies under their original paths), the auxiliary vector (AT_ENTRY and AT_PHDR, so gdb can
+//! relocate a PIE; AT_BASE; AT_SYSINFO_EHDR for the vDSO) and the SVR4 library list.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use gdbstub::common::Pid;
+use gdbstub::target::ext::auxv::Auxv;
+use gdbstub::target::ext::exec_file::ExecFile;
+use gdbstub::target::ext::host_io::{
+    FsKind, HostIo, HostIoClose, HostIoCloseOps, HostIoErrno, HostIoError, HostIoFstat, HostIoFstatOps, HostIoOpen,
+    HostIoOpenFlags, HostIoOpenMode, HostIoOpenOps, HostIoPread, HostIoPreadOps, HostIoResult, HostIoSetfs,
+    HostIoSetfsOps, HostIoStat,
+};
+use gdbstub::target::ext::libraries::LibrariesSvr4;
+use gdbstub::target::TargetResult;
+use rtit_replay_core::recording::{ImageKind, ImageRecord, Recording};
+
+use crate::target::ReplayTarget;
+
+/// The recording's files as gdb asks for them.
+#[derive(Debug, Default)]
+pub struct Files {
+    /// Original path (and the copy's own path) → the copy.
+    by_path: HashMap<String, PathBuf>,
+    exec: Option<String>,
+    auxv: Vec<u8>,
+    svr4: String,
+    open: HashMap<u32, File>,
+    next_fd: u32,
+}
+
+/// The recorded executable among the images: the one named like the command, else the first.
+pub fn executable(rec: &Recording) -> Option<&ImageRecord> {
+    let base = Path::new(rec.manifest.command.first()?).file_name()?;
+    let mut elf = rec.manifest.images.iter().filter(|i| i.kind == ImageKind::Elf);
+    elf.clone()
+        .find(|i| Path::new(&i.path).file_name() == Some(base))
+        .or_else(|| elf.next())
+}
+
+/// What the auxv and the library list need from a 64-bit ELF file's headers.
+struct Layout {
+    entry: u64,
+    phoff: u64,
+    phnum: u16,
+    /// Lowest PT_LOAD address, page-aligned.
+    lowest: u64,
+    /// PT_PHDR's address.
+    phdr: Option<u64>,
+    /// PT_DYNAMIC's address.
+    dynamic: Option<u64>,
+}
+
+fn elf_layout(bytes: &[u8]) -> Option<Layout> {
+    let u64_at = |o: usize| Some(u64::from_le_bytes(bytes.get(o..o + 8)?.try_into().ok()?));
+    let u32_at = |o: usize| Some(u32::from_le_bytes(bytes.get(o..o + 4)?.try_into().ok()?));
+    let mut layout = Layout {
+        entry: u64_at(0x18)?,
+        phoff: u64_at(0x20)?,
+        phnum: u16::from_le_bytes(bytes.get(0x38..0x3a)?.try_into().ok()?),
+        lowest: u64::MAX,
+        phdr: None,
+        dynamic: None,
+    };
+    for i in 0..usize::from(layout.phnum) {
+        let h = layout.phoff as usize + i * 56;
+        let (kind, vaddr) = (u32_at(h)?, u64_at(h + 0x10)?);
+        match kind {
+            1 => layout.lowest = layout.lowest.min(vaddr & !0xfff),
+            2 => layout.dynamic = Some(vaddr),
+            6 => layout.phdr = Some(vaddr),
+            _ => {}
+        }
+    }
+    Some(layout)
+}
+
+impl Files {
+    /// The files of a recording.
+    pub fn new(rec: &Recording) -> Self {
+        let mut files = Files {
+            next_fd: 3,
+            ..Files::default()
+        };
+        for image in &rec.manifest.images {
+            let copy = rec.dir.join(&image.file);
+            files.by_path.insert(image.path.clone(), copy.clone());
+            files.by_path.insert(copy.display().to_string(), copy);
+        }
+        let exe = executable(rec);
+        files.exec = exe.map(|i| i.path.clone());
+        let mut auxv: Vec<(u64, u64)> = Vec::new();
+        let mut libraries = String::from("<library-list-svr4 version=\"1.0\">");
+        for (n, image) in rec.manifest.images.iter().enumerate() {
+            let Ok(bytes) = std::fs::read(rec.dir.join(&image.file)) else {
+                continue;
+            };
+            let Some(l) = elf_layout(&bytes) else {
+                continue;
+            };
+            let bias = image.load_address.wrapping_sub(l.lowest);
+            match image.kind {
+                ImageKind::Vdso => auxv.push((33, image.load_address)), // AT_SYSINFO_EHDR
+                ImageKind::Elf if Some(image) == exe => {
+                    let phdr = l.phdr.map_or(image.load_address + l.phoff, |p| p.wrapping_add(bias));
+                    auxv.extend([
+                        (3, phdr),
+                        (4, 56),
+                        (5, u64::from(l.phnum)),
+                        (9, l.entry.wrapping_add(bias)),
+                    ]);
+                }
+                ImageKind::Elf => {
+                    if image.path.contains("/ld-linux") || image.path.contains("/ld64") {
+                        auxv.push((7, image.load_address)); // AT_BASE: the interpreter
+                    }
+                    let l_ld = l.dynamic.map_or(0, |d| d.wrapping_add(bias));
+                    libraries += &format!(
+                        "<library name=\"{}\" lm=\"{:#x}\" l_addr=\"{bias:#x}\" l_ld=\"{l_ld:#x}\" lmid=\"0x0\"/>",
+                        image.path,
+                        0x1000 * (n as u64 + 1)
+                    );
+                }
+            }
+        }
+        libraries += "</library-list-svr4>";
+        auxv.push((0, 0));
+        files.auxv = auxv
+            .iter()
+            .flat_map(|(k, v)| k.to_le_bytes().into_iter().chain(v.to_le_bytes()))
+            .collect();
+        files.svr4 = libraries;
+        files
+    }
+}
+
+/// Copies `data[offset..]` into `buf`, as the qXfer callbacks want.
+fn copy_out(data: &[u8], offset: u64, length: usize, buf: &mut [u8]) -> usize {
+    let start = (offset as usize).min(data.len());
+    let n = (data.len() - start).min(length).min(buf.len());
+    buf[..n].copy_from_slice(&data[start..start + n]);
+    n
+}
+
+impl ExecFile for ReplayTarget {
+    fn get_exec_file(
+        &self,
+        _pid: Option<Pid>,
+        offset: u64,
+        length: usize,
+        buf: &mut [u8],
+    ) -> TargetResult<usize, Self> {
+        let path = self.files.exec.as_deref().unwrap_or("");
+        Ok(copy_out(path.as_bytes(), offset, length, buf))
+    }
+}
+
+impl Auxv for ReplayTarget {
+    fn get_auxv(&self, offset: u64, length: usize, buf: &mut [u8]) -> TargetResult<usize, Self> {
+        Ok(copy_out(&self.files.auxv, offset, length, buf))
+    }
+}
+
+impl LibrariesSvr4 for ReplayTarget {
+    fn get_libraries_svr4(&self, offset: u64, length: usize, buf: &mut [u8]) -> TargetResult<usize, Self> {
+        Ok(copy_out(self.files.svr4.as_bytes(), offset, length, buf))
+    }
+}
+
+impl HostIo for ReplayTarget {
+    fn support_open(&mut self) -> Option<HostIoOpenOps<'_, Self>> {
+        Some(self)
+    }
+    fn support_close(&mut self) -> Option<HostIoCloseOps<'_, Self>> {
+        Some(self)
+    }
+    fn support_pread(&mut self) -> Option<HostIoPreadOps<'_, Self>> {
+        Some(self)
+    }
+    fn support_fstat(&mut self) -> Option<HostIoFstatOps<'_, Self>> {
+        Some(self)
+    }
+    fn support_setfs(&mut self) -> Option<HostIoSetfsOps<'_, Self>> {
+        Some(self)
+    }
+}
+
+impl HostIoOpen for ReplayTarget {
+    /// Opens a file of the recording by its original path; anything else does not exist.
+    fn open(&mut self, filename: &[u8], flags: HostIoOpenFlags, _mode: HostIoOpenMode) -> HostIoResult<u32, Self> {
+        if flags != HostIoOpenFlags::O_RDONLY {
+            return Err(HostIoError::Errno(HostIoErrno::EACCES));
+        }
+        let name = String::from_utf8_lossy(filename);
+        let copy = self
+            .files
+            .by_path
+            .get(name.as_ref())
+            .ok_or(HostIoError::Errno(HostIoErrno::ENOENT))?;
+        let file = File::open(copy)?;
+        let fd = self.files.next_fd;
+        self.files.next_fd += 1;
+        self.files.open.insert(fd, file);
+        Ok(fd)
+    }
+}
+
+impl HostIoClose for ReplayTarget {
+    fn close(&mut self, fd: u32) -> HostIoResult<(), Self> {
+        self.files
+            .open
+            .remove(&fd)
+            .map(drop)
+            .ok_or(HostIoError::Errno(HostIoErrno::EBADF))
+    }
+}
+
+impl HostIoPread for ReplayTarget {
+    fn pread(&mut self, fd: u32, count: usize, offset: u64, buf: &mut [u8]) -> HostIoResult<usize, Self> {
+        let file = self.files.open.get(&fd).ok_or(HostIoError::Errno(HostIoErrno::EBADF))?;
+        let n = count.min(buf.len());
+        Ok(file.read_at(&mut buf[..n], offset)?)
+    }
+}
+
+impl HostIoFstat for ReplayTarget {
+    fn fstat(&mut self, fd: u32) -> HostIoResult<HostIoStat, Self> {
+        let file = self.files.open.get(&fd).ok_or(HostIoError::Errno(HostIoErrno::EBADF))?;
+        let size = file.metadata()?.len();
+        Ok(HostIoStat {
+            st_dev: 0,
+            st_ino: fd,
+            st_mode: HostIoOpenMode::S_IRUSR,
+            st_nlink: 1,
+            st_uid: 0,
+            st_gid: 0,
+            st_rdev: 0,
+            st_size: size,
+            st_blksize: 4096,
+            st_blocks: size.div_ceil(512),
+            st_atime: 0,
+            st_mtime: 0,
+            st_ctime: 0,
+        })
+    }
+}
+
+impl HostIoSetfs for ReplayTarget {
+    fn setfs(&mut self, _fs: FsKind) -> HostIoResult<(), Self> {
+        Ok(())
+    }
+}
