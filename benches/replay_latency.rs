@@ -1,0 +1,94 @@
+//! Replay latency on the longest example history: the dynamic example (examples/c/dynamic.c)
+//! recorded with the step backend from its first instruction (dynamic loader included, about
+//! 95,000 instructions). Measures, on the session that serves gdb:
+//! - `reverse-stepi` from the end;
+//! - `reverse-continue` from the end to a breakpoint whose only hit is position 0 (a scan of
+//!   the whole history);
+//! - opening the session (decoding the trace into positions), which `rtit replay` pays once.
+//!
+//! Needs gcc. Run with `cargo bench --bench replay_latency`.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use criterion::{criterion_main, Criterion};
+use rtit_recorder::model::{ModelOptions, RtitConfig};
+use rtit_recorder::step::{self, StartAt, StepOptions};
+use rtit_recorder::writer::{self, Meta};
+use rtit_replay_core::recording::Recording;
+use rtit_replay_core::session::{Session, Stop};
+
+fn recording() -> Recording {
+    let dir = std::env::temp_dir().join(format!("rtit-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch");
+    let exe = dir.join("dynamic");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/c/dynamic.c");
+    assert!(Command::new("gcc")
+        .args(["-O1", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("gcc")
+        .success());
+    let outcome = step::record(StepOptions {
+        program: exe.clone(),
+        args: Vec::new(),
+        aslr: false,
+        start: StartAt::Entry,
+        config: RtitConfig::user_process(0),
+        model: ModelOptions::default(),
+        truth: false,
+        interrupted: Arc::new(AtomicBool::new(false)),
+        progress: None,
+    })
+    .expect("record");
+    let out = dir.join("rec");
+    let meta = Meta {
+        command: vec![exe.display().to_string()],
+        backend: "step".into(),
+        aslr: false,
+    };
+    writer::write(&out, &outcome, &meta).expect("write");
+    Recording::open(&out).expect("open")
+}
+
+fn bench(c: &mut Criterion) {
+    let rec = recording();
+    let mut session = Session::open(rec.clone()).expect("session");
+    let last = session.last();
+    let first_ip = session.ip_at(0).expect("position 0");
+    let far_back: HashSet<u64> = [first_ip].into();
+    eprintln!("history: {} positions", session.len());
+    let mut group = c.benchmark_group("replay_latency");
+    group.bench_function("reverse_stepi_at_the_end", |b| {
+        b.iter(|| {
+            session.set_position(last);
+            session.step_backward()
+        })
+    });
+    group.bench_function("reverse_continue_whole_history", |b| {
+        b.iter(|| {
+            session.set_position(last);
+            let stop = session.continue_backward(&far_back, || false);
+            assert!(matches!(stop, Stop::Breakpoint | Stop::Begin));
+            session.position()
+        })
+    });
+    group.sample_size(10);
+    group.bench_function("open_session", |b| {
+        b.iter(|| Session::open(rec.clone()).expect("session").len())
+    });
+    group.finish();
+    let _ = std::fs::remove_dir_all(rec.dir.parent().expect("scratch dir"));
+}
+
+// The macros generate undocumented public functions.
+#[allow(missing_docs)]
+mod harness {
+    criterion::criterion_group!(benches, super::bench);
+}
+criterion_main!(harness::benches);
