@@ -118,7 +118,7 @@ fn decoded(exe: &Path) -> Vec<u64> {
     let out = exe.with_extension("rec");
     let _ = std::fs::remove_dir_all(&out);
     let status = Command::new(env!("CARGO_BIN_EXE_rtit"))
-        .args(["record", "--start", "main", "--out"])
+        .args(["record", "--backend", "step", "--start", "main", "--out"])
         .arg(&out)
         .arg("--")
         .arg(exe)

@@ -67,7 +67,16 @@ fn s(p: &Path) -> &str {
 
 /// Records `exe` with `flags`; returns the recording and rtit's exit status.
 fn record(exe: &Path, out: &Path, flags: &[&str]) -> (Recording, i32) {
-    let mut args = vec!["record", "--truth", "--start", "main", "--out", s(out)];
+    let mut args = vec![
+        "record",
+        "--backend",
+        "step",
+        "--truth",
+        "--start",
+        "main",
+        "--out",
+        s(out),
+    ];
     args.extend_from_slice(flags);
     args.extend(["--", s(exe)]);
     let result = rtit(&args);
@@ -183,7 +192,17 @@ fn threads_stop_with_a_clear_message_and_a_valid_recording() {
     let dir = scratch("threads");
     let exe = compile("threads", true, &dir);
     let out = dir.join("rec");
-    let result = rtit(&["record", "--start", "main", "--out", s(&out), "--", s(&exe)]);
+    let result = rtit(&[
+        "record",
+        "--backend",
+        "step",
+        "--start",
+        "main",
+        "--out",
+        s(&out),
+        "--",
+        s(&exe),
+    ]);
     assert_ne!(result.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&result.stderr).contains("threads are not supported yet"));
     let rec = Recording::open(&out).expect("a valid recording");
@@ -215,7 +234,7 @@ fn bad_programs_are_one_line_errors_and_leave_nothing_behind() {
     ];
     for (program, problem) in cases {
         let out = dir.join("rec");
-        let result = rtit(&["record", "--out", s(&out), "--", s(&program)]);
+        let result = rtit(&["record", "--backend", "step", "--out", s(&out), "--", s(&program)]);
         assert_ne!(result.status.code(), Some(0), "{}", program.display());
         let err = String::from_utf8_lossy(&result.stderr);
         let last = err.lines().last().unwrap_or_default();
@@ -230,7 +249,17 @@ fn sigint_leaves_a_valid_recording_marked_interrupted() {
     let exe = compile_test_program("spin", &dir);
     let out = dir.join("rec");
     let mut child = Command::new(env!("CARGO_BIN_EXE_rtit"))
-        .args(["record", "--start", "main", "--out", s(&out), "--", s(&exe)])
+        .args([
+            "record",
+            "--backend",
+            "step",
+            "--start",
+            "main",
+            "--out",
+            s(&out),
+            "--",
+            s(&exe),
+        ])
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("rtit record");
@@ -251,7 +280,17 @@ fn execve_stops_the_recording() {
     let dir = scratch("exec");
     let exe = compile_test_program("exec", &dir);
     let out = dir.join("rec");
-    let result = rtit(&["record", "--start", "main", "--out", s(&out), "--", s(&exe)]);
+    let result = rtit(&[
+        "record",
+        "--backend",
+        "step",
+        "--start",
+        "main",
+        "--out",
+        s(&out),
+        "--",
+        s(&exe),
+    ]);
     assert_ne!(result.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&result.stderr).contains("execve"));
     let rec = Recording::open(&out).expect("a valid recording");
@@ -299,7 +338,9 @@ fn default_directory_latest_info_and_ls() {
             .expect("rtit")
     };
     for _ in 0..2 {
-        assert!(run(&["record", "--start", "main", "--", s(&exe)]).status.success());
+        assert!(run(&["record", "--backend", "step", "--start", "main", "--", s(&exe)])
+            .status
+            .success());
     }
     assert!(root.join("goto-0").is_dir() && root.join("goto-1").is_dir());
     assert_eq!(

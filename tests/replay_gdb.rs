@@ -28,7 +28,7 @@ fn recording(name: &str, dynamic: bool) -> Recording {
     assert!(gcc.status().expect("gcc is needed").success());
     let out = dir.join("rec");
     let status = Command::new(env!("CARGO_BIN_EXE_rtit"))
-        .args(["record", "--truth", "--start", "main", "--out"])
+        .args(["record", "--backend", "step", "--truth", "--start", "main", "--out"])
         .arg(&out)
         .arg("--")
         .arg(&exe)

@@ -4,9 +4,15 @@
 //! - [`model`]: the RTIT unit model, programmed through its MSRs;
 //! - [`script`]: a scripted CPU that walks real code and drives the model, for traces with
 //!   known truth (tests, benchmarks);
-//! - [`step`]: the step backend, ptrace single-stepping a real program into the model.
+//! - [`step`]: the step backend, ptrace single-stepping a real program into the model;
+//! - [`qemu`]: the qemu backend's shared half: the retirement engine the QEMU plugin drives,
+//!   the guest memory map, and launching `qemu-x86_64` with the plugin;
+//! - [`outcome`], [`sideband`], [`writer`]: what any backend produced, and writing it.
 
 pub mod model;
+pub mod outcome;
+pub mod qemu;
 pub mod script;
+pub mod sideband;
 pub mod step;
 pub mod writer;

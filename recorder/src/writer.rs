@@ -11,7 +11,8 @@ use rtit_replay_core::recording::{
 };
 use sha2::{Digest, Sha256};
 
-use crate::step::{regs_map, Snapshot, StepOutcome, SNAPSHOT_BOUND};
+use crate::outcome::Outcome;
+use crate::sideband::{Snapshot, SNAPSHOT_BOUND};
 
 /// A failure to write a recording.
 #[derive(Debug, thiserror::Error)]
@@ -121,7 +122,7 @@ fn copy_image(
 }
 
 /// Writes a snapshot's bytes one region after another; returns where each went.
-fn write_snapshot(path: &Path, snap: &Snapshot) -> Result<Vec<MemoryRegion>, WriteError> {
+pub fn write_snapshot(path: &Path, snap: &Snapshot) -> Result<Vec<MemoryRegion>, WriteError> {
     let mut f = std::io::BufWriter::new(std::fs::File::create(path).map_err(io(path))?);
     let mut offset = 0u64;
     let mut regions = Vec::new();
@@ -138,7 +139,7 @@ fn write_snapshot(path: &Path, snap: &Snapshot) -> Result<Vec<MemoryRegion>, Wri
 }
 
 /// Writes `outcome` as a recording at `dir`; returns its manifest.
-pub fn write(dir: &Path, outcome: &StepOutcome, meta: &Meta) -> Result<Manifest, WriteError> {
+pub fn write(dir: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, WriteError> {
     if dir.exists() {
         return Err(WriteError::Exists(dir.display().to_string()));
     }
@@ -156,7 +157,7 @@ pub fn write(dir: &Path, outcome: &StepOutcome, meta: &Meta) -> Result<Manifest,
     result
 }
 
-fn write_into(tmp: &Path, outcome: &StepOutcome, meta: &Meta) -> Result<Manifest, WriteError> {
+fn write_into(tmp: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, WriteError> {
     std::fs::create_dir_all(tmp.join(files::IMAGES)).map_err(io(tmp))?;
     let trace = tmp.join(files::TRACE);
     std::fs::write(&trace, &outcome.trace).map_err(io(&trace))?;
@@ -192,7 +193,7 @@ fn write_into(tmp: &Path, outcome: &StepOutcome, meta: &Meta) -> Result<Manifest
         let path = tmp.join(files::TRUTH_REGS);
         let mut f = std::io::BufWriter::new(std::fs::File::create(&path).map_err(io(&path))?);
         for (position, regs) in &truth.samples {
-            let line = serde_json::json!({ "position": position, "registers": regs_map(regs) });
+            let line = serde_json::json!({ "position": position, "registers": regs });
             writeln!(f, "{line}").map_err(io(&path))?;
         }
         f.flush().map_err(io(&path))?;
@@ -222,8 +223,8 @@ fn write_into(tmp: &Path, outcome: &StepOutcome, meta: &Meta) -> Result<Manifest
         trace_bytes: outcome.trace.len() as u64,
         instructions: outcome.instructions,
         images,
-        registers_start: regs_map(&outcome.regs_start),
-        registers_end: regs_map(&outcome.regs_end),
+        registers_start: outcome.registers_start.clone(),
+        registers_end: outcome.registers_end.clone(),
         end: outcome.end.clone(),
     };
     let path = tmp.join(files::MANIFEST);

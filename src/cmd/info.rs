@@ -14,6 +14,9 @@ pub struct InfoArgs {
     /// The recording (default: the latest).
     #[arg(value_name = "REC")]
     recording: Option<PathBuf>,
+    /// Also decode the whole trace and report instructions, errors and gaps, and the speed.
+    #[arg(long)]
+    decode: bool,
 }
 
 /// Runs `rtit info`.
@@ -55,6 +58,9 @@ pub fn run(args: &InfoArgs) -> Result<()> {
             image.path,
             &image.sha256[..16]
         );
+    }
+    if args.decode {
+        super::decode_check::run(&rec)?;
     }
     Ok(())
 }

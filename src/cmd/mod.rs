@@ -1,6 +1,7 @@
 //! The subcommands of `rtit`, one module each.
 
 pub mod calls;
+mod decode_check;
 pub mod dump;
 mod history;
 pub mod info;

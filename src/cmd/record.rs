@@ -10,6 +10,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use rtit_recorder::model::{ModelOptions, RtitConfig};
+use rtit_recorder::qemu::{self, launch::QemuOptions};
 use rtit_recorder::step::{self, StartAt, StepOptions};
 use rtit_recorder::writer::{self, Meta};
 use rtit_replay_core::recording::{default_root, EndState};
@@ -18,10 +19,45 @@ use rtit_replay_core::regs::{ctl, events, EventId};
 /// Trace backends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Backend {
-    /// Pick the best available (today: step).
+    /// Pick the best available: qemu when `qemu-x86_64` and the plugin are there, else step.
     Auto,
     /// ptrace single-stepping through the RTIT unit model: exact, slow, works everywhere.
     Step,
+    /// QEMU user mode with rtit's plugin driving the RTIT unit model: fast; the program runs
+    /// on QEMU's CPU model.
+    Qemu,
+}
+
+/// The backend `auto` means here, and why, in one line.
+fn choose(backend: Backend) -> (Backend, String) {
+    let hardware = "this CPU has no RTIT (it needs an Atom Silvermont/Airmont core)";
+    match backend {
+        Backend::Step => (
+            Backend::Step,
+            "the step backend (ptrace single-stepping), as asked".into(),
+        ),
+        Backend::Qemu => (
+            Backend::Qemu,
+            "the qemu backend (QEMU user mode with the rtit plugin), as asked".into(),
+        ),
+        Backend::Auto => match (qemu::launch::find_qemu(), qemu::launch::find_plugin()) {
+            (Some(q), Some(_)) => (
+                Backend::Qemu,
+                format!("the qemu backend: {hardware}, and {} is installed", q.display()),
+            ),
+            (None, _) => (
+                Backend::Step,
+                format!("the step backend (slow): {hardware}, and qemu-x86_64 is not installed"),
+            ),
+            (Some(_), None) => (
+                Backend::Step,
+                format!(
+                    "the step backend (slow): {hardware}, and the QEMU plugin {} is not built",
+                    qemu::launch::PLUGIN_FILE
+                ),
+            ),
+        },
+    }
 }
 
 /// Arguments of `rtit record`.
@@ -138,7 +174,8 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
     if out.exists() {
         bail!("{} already exists; choose another --out or remove it", out.display());
     }
-    eprintln!("rtit: recording with the step backend (ptrace single-stepping; no RTIT hardware needed)");
+    let (backend, why) = choose(args.backend);
+    eprintln!("rtit: recording with {why}");
 
     let interrupted = Arc::new(AtomicBool::new(false));
     let flag = interrupted.clone();
@@ -152,23 +189,33 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
             let _ = std::io::stderr().flush();
         }) as Box<dyn FnMut(u64)>
     });
-    let outcome = step::record(StepOptions {
-        program: PathBuf::from(program),
-        args: program_args.to_vec(),
-        aslr: args.aslr,
-        start,
-        config,
-        model: ModelOptions::default(),
-        truth: args.truth,
-        interrupted,
-        progress,
-    })?;
+    let outcome = match backend {
+        Backend::Qemu => qemu::launch::record(QemuOptions {
+            program: PathBuf::from(program),
+            args: program_args.to_vec(),
+            start,
+            config,
+            truth: args.truth,
+            interrupted,
+        })?,
+        _ => step::record(StepOptions {
+            program: PathBuf::from(program),
+            args: program_args.to_vec(),
+            aslr: args.aslr,
+            start,
+            config,
+            model: ModelOptions::default(),
+            truth: args.truth,
+            interrupted,
+            progress,
+        })?,
+    };
     if std::io::stderr().is_terminal() {
         eprintln!();
     }
     let meta = Meta {
         command: args.command.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
-        backend: "step".to_string(),
+        backend: if backend == Backend::Qemu { "qemu" } else { "step" }.to_string(),
         aslr: args.aslr,
     };
     let manifest = writer::write(&out, &outcome, &meta)?;

@@ -32,7 +32,8 @@ use rtit_replay_core::cofi::{classify, Cofi, FarKind};
 use rtit_replay_core::recording::{EndState, Maps};
 
 use crate::model::{CpuState, Input, ModelError, ModelOptions, Retired, RtitConfig, UnitModel};
-pub use sideband::{Images, Snapshot, SNAPSHOT_BOUND};
+use crate::outcome::{Outcome, Truth};
+use crate::sideband::{self as shared, nr, Images, Snapshot};
 use tracee::Tracee;
 pub use tracee::{check_executable, regs_map, resolve, Regs};
 
@@ -99,46 +100,6 @@ pub struct StepOptions {
     pub progress: Option<Box<dyn FnMut(u64)>>,
 }
 
-/// The recorder's truth: every traced instruction's address, and registers at sampled
-/// positions (every 1000th).
-#[derive(Debug, Default, Clone)]
-pub struct Truth {
-    /// Addresses, in order.
-    pub ips: Vec<u64>,
-    /// (position, registers before the instruction there).
-    pub samples: Vec<(u64, Regs)>,
-}
-
-/// What a recording run produced.
-pub struct StepOutcome {
-    /// The packet bytes.
-    pub trace: Vec<u8>,
-    /// Instructions retired while tracing.
-    pub instructions: u64,
-    /// With `truth`: what ran.
-    pub truth: Option<Truth>,
-    /// Writable memory when tracing started, and at the end.
-    pub memory_start: Snapshot,
-    /// At the end, where the process could still be read.
-    pub memory_end: Snapshot,
-    /// The memory map at the start and its changes.
-    pub maps: Maps,
-    /// The images to copy.
-    pub images: Images,
-    /// Registers when tracing started, and at the end.
-    pub regs_start: Regs,
-    /// At the end: before the exit system call, at the fault, or where stopped.
-    pub regs_end: Regs,
-    /// Where tracing started.
-    pub start_ip: u64,
-    /// The CR3 the configuration filtered on.
-    pub cr3: u64,
-    /// How the run ended.
-    pub end: EndState,
-    /// The RTIT configuration used.
-    pub config: RtitConfig,
-}
-
 /// An instruction as the backend needs it.
 #[derive(Debug, Clone, Copy)]
 struct Insn {
@@ -162,22 +123,6 @@ fn decode(tracee: &Tracee, cache: &mut HashMap<u64, Insn>, ip: u64) -> Insn {
             rep: insn.has_rep_prefix() || insn.has_repe_prefix() || insn.has_repne_prefix(),
         }
     })
-}
-
-/// System call numbers (x86-64).
-mod nr {
-    pub const MMAP: u64 = 9;
-    pub const MPROTECT: u64 = 10;
-    pub const MUNMAP: u64 = 11;
-    pub const BRK: u64 = 12;
-    pub const MREMAP: u64 = 25;
-    pub const CLONE: u64 = 56;
-    pub const EXECVE: u64 = 59;
-    pub const EXIT: u64 = 60;
-    pub const EXIT_GROUP: u64 = 231;
-    pub const EXECVEAT: u64 = 322;
-    pub const CLONE3: u64 = 435;
-    pub const CLONE_THREAD: u64 = 0x10000;
 }
 
 /// Signals whose default action is to do nothing.
@@ -206,7 +151,7 @@ impl Recorder<'_> {
         if let Some(t) = &mut self.truth {
             if self.model.packet_en() {
                 if t.ips.len() % 1000 == 0 {
-                    t.samples.push((t.ips.len() as u64, *regs));
+                    t.samples.push((t.ips.len() as u64, regs_map(regs)));
                 }
                 t.ips.push(ip);
             }
@@ -229,7 +174,7 @@ impl Recorder<'_> {
                     self.model.apply(&Input::Retire(
                         Retired::new(KERNEL + 0x40, 3, Cofi::Far(FarKind::Sysret), next).to_cpl(3),
                     ));
-                    if matches!(syscall_nr, nr::MMAP | nr::MPROTECT | nr::MUNMAP | nr::BRK | nr::MREMAP) {
+                    if nr::changes_map(syscall_nr) {
                         self.map_changed(syscall_nr)?;
                     }
                 }
@@ -245,7 +190,7 @@ impl Recorder<'_> {
 
     fn map_changed(&mut self, syscall: u64) -> Result<(), StepError> {
         let now = self.tracee.maps()?;
-        if let Some(change) = sideband::diff(&self.current_map, &now, self.count, syscall) {
+        if let Some(change) = shared::diff(&self.current_map, &now, self.count, syscall) {
             self.images.note(&change.added);
             self.maps.changes.push(change);
         }
@@ -300,7 +245,7 @@ fn run_to(tracee: &Tracee, at: &StartAt) -> Result<Regs, StepError> {
 }
 
 /// Records a program.
-pub fn record(opts: StepOptions) -> Result<StepOutcome, StepError> {
+pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
     let program = resolve(&opts.program)?;
     check_executable(&program)?;
     let tracee = Tracee::spawn(&program, &opts.args, opts.aslr)?;
@@ -314,7 +259,7 @@ pub fn record(opts: StepOptions) -> Result<StepOutcome, StepError> {
     let mut model = UnitModel::new(CpuState::user(start_ip, cr3), opts.model);
     model.program(&config)?;
     let initial = tracee.maps()?;
-    let images = Images::from_maps(&tracee, &initial);
+    let images = sideband::images_from_maps(&tracee, &initial);
     let memory_start = sideband::snapshot(&tracee, &initial);
     let mut rec = Recorder {
         tracee,
@@ -467,7 +412,7 @@ pub fn record(opts: StepOptions) -> Result<StepOutcome, StepError> {
         images,
         ..
     } = rec;
-    Ok(StepOutcome {
+    Ok(Outcome {
         trace: model.take_output(),
         instructions: count,
         truth,
@@ -475,8 +420,8 @@ pub fn record(opts: StepOptions) -> Result<StepOutcome, StepError> {
         memory_end,
         maps,
         images,
-        regs_start,
-        regs_end,
+        registers_start: regs_map(&regs_start),
+        registers_end: regs_map(&regs_end),
         start_ip,
         cr3,
         end,

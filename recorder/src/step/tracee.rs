@@ -17,6 +17,7 @@ use nix::unistd::Pid;
 use rtit_replay_core::recording::Mapping;
 
 use super::StepError;
+use crate::sideband::parse_map_line;
 
 /// A process stopped under ptrace.
 pub struct Tracee {
@@ -165,24 +166,6 @@ impl Tracee {
     }
 }
 
-fn parse_map_line(line: &str) -> Option<Mapping> {
-    let mut parts = line.split_whitespace();
-    let range = parts.next()?;
-    let perms = parts.next()?.to_string();
-    let offset = u64::from_str_radix(parts.next()?, 16).ok()?;
-    let _dev = parts.next()?;
-    let _inode = parts.next()?;
-    let path = parts.collect::<Vec<_>>().join(" ");
-    let (start, end) = range.split_once('-')?;
-    Some(Mapping {
-        start: u64::from_str_radix(start, 16).ok()?,
-        end: u64::from_str_radix(end, 16).ok()?,
-        perms,
-        offset,
-        path: (!path.is_empty()).then_some(path),
-    })
-}
-
 /// Registers by name, as the manifest stores them.
 pub fn regs_map(r: &Regs) -> BTreeMap<String, String> {
     let pairs = [
@@ -219,19 +202,6 @@ pub fn regs_map(r: &Regs) -> BTreeMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn map_lines_parse() {
-        let m = parse_map_line("7ffff7fc3000-7ffff7fc7000 r--p 00000000 00:00 0                          [vvar]")
-            .expect("parses");
-        assert_eq!(
-            (m.start, m.end, m.perms.as_str(), m.path.as_deref()),
-            (0x7fff_f7fc_3000, 0x7fff_f7fc_7000, "r--p", Some("[vvar]"))
-        );
-        let m = parse_map_line("00400000-00401000 r-xp 00001000 fe:01 1234 /tmp/a b").expect("parses");
-        assert_eq!((m.offset, m.path.as_deref()), (0x1000, Some("/tmp/a b")));
-        assert_eq!(parse_map_line("garbage"), None);
-    }
 
     #[test]
     fn executables_are_checked_before_running() {

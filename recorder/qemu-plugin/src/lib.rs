@@ -1,0 +1,192 @@
+//! rtit's QEMU user-mode plugin (plugin API version 1, qemu-user 7.2): at translation time it
+//! classifies each block once; at execution time it hands the executed block sequence, with
+//! two inline counters (instructions started, memory accesses of the last instruction
+//! completed), to the retirement engine of `rtit_recorder::qemu`, which drives the RTIT unit
+//! model. System calls keep the guest's memory map. At the end it writes the trace and a
+//! report into the directory `rtit record` named; `rtit record --backend qemu` runs it.
+//!
+//! Threads are refused: the plugin stops recording at the first `clone` that creates one.
+#![allow(unsafe_code)]
+
+mod ffi;
+mod state;
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use ffi::{PluginId, QemuInfo, Tb};
+use rtit_recorder::qemu::block::{Access, Block};
+use rtit_recorder::qemu::engine::Counts;
+use rtit_recorder::qemu::report::Args;
+use state::Plugin;
+
+/// The plugin API version this plugin was written against (QEMU_PLUGIN_VERSION of 7.2).
+#[no_mangle]
+pub static qemu_plugin_version: c_int = 1;
+
+/// Instructions of the running block that started (an inline add before each).
+static STARTED: AtomicU64 = AtomicU64::new(0);
+/// Completed memory accesses of the running block's last instruction (an inline add after
+/// each).
+static ACCESSED: AtomicU64 = AtomicU64::new(0);
+
+static PLUGIN: Mutex<Option<Plugin>> = Mutex::new(None);
+
+fn with_plugin<R>(f: impl FnOnce(&mut Plugin) -> R) -> Option<R> {
+    let mut guard = PLUGIN.lock().unwrap_or_else(|e| e.into_inner());
+    guard.as_mut().map(f)
+}
+
+fn counts(reset: bool) -> Counts {
+    if reset {
+        Counts {
+            started: STARTED.swap(0, Ordering::Relaxed),
+            accessed: ACCESSED.swap(0, Ordering::Relaxed),
+        }
+    } else {
+        Counts {
+            started: STARTED.load(Ordering::Relaxed),
+            accessed: ACCESSED.load(Ordering::Relaxed),
+        }
+    }
+}
+
+extern "C" fn tb_exec(_vcpu: c_uint, userdata: *mut c_void) {
+    let counts = counts(true);
+    with_plugin(|p| p.executed(userdata as usize as u32, counts));
+}
+
+extern "C" fn tb_trans(_id: PluginId, tb: *mut Tb) {
+    // SAFETY: `tb` is valid during this callback; the instruction handles and their bytes
+    // are QEMU's for the same duration, and are only read here.
+    unsafe {
+        let n = ffi::qemu_plugin_tb_n_insns(tb);
+        let insns: Vec<(u64, &[u8])> = (0..n)
+            .map(|i| {
+                let insn = ffi::qemu_plugin_tb_get_insn(tb, i);
+                let data = ffi::qemu_plugin_insn_data(insn).cast::<u8>();
+                let size = ffi::qemu_plugin_insn_size(insn);
+                let bytes = if data.is_null() {
+                    &[][..]
+                } else {
+                    std::slice::from_raw_parts(data, size)
+                };
+                (ffi::qemu_plugin_insn_vaddr(insn), bytes)
+            })
+            .collect();
+        let Ok(block) = Block::translate(insns) else {
+            with_plugin(|p| p.untranslatable(ffi::qemu_plugin_tb_vaddr(tb)));
+            return;
+        };
+        let kept = block.kept();
+        let access = block.access;
+        let Some(id) = with_plugin(|p| p.add_block(block)) else {
+            return;
+        };
+        for i in 0..kept {
+            let insn = ffi::qemu_plugin_tb_get_insn(tb, i);
+            ffi::qemu_plugin_register_vcpu_insn_exec_inline(insn, ffi::INLINE_ADD_U64, STARTED.as_ptr().cast(), 1);
+        }
+        let rw = match access {
+            Access::None => None,
+            Access::Read => Some(ffi::MEM_R),
+            Access::Write => Some(ffi::MEM_W),
+        };
+        if let Some(rw) = rw {
+            let last = ffi::qemu_plugin_tb_get_insn(tb, kept - 1);
+            ffi::qemu_plugin_register_vcpu_mem_inline(last, rw, ffi::INLINE_ADD_U64, ACCESSED.as_ptr().cast(), 1);
+        }
+        ffi::qemu_plugin_register_vcpu_tb_exec_cb(tb, tb_exec, ffi::CB_NO_REGS, id as usize as *mut c_void);
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+extern "C" fn syscall(
+    _id: PluginId,
+    _vcpu: c_uint,
+    num: i64,
+    a1: u64,
+    a2: u64,
+    a3: u64,
+    a4: u64,
+    a5: u64,
+    a6: u64,
+    _a7: u64,
+    _a8: u64,
+) {
+    let counts = counts(false);
+    with_plugin(|p| p.syscall(num as u64, [a1, a2, a3, a4, a5, a6], counts));
+}
+
+extern "C" fn syscall_ret(_id: PluginId, _vcpu: c_uint, num: i64, ret: i64) {
+    with_plugin(|p| p.syscall_ret(num as u64, ret));
+}
+
+extern "C" fn atexit(_id: PluginId, _userdata: *mut c_void) {
+    let counts = counts(true);
+    let mut guard = PLUGIN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(mut p) = guard.take() {
+        p.finish(counts);
+    }
+}
+
+/// QEMU 7.2 ends a program killed by a signal (`dump_core_and_abort`) by sending itself that
+/// signal, without the plugin's exit callback. `rtit record` preloads this library into
+/// QEMU (not into the guest: `-U LD_PRELOAD`) so that this `kill` sees that moment, writes the
+/// recording's end, then sends the signal as asked (a raw system call, as libc's would).
+#[no_mangle]
+pub extern "C" fn kill(pid: nix::libc::pid_t, sig: c_int) -> c_int {
+    if pid == std::process::id() as nix::libc::pid_t {
+        atexit(0, std::ptr::null_mut());
+    }
+    // SAFETY: the kill system call with plain integer arguments.
+    unsafe { nix::libc::syscall(nix::libc::SYS_kill, pid, sig) as c_int }
+}
+
+fn say(text: &str) {
+    if let Ok(s) = std::ffi::CString::new(format!("rtit plugin: {text}\n")) {
+        // SAFETY: a NUL-terminated string that outlives the call.
+        unsafe { ffi::qemu_plugin_outs(s.as_ptr()) }
+    }
+}
+
+/// QEMU calls this once after loading the plugin. The guest is not loaded yet: the host's
+/// memory map now is QEMU's own, which tells the guest's mappings apart later.
+///
+/// # Safety
+/// QEMU passes `argc` valid NUL-terminated strings in `argv`.
+#[no_mangle]
+pub unsafe extern "C" fn qemu_plugin_install(
+    id: PluginId,
+    info: *const QemuInfo,
+    argc: c_int,
+    argv: *const *const c_char,
+) -> c_int {
+    if !info.is_null() && (*info).system_emulation {
+        say("only QEMU user mode (qemu-x86_64) is supported");
+        return -1;
+    }
+    let strings: Vec<String> = (0..argc.max(0) as usize)
+        .map(|i| CStr::from_ptr(*argv.add(i)).to_string_lossy().into_owned())
+        .collect();
+    let args = match Args::parse(strings.iter().map(String::as_str)) {
+        Ok(a) => a,
+        Err(e) => {
+            say(&e.to_string());
+            return -1;
+        }
+    };
+    match Plugin::new(args) {
+        Ok(p) => *PLUGIN.lock().unwrap_or_else(|e| e.into_inner()) = Some(p),
+        Err(e) => {
+            say(&e);
+            return -1;
+        }
+    }
+    ffi::qemu_plugin_register_vcpu_tb_trans_cb(id, tb_trans);
+    ffi::qemu_plugin_register_vcpu_syscall_cb(id, syscall);
+    ffi::qemu_plugin_register_vcpu_syscall_ret_cb(id, syscall_ret);
+    ffi::qemu_plugin_register_atexit_cb(id, atexit, std::ptr::null_mut());
+    0
+}

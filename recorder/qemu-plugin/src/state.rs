@@ -1,0 +1,416 @@
+//! The plugin's state between callbacks: the retirement engine, the guest's memory map, the
+//! output files, and what the report needs.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::{fcntl, FcntlArg};
+use object::{Object, ObjectKind, ObjectSymbol};
+use rtit_recorder::model::{ModelOptions, RtitConfig};
+use rtit_recorder::outcome::RegisterMap;
+use rtit_recorder::qemu::block::Block;
+use rtit_recorder::qemu::engine::{Counts, Engine, Start, SyscallAction};
+use rtit_recorder::qemu::guest_maps::GuestMaps;
+use rtit_recorder::qemu::initial::{find_initial_rsp, guest_mappings, name_stack, with_elf_perms};
+use rtit_recorder::qemu::report::{files, Args, PluginEnd, Report};
+use rtit_recorder::sideband::{diff, nr, parse_map_line, snapshot_with, Images};
+use rtit_recorder::writer::write_snapshot;
+use rtit_replay_core::recording::{MapChange, Mapping, Maps, MemoryRegion};
+
+/// The lowest descriptor the plugin keeps open, far above the program's.
+const HIGH_FD: i32 = 1000;
+/// rt_sigaction.
+const RT_SIGACTION: u64 = 13;
+/// MAP_ANONYMOUS.
+const MAP_ANONYMOUS: u64 = 0x20;
+
+/// Moves `file` to a descriptor at or above [`HIGH_FD`], so that the program's descriptors
+/// are numbered as they would be without the plugin.
+fn high(file: File) -> Result<File, String> {
+    let fd = fcntl(file.as_raw_fd(), FcntlArg::F_DUPFD_CLOEXEC(HIGH_FD)).map_err(|e| format!("fcntl: {e}"))?;
+    // SAFETY: `fd` is a new descriptor that nothing else owns.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+fn host_maps() -> Vec<Mapping> {
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(parse_map_line)
+        .collect()
+}
+
+/// The plugin.
+pub struct Plugin {
+    args: Args,
+    engine: Engine,
+    pid: u32,
+    host_before: Vec<Mapping>,
+    maps: Option<GuestMaps>,
+    initial: Vec<Mapping>,
+    changes: Vec<MapChange>,
+    images: Images,
+    mem: File,
+    trace: File,
+    truth: Option<File>,
+    syscall: Option<(u64, [u64; 6])>,
+    memory_start: (Vec<MemoryRegion>, bool),
+    registers_start: RegisterMap,
+    entry_registers: RegisterMap,
+    start_ip: Option<u64>,
+    exit_code: Option<i32>,
+    stop: Option<String>,
+    notes: Vec<String>,
+    flush_check: u32,
+}
+
+impl Plugin {
+    /// Set up at install: QEMU's own memory map, the output files.
+    pub fn new(args: Args) -> Result<Self, String> {
+        let out = PathBuf::from(&args.out);
+        let create = |name: &str| -> Result<File, String> {
+            let path = out.join(name);
+            high(File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?)
+        };
+        let trace = create(files::TRACE)?;
+        let truth = if args.truth { Some(create(files::TRUTH)?) } else { None };
+        let mem = high(File::open("/proc/self/mem").map_err(|e| format!("/proc/self/mem: {e}"))?)?;
+        let config = RtitConfig {
+            ctl: args.ctl,
+            cr3_match: args.cr3,
+            events: args.events,
+            lip: args.lip,
+            pkt_cnt: args.pkt_cnt,
+        };
+        let start = match args.start.as_deref() {
+            Some(s) if s.starts_with("0x") => {
+                Start::At(u64::from_str_radix(&s[2..], 16).map_err(|_| format!("start={s}: not an address"))?)
+            }
+            _ => Start::Entry,
+        };
+        let engine = Engine::new(ModelOptions::default(), config, start, args.truth);
+        Ok(Self {
+            engine,
+            pid: std::process::id(),
+            host_before: host_maps(),
+            maps: None,
+            initial: Vec::new(),
+            changes: Vec::new(),
+            images: Images::default(),
+            mem,
+            trace,
+            truth,
+            syscall: None,
+            memory_start: (Vec::new(), false),
+            registers_start: RegisterMap::new(),
+            entry_registers: RegisterMap::new(),
+            start_ip: None,
+            exit_code: None,
+            stop: None,
+            notes: Vec::new(),
+            flush_check: 0,
+            args,
+        })
+    }
+
+    fn read(&self, addr: u64, buf: &mut [u8]) -> usize {
+        let mut done = 0;
+        while done < buf.len() {
+            match self.mem.read_at(&mut buf[done..], addr + done as u64) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => done += n,
+            }
+        }
+        done
+    }
+
+    fn read_u64(&self, addr: u64) -> Option<u64> {
+        let mut b = [0u8; 8];
+        (self.read(addr, &mut b) == 8).then(|| u64::from_le_bytes(b))
+    }
+
+    /// Keeps a translated block.
+    pub fn add_block(&mut self, block: Block) -> u32 {
+        self.engine.add_block(block)
+    }
+
+    /// A block QEMU translated that has no decodable instruction.
+    pub fn untranslatable(&mut self, ip: u64) {
+        self.notes.push(format!("no decodable instruction at {ip:#x}"));
+    }
+
+    /// The guest's map at its first instruction; the start symbol resolved.
+    fn first_exec(&mut self, entry: u64) {
+        let guest = guest_mappings(&host_maps(), &self.host_before);
+        let mut guest = with_elf_perms(guest, |p| std::fs::read(p).ok());
+        let tops: Vec<Mapping> = guest
+            .iter()
+            .map(|m| Mapping {
+                start: m.start.max(m.end.saturating_sub(256 << 10)),
+                ..m.clone()
+            })
+            .collect();
+        let rsp = find_initial_rsp(&tops, self.args.argc, |m| {
+            let mut b = vec![0u8; (m.end - m.start) as usize];
+            let n = self.read(m.start, &mut b);
+            b.truncate(n);
+            b
+        });
+        if let Some(rsp) = rsp {
+            name_stack(&mut guest, rsp);
+        }
+        let mut regs: RegisterMap = [
+            "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
+        ]
+        .iter()
+        .map(|r| (r.to_string(), "0x0".to_string()))
+        .collect();
+        regs.insert("rip".into(), format!("{entry:#x}"));
+        // Linux starts a process with only IF (and the reserved bit 1) set.
+        regs.insert("eflags".into(), "0x202".into());
+        if let Some(rsp) = rsp {
+            regs.insert("rsp".into(), format!("{rsp:#x}"));
+        }
+        self.entry_registers = regs;
+        self.maps = Some(GuestMaps::new(guest));
+        if let Some(symbol) = self.args.start.clone().filter(|s| !s.starts_with("0x")) {
+            match self.resolve_symbol(&symbol) {
+                Ok(at) => self.engine.set_start(Start::At(at)),
+                Err(e) => {
+                    self.notes.push(format!("start={symbol}: {e}"));
+                    self.engine.set_start(Start::At(u64::MAX));
+                }
+            }
+        }
+    }
+
+    fn resolve_symbol(&self, name: &str) -> Result<u64, String> {
+        // SAFETY: after install QEMU returns a NUL-terminated path it keeps alive.
+        let exe = unsafe {
+            let p = crate::ffi::qemu_plugin_path_to_binary();
+            if p.is_null() {
+                return Err("QEMU does not say which program runs".into());
+            }
+            std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+        };
+        let exe = std::fs::canonicalize(&exe).map_err(|e| format!("{exe}: {e}"))?;
+        let bytes = std::fs::read(&exe).map_err(|e| format!("{}: {e}", exe.display()))?;
+        let file = object::File::parse(&*bytes).map_err(|e| format!("{}: {e}", exe.display()))?;
+        let symbol = file
+            .symbols()
+            .chain(file.dynamic_symbols())
+            .find(|s| s.name() == Ok(name) && s.is_definition())
+            .ok_or_else(|| format!("no symbol of that name in {}", exe.display()))?;
+        let bias = if file.kind() == ObjectKind::Dynamic {
+            let path = exe.display().to_string();
+            let load = self
+                .maps
+                .as_ref()
+                .and_then(|m| {
+                    m.current()
+                        .iter()
+                        .filter(|m| m.path.as_deref() == Some(&path) && m.offset == 0)
+                        .map(|m| m.start)
+                        .min()
+                })
+                .ok_or_else(|| format!("{path} is not mapped"))?;
+            load - rtit_replay_core::image::lowest_vaddr(&path, &bytes).map_err(|e| e.to_string())?
+        } else {
+            0
+        };
+        Ok(symbol.address() + bias)
+    }
+
+    /// Block `id` starts; `counts` are the previous block's.
+    pub fn executed(&mut self, id: u32, counts: Counts) {
+        if self.maps.is_none() {
+            let entry = self.engine.block(id).start();
+            self.first_exec(entry);
+        }
+        match self.engine.executed(id, counts) {
+            Ok(Some(ip)) => self.begin(ip),
+            Ok(None) => {}
+            Err(e) => {
+                self.notes
+                    .push(format!("the unit model refused the configuration: {e}"));
+                self.stop_now(Counts::default(), "the unit model refused the configuration".into());
+            }
+        }
+        self.flush_check += 1;
+        if self.flush_check & 0xfff == 0 {
+            self.flush();
+        }
+    }
+
+    fn begin(&mut self, ip: u64) {
+        self.start_ip = Some(ip);
+        let maps = self.maps.as_ref().map(|m| m.current().to_vec()).unwrap_or_default();
+        self.images.note(&maps);
+        let snap = snapshot_with(&maps, |a, b| self.read(a, b));
+        let path = Path::new(&self.args.out).join(files::MEMORY_START);
+        match write_snapshot(&path, &snap) {
+            Ok(regions) => self.memory_start = (regions, snap.truncated),
+            Err(e) => self.notes.push(e.to_string()),
+        }
+        self.registers_start = if self.args.start.is_none() {
+            self.entry_registers.clone()
+        } else {
+            [("rip".to_string(), format!("{ip:#x}"))].into_iter().collect()
+        };
+        self.initial = maps;
+    }
+
+    /// Appends the trace and the truth written since the last flush to their files.
+    fn flush(&mut self) {
+        let trace = self.engine.take_trace();
+        if !trace.is_empty() {
+            if let Err(e) = self.trace.write_all(&trace) {
+                self.notes.push(format!("{}: {e}", files::TRACE));
+            }
+        }
+        if let Some(f) = &mut self.truth {
+            let ips = self.engine.take_truth();
+            let bytes: Vec<u8> = ips.iter().flat_map(|ip| ip.to_le_bytes()).collect();
+            if let Err(e) = f.write_all(&bytes) {
+                self.notes.push(format!("{}: {e}", files::TRUTH));
+            }
+        }
+    }
+
+    /// A system call starts.
+    pub fn syscall(&mut self, number: u64, a: [u64; 6], counts: Counts) {
+        self.syscall = Some((number, a));
+        if number == RT_SIGACTION && a[1] != 0 {
+            if let Some(handler) = self.read_u64(a[1]).filter(|&h| h > 1) {
+                self.engine.note_handler(handler);
+            }
+        }
+        let creates_thread = match number {
+            nr::CLONE => a[0] & nr::CLONE_THREAD != 0,
+            nr::CLONE3 => self.read_u64(a[0]).is_some_and(|f| f & nr::CLONE_THREAD != 0),
+            _ => false,
+        };
+        if matches!(number, nr::EXIT | nr::EXIT_GROUP) {
+            self.exit_code = Some(a[0] as i32);
+        }
+        match self.engine.syscall(number, creates_thread, counts) {
+            SyscallAction::Stop(reason) => self.stop_now(counts, reason),
+            SyscallAction::Continue if creates_thread || matches!(number, nr::EXECVE | nr::EXECVEAT) => {
+                // Before tracing started: the recording cannot follow these either.
+                let what = if creates_thread {
+                    "creates a thread"
+                } else {
+                    "calls execve"
+                };
+                self.stop_now(
+                    counts,
+                    format!("the program {what} before tracing started; not supported"),
+                );
+            }
+            SyscallAction::Continue => {}
+        }
+    }
+
+    /// Ends the recording now and the program with it.
+    fn stop_now(&mut self, counts: Counts, reason: String) -> ! {
+        self.stop = Some(reason);
+        self.finish(counts);
+        // SAFETY: _exit ends the process without running QEMU's exit paths, which would
+        // call back into the plugin.
+        unsafe { nix::libc::_exit(1) }
+    }
+
+    /// A system call returned `ret`: follows the map.
+    pub fn syscall_ret(&mut self, number: u64, ret: i64) {
+        let Some((n, a)) = self.syscall.take() else { return };
+        if n != number || !nr::changes_map(number) || (-4095..0).contains(&ret) {
+            return;
+        }
+        let Some(maps) = self.maps.as_mut() else { return };
+        let old = maps.current().to_vec();
+        let ret = ret as u64;
+        match number {
+            nr::MMAP => {
+                let path = (a[3] & MAP_ANONYMOUS == 0)
+                    .then(|| std::fs::read_link(format!("/proc/self/fd/{}", a[4] as i32)).ok())
+                    .flatten()
+                    .map(|p| p.display().to_string());
+                maps.mmap(ret, a[1], a[2], a[3], path, a[5]);
+            }
+            nr::MUNMAP => maps.munmap(a[0], a[1]),
+            nr::MPROTECT => maps.mprotect(a[0], a[1], a[2]),
+            nr::BRK => maps.brk(ret),
+            nr::MREMAP => maps.mremap(a[0], a[1], a[2], ret),
+            _ => {}
+        }
+        if self.engine.tracing() {
+            if let Some(change) = diff(&old, maps.current(), self.engine.position(), number) {
+                self.images.note(&change.added);
+                self.changes.push(change);
+            }
+        }
+    }
+
+    /// The program ended: settles the last block, writes the trace, the end snapshot and the
+    /// report.
+    pub fn finish(&mut self, counts: Counts) {
+        if std::process::id() != self.pid {
+            // A child the program forked: only the parent is traced (its CR3).
+            return;
+        }
+        let fault = self.engine.finish(counts);
+        self.flush();
+        let maps = self.maps.as_ref().map(|m| m.current().to_vec()).unwrap_or_default();
+        let snap = snapshot_with(&maps, |a, b| self.read(a, b));
+        let path = Path::new(&self.args.out).join(files::MEMORY_END);
+        let memory_end = match write_snapshot(&path, &snap) {
+            Ok(regions) => (regions, snap.truncated),
+            Err(e) => {
+                self.notes.push(e.to_string());
+                (Vec::new(), false)
+            }
+        };
+        if self.start_ip.is_none() {
+            let _ = File::create(Path::new(&self.args.out).join(files::MEMORY_START));
+        }
+        let end = match (&self.stop, self.exit_code) {
+            (Some(reason), _) => PluginEnd::Stopped { reason: reason.clone() },
+            (None, Some(code)) if self.engine.ended() || self.start_ip.is_none() => PluginEnd::Exited { code },
+            _ => PluginEnd::Died { fault_ip: fault },
+        };
+        let registers_end: RegisterMap = fault
+            .map(|ip| ("rip".to_string(), format!("{ip:#x}")))
+            .into_iter()
+            .collect();
+        let report = Report {
+            instructions: self.engine.position(),
+            start_ip: self.start_ip,
+            maps: Maps {
+                initial: std::mem::take(&mut self.initial),
+                changes: std::mem::take(&mut self.changes),
+            },
+            images: self.images.files().map(|(p, a)| (p.to_string(), a)).collect(),
+            memory_start: self.memory_start.0.clone(),
+            memory_start_truncated: self.memory_start.1,
+            memory_end: memory_end.0,
+            memory_end_truncated: memory_end.1,
+            registers_start: self.registers_start.clone(),
+            registers_end,
+            end,
+            stats: self.engine.stats,
+            notes: std::mem::take(&mut self.notes),
+        };
+        let out = Path::new(&self.args.out);
+        let tmp = out.join(format!("{}.tmp", files::REPORT));
+        let written = serde_json::to_vec_pretty(&report)
+            .map_err(std::io::Error::from)
+            .and_then(|text| std::fs::write(&tmp, text))
+            .and_then(|()| std::fs::rename(&tmp, out.join(files::REPORT)));
+        if let Err(e) = written {
+            crate::say(&format!("cannot write the report: {e}"));
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! What a backend hands the writer: the trace and its sideband, whatever produced them.
+
+use std::collections::BTreeMap;
+
+use rtit_replay_core::recording::{EndState, Maps};
+
+use crate::model::RtitConfig;
+use crate::sideband::{Images, Snapshot};
+
+/// Register values by name (`rip` → `0x401000`), as the manifest stores them; a register
+/// that is not listed is unknown.
+pub type RegisterMap = BTreeMap<String, String>;
+
+/// The recorder's truth: every traced instruction's address, and registers at sampled
+/// positions where the backend can read them.
+#[derive(Debug, Default, Clone)]
+pub struct Truth {
+    /// Addresses, in order.
+    pub ips: Vec<u64>,
+    /// (position, registers before the instruction there).
+    pub samples: Vec<(u64, RegisterMap)>,
+}
+
+/// What a recording run produced.
+pub struct Outcome {
+    /// The packet bytes.
+    pub trace: Vec<u8>,
+    /// Instructions retired while tracing.
+    pub instructions: u64,
+    /// With `truth`: what ran.
+    pub truth: Option<Truth>,
+    /// Writable memory when tracing started.
+    pub memory_start: Snapshot,
+    /// At the end, where the process could still be read.
+    pub memory_end: Snapshot,
+    /// The memory map at the start and its changes.
+    pub maps: Maps,
+    /// The images to copy.
+    pub images: Images,
+    /// Registers when tracing started (those the backend knows).
+    pub registers_start: RegisterMap,
+    /// At the end: before the exit system call, at the fault, or where stopped.
+    pub registers_end: RegisterMap,
+    /// Where tracing started.
+    pub start_ip: u64,
+    /// The CR3 the configuration filtered on.
+    pub cr3: u64,
+    /// How the run ended.
+    pub end: EndState,
+    /// The RTIT configuration used.
+    pub config: RtitConfig,
+}

@@ -1,0 +1,254 @@
+//! Translation blocks as the plugin sees them at translation time, classified once so that
+//! executing one costs a lookup: the instructions (address, length, class) and what the
+//! retirement engine needs to know about the last one.
+
+use iced_x86::{Decoder, DecoderOptions, Instruction, InstructionInfoFactory, Mnemonic, OpKind};
+use rtit_replay_core::cofi::{classify, Cofi};
+
+/// One instruction of a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockInsn {
+    /// Its address.
+    pub ip: u64,
+    /// Its length.
+    pub len: u8,
+    /// Its class (table 2).
+    pub cofi: Cofi,
+}
+
+impl BlockInsn {
+    /// The address after it.
+    pub const fn nlip(&self) -> u64 {
+        self.ip.wrapping_add(self.len as u64)
+    }
+}
+
+/// Which memory accesses of the last instruction the plugin counts to learn whether it
+/// completed: its writes if it writes (they come last in a read-modify-write), else its reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// It does not access memory.
+    None,
+    /// Count reads.
+    Read,
+    /// Count writes.
+    Write,
+}
+
+/// A translation block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Block {
+    /// Its instructions in order; only the last can be a branch.
+    pub insns: Box<[BlockInsn]>,
+    /// The last instruction's target when the instruction encodes it (direct branches).
+    pub target: Option<u64>,
+    /// The last instruction is a REP/REPE/REPNE string instruction, which QEMU runs one
+    /// iteration per block execution.
+    pub rep: bool,
+    /// The last instruction's memory accesses to count.
+    pub access: Access,
+    /// The last instruction can fault without accessing memory (DIV, privileged ones).
+    pub faults_without_memory: bool,
+}
+
+/// Where the vsyscall page is (Linux x86-64 ABI); QEMU emulates calls into it.
+pub const VSYSCALL_PAGE: u64 = 0xffff_ffff_ff60_0000;
+
+/// A translation error: the block has no decodable instruction.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no decodable instruction at {ip:#x} ({bytes} bytes reported)")]
+pub struct TranslateError {
+    /// The block's address.
+    pub ip: u64,
+    /// How many bytes QEMU reported for its first instruction.
+    pub bytes: usize,
+}
+
+impl Block {
+    /// Classifies the instructions QEMU reports for a block: `(address, bytes)` each.
+    ///
+    /// QEMU 7.2 reports an instruction after the first that crosses a page boundary as the
+    /// block's last with a truncated size, though it does not run it there: it starts the next
+    /// block. Such an instruction (its decoded length exceeds the bytes reported, or it
+    /// decodes as invalid from too few bytes) is dropped; [`Block::kept`] says how many
+    /// instructions remain, which are the ones the plugin instruments.
+    pub fn translate<'a>(insns: impl IntoIterator<Item = (u64, &'a [u8])>) -> Result<Self, TranslateError> {
+        let mut out = Vec::new();
+        let mut last: Option<Instruction> = None;
+        let mut first: Option<(u64, usize)> = None;
+        for (ip, bytes) in insns {
+            first.get_or_insert((ip, bytes.len()));
+            if bytes.is_empty() {
+                break;
+            }
+            let insn = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE).decode();
+            let truncated = insn.is_invalid() || insn.len() > bytes.len();
+            if truncated && !out.is_empty() {
+                break;
+            }
+            let cofi = if insn.is_invalid() {
+                Cofi::Exception
+            } else {
+                classify(&insn)
+            };
+            out.push(BlockInsn {
+                ip,
+                len: if insn.is_invalid() {
+                    bytes.len().max(1) as u8
+                } else {
+                    insn.len() as u8
+                },
+                cofi,
+            });
+            last = Some(insn);
+        }
+        let (Some(insn), false) = (last, out.is_empty()) else {
+            let (ip, bytes) = first.unwrap_or((0, 0));
+            return Err(TranslateError { ip, bytes });
+        };
+        let cofi = out[out.len() - 1].cofi;
+        let target = match cofi {
+            Cofi::Conditional | Cofi::DirectJump | Cofi::DirectCall => Some(insn.near_branch_target()),
+            _ => None,
+        };
+        Ok(Self {
+            insns: out.into_boxed_slice(),
+            target,
+            rep: is_rep_string(&insn),
+            access: access(&insn),
+            faults_without_memory: faults_without_memory(&insn),
+        })
+    }
+
+    /// How many instructions the block keeps.
+    pub fn kept(&self) -> usize {
+        self.insns.len()
+    }
+
+    /// Its first address.
+    pub fn start(&self) -> u64 {
+        self.insns[0].ip
+    }
+
+    /// The last instruction.
+    pub fn last(&self) -> BlockInsn {
+        self.insns[self.insns.len() - 1]
+    }
+
+    /// Whether QEMU runs it in place of a call into the vsyscall page.
+    pub fn is_vsyscall(&self) -> bool {
+        self.start() & !0xfff == VSYSCALL_PAGE
+    }
+}
+
+fn is_rep_string(insn: &Instruction) -> bool {
+    let string = (0..insn.op_count()).any(|i| {
+        matches!(
+            insn.op_kind(i),
+            OpKind::MemorySegSI
+                | OpKind::MemorySegESI
+                | OpKind::MemorySegRSI
+                | OpKind::MemoryESDI
+                | OpKind::MemoryESEDI
+                | OpKind::MemoryESRDI
+        )
+    });
+    string && (insn.has_rep_prefix() || insn.has_repe_prefix() || insn.has_repne_prefix())
+}
+
+fn access(insn: &Instruction) -> Access {
+    if insn.is_invalid() {
+        return Access::None;
+    }
+    let mut factory = InstructionInfoFactory::new();
+    let info = factory.info(insn);
+    let used = info.used_memory();
+    if used.iter().any(|m| {
+        matches!(
+            m.access(),
+            iced_x86::OpAccess::Write
+                | iced_x86::OpAccess::CondWrite
+                | iced_x86::OpAccess::ReadWrite
+                | iced_x86::OpAccess::ReadCondWrite
+        )
+    }) {
+        Access::Write
+    } else if used.is_empty() {
+        Access::None
+    } else {
+        Access::Read
+    }
+}
+
+fn faults_without_memory(insn: &Instruction) -> bool {
+    matches!(
+        insn.mnemonic(),
+        Mnemonic::Div
+            | Mnemonic::Idiv
+            | Mnemonic::Hlt
+            | Mnemonic::Cli
+            | Mnemonic::Sti
+            | Mnemonic::In
+            | Mnemonic::Out
+            | Mnemonic::Rdmsr
+            | Mnemonic::Wrmsr
+            | Mnemonic::Rdpmc
+            | Mnemonic::Invd
+            | Mnemonic::Wbinvd
+            | Mnemonic::Clts
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(code: &[u8], at: u64, sizes: &[usize]) -> Block {
+        let mut parts = Vec::new();
+        let mut off = 0;
+        for &n in sizes {
+            parts.push((at + off as u64, &code[off..off + n]));
+            off += n;
+        }
+        Block::translate(parts).expect("translates")
+    }
+
+    #[test]
+    fn the_last_instruction_is_classified() {
+        // mov eax, 1; add rax, rbx; jne -0x9
+        let code = [0xb8, 1, 0, 0, 0, 0x48, 0x01, 0xd8, 0x75, 0xf6];
+        let b = block(&code, 0x1000, &[5, 3, 2]);
+        assert_eq!(b.kept(), 3);
+        assert_eq!(b.last().cofi, Cofi::Conditional);
+        assert_eq!(b.target, Some(0x1000));
+        assert_eq!((b.rep, b.access, b.faults_without_memory), (false, Access::None, false));
+    }
+
+    #[test]
+    fn a_truncated_instruction_after_the_first_is_dropped() {
+        // nop; then a 5-byte mov reported with 2 bytes (it crosses the page).
+        let code = [0x90, 0xb8, 1];
+        let b = block(&code, 0xffe, &[1, 2]);
+        assert_eq!(b.kept(), 1);
+        assert_eq!(b.last().ip, 0xffe);
+    }
+
+    #[test]
+    fn memory_access_and_rep_are_recognised() {
+        // rep movsb
+        let b = block(&[0xf3, 0xa4], 0x2000, &[2]);
+        assert!(b.rep);
+        assert_eq!(b.access, Access::Write);
+        // ret reads; call writes; lea reads nothing; div can fault.
+        assert_eq!(block(&[0xc3], 0, &[1]).access, Access::Read);
+        assert_eq!(block(&[0xe8, 0, 0, 0, 0], 0, &[5]).access, Access::Write);
+        assert_eq!(block(&[0x48, 0x8d, 0x04, 0x24], 0, &[4]).access, Access::None);
+        assert!(block(&[0x48, 0xf7, 0xf1], 0, &[3]).faults_without_memory);
+    }
+
+    #[test]
+    fn an_undecodable_block_is_an_error() {
+        let err = Block::translate([(0x10, &[][..])]).expect_err("empty");
+        assert_eq!(err, TranslateError { ip: 0x10, bytes: 0 });
+    }
+}

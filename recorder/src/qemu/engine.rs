@@ -1,0 +1,443 @@
+//! The retirement engine: turns the blocks QEMU executes into the instructions that retired,
+//! in order, and feeds them to the unit model. It sees what the plugin sees: a callback at the
+//! start of every executed block, how many of the previous block's instructions started
+//! (an inline counter before each instruction) and how many of its last instruction's memory
+//! accesses completed (an inline counter after each), system calls, and the end.
+//!
+//! A block's branch outcome is the next block's start. The cases QEMU 7.2 makes special:
+//! - fewer instructions started than the block holds: the last one that started faulted
+//!   (the next block is the signal handler), or a store into the block made QEMU re-translate
+//!   and re-run from that store (the next block starts at it): nothing after it retired;
+//! - a REP string instruction runs one iteration per block execution: while the next block
+//!   starts at the instruction itself it has not retired (one retirement, as on hardware);
+//! - the next block is not a successor the last instruction can have: a signal was delivered.
+//!   The last instruction faulted if it needed memory and its access never completed; else it
+//!   retired and the signal interrupted after it. When its successor cannot be known (a
+//!   conditional branch, or an indirect one whose target is a signal handler), the trace says
+//!   so with an overflow (§4.2.5): a gap, never a guess;
+//! - a call into the vsyscall page runs as a one-instruction block there: the kernel emulates
+//!   it through a page fault at that address, so the model sees a fault there and a return.
+
+use rtit_replay_core::cofi::{Cofi, FarKind};
+use rustc_hash::FxHashSet;
+
+use super::block::{Access, Block, BlockInsn};
+use crate::model::{CpuState, Input, ModelError, ModelOptions, Retired, RtitConfig, UnitModel};
+use crate::sideband::nr;
+
+/// Where the untraced kernel is, for the model's far transfers; no packet ever carries it
+/// under user-only tracing.
+const KERNEL: u64 = 0xffff_ffff_8100_0000;
+
+/// The plugin's inline counters for the block that just ran.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Instructions of it that started.
+    pub started: u64,
+    /// Completed memory accesses of its last instruction (of the kind [`Access`] names).
+    pub accessed: u64,
+}
+
+/// Where tracing starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// At the first instruction executed.
+    Entry,
+    /// At the first execution of this address.
+    At(u64),
+}
+
+/// What the plugin does after a system call's entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SyscallAction {
+    /// Let it run.
+    Continue,
+    /// Stop recording before it: the recording cannot follow it.
+    Stop(String),
+}
+
+/// Counters of what the engine met, for the report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Stats {
+    /// Block executions seen while tracing.
+    pub blocks: u64,
+    /// Faults (the faulting instruction did not retire).
+    pub faults: u64,
+    /// Signals delivered after an instruction that retired.
+    pub interrupts: u64,
+    /// Re-runs after a store into the running block.
+    pub restarts: u64,
+    /// Signals whose interrupted instruction's successor was unknown (an overflow gap).
+    pub gaps: u64,
+    /// Observations that fit none of the rules (reported, never silently used).
+    pub anomalies: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Kernel {
+    /// In user mode.
+    User,
+    /// In a system call from the instruction before `nlip`.
+    Syscall { nr: u64, nlip: u64 },
+    /// Delivering a signal, after a fault or an interrupt.
+    Delivering,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    id: u32,
+    first: usize,
+}
+
+/// The engine.
+pub struct Engine {
+    blocks: Vec<Block>,
+    model: Option<UnitModel>,
+    options: ModelOptions,
+    config: RtitConfig,
+    start: Start,
+    pending: Option<Pending>,
+    kernel: Kernel,
+    count: u64,
+    truth: Option<Vec<u64>>,
+    handlers: FxHashSet<u64>,
+    ended: bool,
+    last_fault: Option<u64>,
+    /// What it met.
+    pub stats: Stats,
+}
+
+impl Engine {
+    /// An engine that starts tracing at `start` with `config` (RTIT_CR3_MATCH set already).
+    pub fn new(options: ModelOptions, config: RtitConfig, start: Start, truth: bool) -> Self {
+        Self {
+            blocks: Vec::new(),
+            model: None,
+            options,
+            config,
+            start,
+            pending: None,
+            kernel: Kernel::User,
+            count: 0,
+            truth: truth.then(Vec::new),
+            handlers: FxHashSet::default(),
+            ended: false,
+            last_fault: None,
+            stats: Stats::default(),
+        }
+    }
+
+    /// Keeps a translated block; returns its id for the execution callback.
+    pub fn add_block(&mut self, block: Block) -> u32 {
+        self.blocks.push(block);
+        (self.blocks.len() - 1) as u32
+    }
+
+    /// A block by id.
+    pub fn block(&self, id: u32) -> &Block {
+        &self.blocks[id as usize]
+    }
+
+    /// Sets where tracing starts (before it has).
+    pub fn set_start(&mut self, start: Start) {
+        self.start = start;
+    }
+
+    /// Notes a signal handler's address (from `rt_sigaction`).
+    pub fn note_handler(&mut self, address: u64) {
+        self.handlers.insert(address);
+    }
+
+    /// Instructions retired into the model so far: the position of what happens now.
+    pub fn position(&self) -> u64 {
+        self.count
+    }
+
+    /// Whether tracing has started.
+    pub fn tracing(&self) -> bool {
+        self.model.is_some()
+    }
+
+    /// Whether the program ended (an exit system call) or recording stopped.
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// The address of the last instruction that faulted.
+    pub fn last_fault(&self) -> Option<u64> {
+        self.last_fault
+    }
+
+    /// Takes the packet bytes written so far.
+    pub fn take_trace(&mut self) -> Vec<u8> {
+        self.model.as_mut().map(UnitModel::take_output).unwrap_or_default()
+    }
+
+    /// Takes the truth recorded so far (with `truth`).
+    pub fn take_truth(&mut self) -> Vec<u64> {
+        self.truth.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Block `id` starts executing; `counts` are the previous block's. Returns the address
+    /// tracing starts at when it starts now.
+    pub fn executed(&mut self, id: u32, counts: Counts) -> Result<Option<u64>, ModelError> {
+        if self.ended {
+            return Ok(None);
+        }
+        if self.model.is_none() {
+            return self.maybe_begin(id);
+        }
+        self.stats.blocks += 1;
+        let next = self.block(id).start();
+        if let Some(p) = self.pending.take() {
+            self.resolve(p, counts, Some(next));
+        }
+        self.leave_kernel(next);
+        self.pending = Some(Pending { id, first: 0 });
+        Ok(None)
+    }
+
+    fn maybe_begin(&mut self, id: u32) -> Result<Option<u64>, ModelError> {
+        let block = self.block(id);
+        let first = match self.start {
+            Start::Entry => Some(0),
+            Start::At(at) => block.insns.iter().position(|i| i.ip == at),
+        };
+        let Some(first) = first else { return Ok(None) };
+        let ip = block.insns[first].ip;
+        let mut model = UnitModel::new(CpuState::user(ip, self.config.cr3_match), self.options);
+        model.program(&self.config)?;
+        self.model = Some(model);
+        self.pending = Some(Pending { id, first });
+        Ok(Some(ip))
+    }
+
+    /// A system call starts: the last instruction of the running block.
+    pub fn syscall(&mut self, number: u64, creates_thread: bool, counts: Counts) -> SyscallAction {
+        if self.ended || self.model.is_none() {
+            return SyscallAction::Continue;
+        }
+        let Some(p) = self.pending.take() else {
+            self.stats.anomalies += 1;
+            return SyscallAction::Continue;
+        };
+        let block = self.block(p.id).clone();
+        if block.is_vsyscall() {
+            self.pending = Some(p);
+            return SyscallAction::Continue;
+        }
+        let last = block.last();
+        if last.cofi != Cofi::Far(FarKind::Syscall) || counts.started != block.kept() as u64 {
+            self.stats.anomalies += 1;
+        }
+        self.retire_run(&block.insns[p.first.min(block.kept() - 1)..block.kept() - 1]);
+        let stop = match number {
+            nr::EXECVE | nr::EXECVEAT => Some("the program called execve; recording stops before it"),
+            nr::CLONE | nr::CLONE3 if creates_thread => {
+                Some("the program creates a thread; the qemu backend records single-threaded programs")
+            }
+            _ => None,
+        };
+        if let Some(reason) = stop {
+            // The trace ends before the call, as if interrupted there (FUP.PGD at it).
+            self.ended = true;
+            self.interrupt();
+            return SyscallAction::Stop(reason.to_string());
+        }
+        self.retire(last, KERNEL, Some(0));
+        if matches!(number, nr::EXIT | nr::EXIT_GROUP) {
+            self.ended = true;
+        } else {
+            self.kernel = Kernel::Syscall {
+                nr: number,
+                nlip: last.nlip(),
+            };
+        }
+        SyscallAction::Continue
+    }
+
+    /// The process ends without an exit system call (a fatal signal); `counts` are the running
+    /// block's. Returns the faulting instruction's address if it ended on a fault.
+    pub fn finish(&mut self, counts: Counts) -> Option<u64> {
+        if self.ended || self.model.is_none() {
+            return None;
+        }
+        self.ended = true;
+        let before = self.stats.faults;
+        if let Some(p) = self.pending.take() {
+            self.resolve(p, counts, None);
+        }
+        if let Kernel::Syscall { nlip, .. } = self.kernel {
+            // A fatal signal on the way back from a system call (abort's tgkill).
+            self.sysret(nlip);
+            self.interrupt();
+        }
+        (self.stats.faults > before).then_some(self.last_fault).flatten()
+    }
+
+    /// Settles the previous block `p` now that execution went on at `next` (`None`: the
+    /// process died).
+    fn resolve(&mut self, p: Pending, counts: Counts, next: Option<u64>) {
+        let block = &self.blocks[p.id as usize];
+        if block.is_vsyscall() {
+            // The emulated call: a fault at the vsyscall address, then back to the caller.
+            self.fault();
+            return;
+        }
+        let n = block.kept();
+        let started = (counts.started as usize).min(n);
+        if started <= p.first {
+            self.stats.anomalies += 1;
+            return;
+        }
+        let insns: Box<[BlockInsn]> = block.insns[p.first..started].into();
+        let (done, last) = insns.split_at(insns.len() - 1);
+        let last = last[0];
+        let (target, rep, access, faults_without_memory) =
+            (block.target, block.rep, block.access, block.faults_without_memory);
+        self.retire_run(done);
+        if started < n {
+            // It did not complete: re-run from it after a store into the block, or a fault.
+            if next == Some(last.ip) {
+                self.stats.restarts += 1;
+            } else {
+                self.fault();
+            }
+            return;
+        }
+        let legal = |to: u64| match last.cofi {
+            Cofi::None => to == last.nlip(),
+            Cofi::Conditional => Some(to) == target || to == last.nlip(),
+            Cofi::DirectJump | Cofi::DirectCall => Some(to) == target,
+            Cofi::IndirectJump | Cofi::IndirectCall | Cofi::Return => true,
+            Cofi::Far(_) | Cofi::Exception => false,
+        };
+        let completed = match access {
+            Access::None => !faults_without_memory,
+            Access::Read | Access::Write => counts.accessed > 0,
+        };
+        match (last.cofi, next) {
+            (Cofi::Far(FarKind::Syscall), _) => {
+                // The system call callback settles these; QEMU ran one without it.
+                self.stats.anomalies += 1;
+            }
+            (Cofi::Far(_), _) => {
+                // INT3, INT n: a trap into the kernel, which delivers a signal.
+                self.retire(last, KERNEL, Some(0));
+                self.kernel = Kernel::Delivering;
+            }
+            (Cofi::Exception, _) => self.fault(),
+            // Another iteration of a REP string instruction, or a re-run after a store into
+            // the block: not retired yet (a jump to itself is legal and retires).
+            (_, Some(to)) if to == last.ip && (rep || target != Some(to)) => {
+                if !rep {
+                    self.stats.restarts += 1;
+                }
+            }
+            (_, Some(to)) if legal(to) && !(last.cofi.is_indirect() && self.handlers.contains(&to)) => {
+                self.retire(last, to, None)
+            }
+            _ if !completed => self.fault(),
+            (cofi, next) => {
+                let known = match cofi {
+                    Cofi::None => Some(last.nlip()),
+                    Cofi::DirectJump | Cofi::DirectCall => target,
+                    _ => None,
+                };
+                match (known, next) {
+                    (Some(to), _) => {
+                        self.retire(last, to, None);
+                        self.interrupt();
+                    }
+                    (None, Some(handler)) => self.gap(last, handler),
+                    // The process died after it; where it went is unknown: it is left out.
+                    (None, None) => self.stats.gaps += 1,
+                }
+            }
+        }
+    }
+
+    /// After kernel work, the next user instruction is `next`.
+    fn leave_kernel(&mut self, next: u64) {
+        match std::mem::replace(&mut self.kernel, Kernel::User) {
+            Kernel::User => {}
+            Kernel::Syscall {
+                nr: nr::RT_SIGRETURN, ..
+            } => self.sysret(next),
+            Kernel::Syscall { nlip, .. } => {
+                self.sysret(nlip);
+                if next != nlip {
+                    // A signal delivered on the way back from the call.
+                    self.interrupt();
+                    self.kernel = Kernel::User;
+                    self.iret(next);
+                }
+            }
+            Kernel::Delivering => self.iret(next),
+        }
+    }
+
+    fn model(&mut self) -> &mut UnitModel {
+        self.model.as_mut().expect("tracing")
+    }
+
+    fn retire_run(&mut self, insns: &[BlockInsn]) {
+        for (i, insn) in insns.iter().enumerate() {
+            let next = insns.get(i + 1).map_or_else(|| insn.nlip(), |n| n.ip);
+            self.retire(*insn, next, None);
+        }
+    }
+
+    fn retire(&mut self, insn: BlockInsn, next: u64, cpl: Option<u8>) {
+        let model = self.model.as_mut().expect("tracing");
+        if let Some(t) = &mut self.truth {
+            if model.packet_en() {
+                t.push(insn.ip);
+            }
+        }
+        self.count += 1;
+        let mut r = Retired::new(insn.ip, insn.len, insn.cofi, next);
+        if let Some(cpl) = cpl {
+            r = r.to_cpl(cpl);
+        }
+        model.retire(&r);
+    }
+
+    fn fault(&mut self) {
+        self.stats.faults += 1;
+        let ip = self.model().cpu().ip;
+        self.last_fault = Some(ip);
+        self.model().apply(&Input::Fault {
+            handler: KERNEL,
+            cpl: 0,
+        });
+        self.kernel = Kernel::Delivering;
+    }
+
+    fn interrupt(&mut self) {
+        self.stats.interrupts += 1;
+        self.model().apply(&Input::Interrupt {
+            handler: KERNEL,
+            cpl: 0,
+        });
+        self.kernel = Kernel::Delivering;
+    }
+
+    /// `last` retired and a signal was delivered after it, but where `last` went is unknown:
+    /// its packets are lost in an overflow that ends at the handler (FUP.BuffOvf, §4.2.5).
+    fn gap(&mut self, last: BlockInsn, handler: u64) {
+        self.stats.gaps += 1;
+        self.model().apply(&Input::Overflow { instructions: 0 });
+        self.retire(last, handler, None);
+    }
+
+    fn sysret(&mut self, to: u64) {
+        let r = Retired::new(KERNEL + 0x40, 3, Cofi::Far(FarKind::Sysret), to).to_cpl(3);
+        self.model().apply(&Input::Retire(r));
+    }
+
+    fn iret(&mut self, to: u64) {
+        let r = Retired::new(KERNEL + 0x40, 3, Cofi::Far(FarKind::Iret), to).to_cpl(3);
+        self.model().apply(&Input::Retire(r));
+    }
+}

@@ -1,0 +1,261 @@
+//! The launching side of the qemu backend: finds `qemu-x86_64` and the plugin, runs the
+//! program under them, and turns the plugin's report into an [`Outcome`].
+
+use std::ffi::OsString;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use nix::sys::signal::Signal;
+use rtit_replay_core::recording::{EndState, MemoryRegion};
+
+use super::report::{files, Args, PluginEnd, Report};
+use crate::model::RtitConfig;
+use crate::outcome::{Outcome, Truth};
+use crate::sideband::{Images, Snapshot};
+use crate::step::{check_executable, resolve, StartAt};
+
+/// The plugin library's file name.
+pub const PLUGIN_FILE: &str = "librtit_qemu_plugin.so";
+
+/// A failure of the qemu backend.
+#[derive(Debug, thiserror::Error)]
+pub enum QemuError {
+    /// No `qemu-x86_64` on PATH.
+    #[error("qemu-x86_64 is not installed (Debian/Ubuntu: apt-get install qemu-user)")]
+    NoQemu,
+    /// The plugin library is missing.
+    #[error("the rtit QEMU plugin ({PLUGIN_FILE}) is not next to rtit or in $RTIT_QEMU_PLUGIN; build it with `cargo build --release -p rtit-qemu-plugin`")]
+    NoPlugin,
+    /// The program cannot be recorded.
+    #[error(transparent)]
+    Program(#[from] crate::step::StepError),
+    /// A file operation failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// QEMU ended without the plugin's report.
+    #[error("qemu-x86_64 ended ({status}) without the plugin's report in {dir}")]
+    NoReport {
+        /// How QEMU ended.
+        status: String,
+        /// Where the report should be.
+        dir: String,
+    },
+    /// The report is unreadable.
+    #[error("{path}: {problem}")]
+    BadReport {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// The start point never ran.
+    #[error("--start {0}: never executed")]
+    StartNotReached(String),
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> QemuError + '_ {
+    move |source| QemuError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// What to record and how.
+pub struct QemuOptions {
+    /// The program (found on PATH if it has no slash).
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+    /// Where tracing starts.
+    pub start: StartAt,
+    /// RTIT configuration (RTIT_CR3_MATCH is set here).
+    pub config: RtitConfig,
+    /// Keep every retired instruction address.
+    pub truth: bool,
+    /// Set (by a SIGINT handler) when recording was interrupted.
+    pub interrupted: Arc<AtomicBool>,
+}
+
+/// `qemu-x86_64` on PATH, if any.
+pub fn find_qemu() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join("qemu-x86_64"))
+        .find(|p| p.is_file())
+}
+
+/// The plugin library: `$RTIT_QEMU_PLUGIN`, else next to the running executable (or one
+/// directory up, for test binaries under `target/*/deps`).
+pub fn find_plugin() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("RTIT_QEMU_PLUGIN") {
+        return Some(PathBuf::from(p)).filter(|p| p.is_file());
+    }
+    let exe = std::env::current_exe().ok()?;
+    exe.ancestors()
+        .skip(1)
+        .take(2)
+        .map(|d| d.join(PLUGIN_FILE))
+        .find(|p| p.is_file())
+}
+
+/// Records a program under QEMU with the plugin.
+pub fn record(opts: QemuOptions) -> Result<Outcome, QemuError> {
+    let qemu = find_qemu().ok_or(QemuError::NoQemu)?;
+    let plugin = find_plugin().ok_or(QemuError::NoPlugin)?;
+    let program = resolve(&opts.program)?;
+    check_executable(&program)?;
+    let dir = std::env::temp_dir().join(format!("rtit-qemu-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+    let result = run(&qemu, &plugin, &program, &opts, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Path) -> Result<Outcome, QemuError> {
+    let cr3 = (u64::from(std::process::id()) << 12) & ((1 << 36) - 1);
+    let config = RtitConfig {
+        cr3_match: cr3,
+        ..opts.config
+    };
+    let args = Args {
+        out: dir.display().to_string(),
+        ctl: config.ctl,
+        events: config.events,
+        pkt_cnt: config.pkt_cnt,
+        cr3,
+        lip: config.lip,
+        start: match &opts.start {
+            StartAt::Entry => None,
+            StartAt::Symbol(s) => Some(s.clone()),
+            StartAt::Address(a) => Some(format!("{a:#x}")),
+        },
+        truth: opts.truth,
+        argc: opts.args.len() as u64 + 1,
+    };
+    let option = format!("{},{}", plugin.display(), args.to_option());
+    let mut cmd = Command::new(qemu);
+    // The plugin is also preloaded into QEMU to see a fatal signal's end (its `kill`); the
+    // guest gets the environment it would have had.
+    let mut preload = plugin.as_os_str().to_os_string();
+    match std::env::var_os("LD_PRELOAD") {
+        Some(theirs) => {
+            let mut guest = OsString::from("LD_PRELOAD=");
+            guest.push(&theirs);
+            cmd.arg("-E").arg(guest);
+            preload.push(":");
+            preload.push(&theirs);
+        }
+        None => {
+            cmd.arg("-U").arg("LD_PRELOAD");
+        }
+    }
+    cmd.env("LD_PRELOAD", preload);
+    cmd.arg("-plugin").arg(option).arg(program).args(&opts.args);
+    // QEMU writes a core file of the guest into the working directory when it dies of a
+    // signal, unless the core size limit is 0.
+    #[allow(unsafe_code)]
+    // SAFETY: setrlimit is async-signal-safe and touches no state of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0).map_err(std::io::Error::from)
+        });
+    }
+    let status = cmd.status().map_err(io(qemu))?;
+    let report_path = dir.join(files::REPORT);
+    let text = std::fs::read(&report_path).map_err(|_| QemuError::NoReport {
+        status: status.to_string(),
+        dir: dir.display().to_string(),
+    })?;
+    let report: Report = serde_json::from_slice(&text).map_err(|e| QemuError::BadReport {
+        path: report_path.display().to_string(),
+        problem: e.to_string(),
+    })?;
+    let start_ip = report.start_ip.ok_or_else(|| {
+        let at = match &opts.start {
+            StartAt::Entry => "the entry point".to_string(),
+            StartAt::Symbol(s) => s.clone(),
+            StartAt::Address(a) => format!("{a:#x}"),
+        };
+        QemuError::StartNotReached(at)
+    })?;
+    let read = |name: &str| std::fs::read(dir.join(name)).map_err(io(Path::new(name)));
+    let trace = read(files::TRACE)?;
+    let truth = opts.truth.then(|| -> Result<Truth, QemuError> {
+        let bytes = read(files::TRUTH)?;
+        let ips = bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+            .collect();
+        Ok(Truth {
+            ips,
+            samples: Vec::new(),
+        })
+    });
+    let truth = truth.transpose()?;
+    let snapshot = |name: &str, regions: &[MemoryRegion], truncated: bool| -> Result<Snapshot, QemuError> {
+        let bytes = read(name)?;
+        let mut snap = Snapshot {
+            regions: Vec::new(),
+            truncated,
+        };
+        for r in regions {
+            let len = (r.mapping.end - r.mapping.start) as usize;
+            let from = r.file_offset as usize;
+            let chunk = bytes.get(from..from + len).ok_or_else(|| QemuError::BadReport {
+                path: dir.join(name).display().to_string(),
+                problem: format!("region at {:#x} runs past the file's end", r.mapping.start),
+            })?;
+            snap.regions.push((r.mapping.clone(), chunk.to_vec()));
+        }
+        Ok(snap)
+    };
+    let memory_start = snapshot(files::MEMORY_START, &report.memory_start, report.memory_start_truncated)?;
+    let memory_end = snapshot(files::MEMORY_END, &report.memory_end, report.memory_end_truncated)?;
+    let mut images = Images::default();
+    for (path, load) in &report.images {
+        images.add(path, *load);
+    }
+    let end = end_state(&report.end, status, opts.interrupted.load(Ordering::Relaxed));
+    Ok(Outcome {
+        trace,
+        instructions: report.instructions,
+        truth,
+        memory_start,
+        memory_end,
+        maps: report.maps,
+        images,
+        registers_start: report.registers_start,
+        registers_end: report.registers_end,
+        start_ip,
+        cr3,
+        end,
+        config,
+    })
+}
+
+/// How the run ended, from the plugin's view and QEMU's exit status.
+fn end_state(end: &PluginEnd, status: std::process::ExitStatus, interrupted: bool) -> EndState {
+    match end {
+        _ if interrupted => EndState::Interrupted,
+        PluginEnd::Exited { code } => EndState::Exited { code: *code },
+        PluginEnd::Stopped { reason } => EndState::Unsupported { reason: reason.clone() },
+        PluginEnd::Died { fault_ip } => {
+            let signal = status.signal().unwrap_or(0);
+            EndState::Signaled {
+                signal,
+                name: Signal::try_from(signal).map_or_else(|_| format!("signal {signal}"), |s| s.as_str().to_string()),
+                address: None,
+                ip: fault_ip.map(|ip| format!("{ip:#x}")),
+            }
+        }
+    }
+}

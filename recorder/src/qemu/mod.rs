@@ -1,0 +1,15 @@
+//! The qemu backend: a QEMU user-mode plugin (crate `rtit-qemu-plugin`) drives the unit model
+//! from the translation blocks the emulated CPU executes; `rtit record --backend qemu` runs
+//! `qemu-x86_64 -plugin …` and turns what the plugin leaves into a recording.
+//!
+//! The plugin holds no logic of its own beyond QEMU's API: the retirement rules are in
+//! [`engine`], block classification in [`block`], the guest's memory map in [`guest_maps`]
+//! and [`initial`], the plugin's arguments and report in [`report`], and the launching side in
+//! [`launch`].
+
+pub mod block;
+pub mod engine;
+pub mod guest_maps;
+pub mod initial;
+pub mod launch;
+pub mod report;

@@ -1,0 +1,187 @@
+//! What passes between `rtit record` and the plugin: the plugin's arguments (QEMU hands them
+//! over as `key=value` strings) and the report it leaves next to the trace when the program
+//! ends.
+
+use rtit_replay_core::recording::{Maps, MemoryRegion};
+
+use super::engine::Stats;
+use crate::outcome::RegisterMap;
+
+/// Files the plugin writes into its output directory.
+pub mod files {
+    /// The packets.
+    pub const TRACE: &str = "trace.rtit";
+    /// Every traced instruction's address (u64 little-endian each), with `truth`.
+    pub const TRUTH: &str = "truth.bin";
+    /// Writable memory when tracing started.
+    pub const MEMORY_START: &str = "memory-start.bin";
+    /// Writable memory at the end.
+    pub const MEMORY_END: &str = "memory-end.bin";
+    /// The [`super::Report`].
+    pub const REPORT: &str = "report.json";
+}
+
+/// A bad plugin argument.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("rtit plugin argument {arg:?}: {problem}")]
+pub struct ArgError {
+    /// The argument.
+    pub arg: String,
+    /// What is wrong.
+    pub problem: String,
+}
+
+/// The plugin's arguments.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Args {
+    /// Output directory (`out=`).
+    pub out: String,
+    /// RTIT_CTL, RTIT_EVENTS, RTIT_PKT_CNT, RTIT_CR3_MATCH (`ctl=`, `events=`, `pkt_cnt=`,
+    /// `cr3=`, hex).
+    pub ctl: u64,
+    /// RTIT_EVENTS.
+    pub events: u64,
+    /// RTIT_PKT_CNT.
+    pub pkt_cnt: u64,
+    /// RTIT_CR3_MATCH.
+    pub cr3: u64,
+    /// RTIT_LIP0–3 (`lip0=` … `lip3=`).
+    pub lip: [u64; 4],
+    /// Where to start: a symbol of the executable or a hex address (`start=`).
+    pub start: Option<String>,
+    /// Record the truth (`truth=on`).
+    pub truth: bool,
+    /// The program's argument count, to find its initial stack pointer (`argc=`).
+    pub argc: u64,
+}
+
+impl Args {
+    /// Parses `key=value` strings.
+    pub fn parse<'a>(args: impl IntoIterator<Item = &'a str>) -> Result<Self, ArgError> {
+        let mut out = Self::default();
+        for arg in args {
+            let bad = |problem: &str| ArgError {
+                arg: arg.to_string(),
+                problem: problem.to_string(),
+            };
+            let (key, value) = arg.split_once('=').ok_or_else(|| bad("expected key=value"))?;
+            let hex = || u64::from_str_radix(value.trim_start_matches("0x"), 16).map_err(|_| bad("not hex"));
+            match key {
+                "out" => out.out = value.to_string(),
+                "ctl" => out.ctl = hex()?,
+                "events" => out.events = hex()?,
+                "pkt_cnt" => out.pkt_cnt = hex()?,
+                "cr3" => out.cr3 = hex()?,
+                "lip0" | "lip1" | "lip2" | "lip3" => out.lip[usize::from(key.as_bytes()[3] - b'0')] = hex()?,
+                "start" => out.start = Some(value.to_string()),
+                "truth" => out.truth = value == "on",
+                "argc" => out.argc = value.parse().map_err(|_| bad("not a number"))?,
+                _ => return Err(bad("unknown key")),
+            }
+        }
+        if out.out.is_empty() {
+            return Err(ArgError {
+                arg: String::new(),
+                problem: "out=DIR is required".to_string(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// The arguments as QEMU's `-plugin` option takes them (after the library's path).
+    pub fn to_option(&self) -> String {
+        let mut s = format!(
+            "out={},ctl={:x},events={:x},pkt_cnt={:x},cr3={:x},argc={}",
+            self.out, self.ctl, self.events, self.pkt_cnt, self.cr3, self.argc
+        );
+        for (i, lip) in self.lip.iter().enumerate() {
+            s.push_str(&format!(",lip{i}={lip:x}"));
+        }
+        if let Some(start) = &self.start {
+            s.push_str(&format!(",start={start}"));
+        }
+        if self.truth {
+            s.push_str(",truth=on");
+        }
+        s
+    }
+}
+
+/// How the program ended, as the plugin saw it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum PluginEnd {
+    /// exit or exit_group with this status.
+    Exited {
+        /// The status.
+        code: i32,
+    },
+    /// It ended without exiting: a fatal signal (QEMU's exit status names it).
+    Died {
+        /// The instruction that faulted, if it ended on a fault.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fault_ip: Option<u64>,
+    },
+    /// Recording stopped before something it cannot follow.
+    Stopped {
+        /// What.
+        reason: String,
+    },
+}
+
+/// The plugin's report.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Report {
+    /// Instructions retired into the model.
+    pub instructions: u64,
+    /// Where tracing started; `None` if the start point never ran.
+    pub start_ip: Option<u64>,
+    /// The memory map when tracing started, and its changes.
+    pub maps: Maps,
+    /// The executable images: (path, load address).
+    pub images: Vec<(String, u64)>,
+    /// Regions of `memory-start.bin`.
+    pub memory_start: Vec<MemoryRegion>,
+    /// Whether the start snapshot was cut short.
+    pub memory_start_truncated: bool,
+    /// Regions of `memory-end.bin`.
+    pub memory_end: Vec<MemoryRegion>,
+    /// Whether the end snapshot was cut short.
+    pub memory_end_truncated: bool,
+    /// Registers known when tracing started.
+    pub registers_start: RegisterMap,
+    /// Registers known at the end.
+    pub registers_end: RegisterMap,
+    /// How it ended.
+    pub end: PluginEnd,
+    /// What the retirement engine met.
+    pub stats: Stats,
+    /// Problems met along the way, for the user.
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_round_trip_through_the_option_string() {
+        let args = Args {
+            out: "/tmp/x".into(),
+            ctl: 0x2809,
+            events: 0x10,
+            pkt_cnt: 0x20000,
+            cr3: 0x1000,
+            lip: [1, 2, 3, 4],
+            start: Some("main".into()),
+            truth: true,
+            argc: 3,
+        };
+        let option = args.to_option();
+        assert_eq!(Args::parse(option.split(',')), Ok(args));
+        let err = Args::parse(["ctl=zz", "out=/x"]).expect_err("bad hex");
+        assert!(err.to_string().contains("ctl=zz"), "{err}");
+        assert!(Args::parse(["ctl=1"]).is_err(), "out is required");
+    }
+}

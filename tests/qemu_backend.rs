@@ -1,0 +1,244 @@
+//! The qemu backend end to end: every example of examples/c recorded with `--backend qemu`
+//! decodes exactly to the plugin's truth; the step and qemu backends record the same
+//! instructions (and the same packets) for a program whose instruction stream does not depend
+//! on the CPU model; a program from the distribution records and decodes with no error.
+//!
+//! Needs `qemu-x86_64` (package qemu-user; `.ci/run` installs it) and gcc. The plugin library
+//! is built here (cargo does not build a cdylib for tests).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use rtit_replay_core::recording::{EndState, Recording};
+use serde_json::Value;
+
+fn plugin() -> &'static Path {
+    static PLUGIN: OnceLock<PathBuf> = OnceLock::new();
+    PLUGIN.get_or_init(|| {
+        assert!(
+            Command::new("qemu-x86_64").arg("--version").output().is_ok(),
+            "qemu-x86_64 is needed (apt-get install qemu-user; `.ci/run` installs it)"
+        );
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-p", "rtit-qemu-plugin"])
+            .status()
+            .expect("cargo");
+        assert!(status.success(), "building the plugin");
+        let lib = Path::new(env!("CARGO_BIN_EXE_rtit"))
+            .parent()
+            .expect("target dir")
+            .join("librtit_qemu_plugin.so");
+        assert!(lib.is_file(), "{} was built", lib.display());
+        lib
+    })
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("qemu_backend").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+fn compile(src: &Path, flags: &[&str], dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).expect("output dir");
+    let exe = dir.join(src.file_stem().expect("a name"));
+    let status = Command::new("gcc")
+        .args(["-O1", "-g"])
+        .args(flags)
+        .arg("-o")
+        .arg(&exe)
+        .arg(src)
+        .status()
+        .expect("gcc is needed (`.ci/run` installs it)");
+    assert!(status.success(), "gcc failed on {}", src.display());
+    exe
+}
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("examples/c/{name}.c"))
+}
+
+fn rtit(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .args(args)
+        .env("RTIT_QEMU_PLUGIN", plugin())
+        .env(
+            "RTIT_DIR",
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join("qemu_backend/root"),
+        )
+        .output()
+        .expect("run rtit")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+fn record(backend: &str, exe: &Path, out: &Path, flags: &[&str], args: &[&str]) -> (Recording, i32, String) {
+    let mut all = vec!["record", "--backend", backend, "--truth", "--out", s(out)];
+    all.extend_from_slice(flags);
+    all.push("--");
+    all.push(s(exe));
+    all.extend_from_slice(args);
+    let result = rtit(&all);
+    let stderr = String::from_utf8_lossy(&result.stderr).into_owned();
+    let rec = Recording::open(out).unwrap_or_else(|e| panic!("{}: {e}\n{stderr}", out.display()));
+    (rec, result.status.code().unwrap_or(-1), stderr)
+}
+
+/// `rtit insns --json` equals the truth, with no error event.
+fn check_truth(rec: &Recording, what: &str) {
+    let out = rtit(&["insns", "--json", s(&rec.dir)]);
+    assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
+    let mut ips = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let v: Value = serde_json::from_str(line).expect("JSON line");
+        assert!(v["event"] != "error" && v["event"] != "gap", "{what}: {v}");
+        if let Some(ip) = v["ip"].as_str().filter(|_| v.get("i").is_some()) {
+            ips.push(u64::from_str_radix(ip.trim_start_matches("0x"), 16).expect("hex"));
+        }
+    }
+    let truth = rec.truth().expect("readable").expect("--truth was given");
+    assert!(truth.len() > 300, "{what}: a real run ({} instructions)", truth.len());
+    let at = ips.iter().zip(&truth).position(|(a, b)| a != b);
+    assert!(
+        ips.len() == truth.len() && at.is_none(),
+        "{what}: {} decoded vs {} true; first difference at {at:?}",
+        ips.len(),
+        truth.len()
+    );
+}
+
+fn run_example(name: &str, expect: i32) {
+    let dir = scratch(name);
+    for (link, flags) in [("static", &["-static"][..]), ("dynamic", &[][..])] {
+        let exe = compile(&example(name), &[flags, &["-pthread"]].concat(), &dir.join(link));
+        let configs: [(&str, &[&str]); 3] = [
+            ("main", &["--start", "main"]),
+            ("main-no-ret-compression", &["--start", "main", "--no-ret-compression"]),
+            ("entry-psb-2048", &["--psb-period", "2048"]),
+        ];
+        for (config, flags) in configs {
+            let what = format!("{name}/{link}/{config}");
+            let (rec, status, stderr) = record("qemu", &exe, &dir.join(link).join(config), flags, &[]);
+            assert_eq!(status, expect, "{what}: the program's status\n{stderr}");
+            assert_eq!(rec.manifest.backend, "qemu");
+            check_truth(&rec, &what);
+        }
+    }
+}
+
+#[test]
+fn recursion() {
+    run_example("recursion", 0);
+}
+
+#[test]
+fn function_pointers_and_a_jump_table() {
+    run_example("dispatch", 0);
+}
+
+#[test]
+fn setjmp_longjmp() {
+    run_example("longjmp", 0);
+}
+
+#[test]
+fn signal_handlers_for_raise_and_sigsegv() {
+    run_example("signals", 0);
+}
+
+#[test]
+fn computed_goto_and_deep_recursion() {
+    run_example("goto", 0);
+    run_example("deep", 0);
+}
+
+#[test]
+fn dynamic_linking() {
+    run_example("dynamic", 0);
+}
+
+#[test]
+fn a_crash_ends_with_the_signal_and_the_faulting_instruction() {
+    run_example("crash", 139);
+    let dir = scratch("crash-end");
+    let exe = compile(&example("crash"), &["-static"], &dir);
+    let (rec, _, _) = record("qemu", &exe, &dir.join("rec"), &["--start", "main"], &[]);
+    let truth = rec.truth().expect("truth").expect("truth");
+    match &rec.manifest.end {
+        EndState::Signaled { name, ip, .. } => {
+            assert_eq!(name, "SIGSEGV");
+            // The faulting instruction did not retire: it follows the last one traced.
+            let ip = u64::from_str_radix(ip.as_deref().expect("an ip").trim_start_matches("0x"), 16).expect("hex");
+            assert_ne!(truth.last(), Some(&ip));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn threads_are_refused_with_a_clear_message_and_a_valid_recording() {
+    let dir = scratch("threads");
+    let exe = compile(&example("threads"), &["-static", "-pthread"], &dir);
+    let (rec, status, stderr) = record("qemu", &exe, &dir.join("rec"), &["--start", "main"], &[]);
+    assert_eq!(status, 1);
+    assert!(stderr.contains("creates a thread"), "{stderr}");
+    assert!(matches!(rec.manifest.end, EndState::Unsupported { .. }));
+    check_truth(&rec, "threads");
+}
+
+#[test]
+fn step_and_qemu_record_the_same_instructions_for_a_cpu_independent_program() {
+    let dir = scratch("agree");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/loops.c");
+    let exe = compile(
+        &src,
+        &["-static", "-nostdlib", "-fno-builtin", "-fno-stack-protector"],
+        &dir,
+    );
+    let (step, a, _) = record("step", &exe, &dir.join("step"), &[], &[]);
+    let (qemu, b, _) = record("qemu", &exe, &dir.join("qemu"), &[], &[]);
+    assert_eq!((a, b), (0, 0));
+    let (st, qt) = (
+        step.truth().expect("t").expect("t"),
+        qemu.truth().expect("t").expect("t"),
+    );
+    assert!(st.len() > 10_000, "{} instructions", st.len());
+    assert_eq!(st, qt, "the same instructions in the same order");
+    assert_eq!(
+        step.trace().expect("trace"),
+        qemu.trace().expect("trace"),
+        "the same packets"
+    );
+    check_truth(&qemu, "loops");
+}
+
+#[test]
+fn sort_from_the_distribution_records_and_decodes_without_errors() {
+    let dir = scratch("sort");
+    let input = dir.join("input.txt");
+    // 6,000 pseudo-random lines (a linear congruential generator: reproducible).
+    let mut x: u64 = 12345;
+    let mut text = String::new();
+    for _ in 0..6_000 {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        text.push_str(&format!("{:016x} line\n", x >> 11));
+    }
+    std::fs::write(&input, text).expect("input");
+    let (rec, status, stderr) = record("qemu", Path::new("/usr/bin/sort"), &dir.join("rec"), &[], &[s(&input)]);
+    assert_eq!(status, 0, "{stderr}");
+    assert!(rec.manifest.instructions > 1_000_000, "{}", rec.manifest.instructions);
+    let info = rtit(&["info", "--decode", s(&rec.dir)]);
+    let text = String::from_utf8_lossy(&info.stdout);
+    let line = text.lines().find(|l| l.starts_with("decoded")).expect("a decode line");
+    let expected = format!(
+        "decoded       {} instructions, 0 errors, 0 gaps",
+        rec.manifest.instructions
+    );
+    assert!(line.starts_with(&expected), "{line}\nexpected {expected}");
+    let truth = rec.truth().expect("truth").expect("truth");
+    assert_eq!(truth.len() as u64, rec.manifest.instructions);
+}
