@@ -25,6 +25,9 @@ use super::block::{Access, Block, BlockInsn};
 use crate::model::{CpuState, Input, ModelError, ModelOptions, Retired, RtitConfig, UnitModel};
 use crate::sideband::nr;
 
+#[cfg(test)]
+mod tests;
+
 /// Where the untraced kernel is, for the model's far transfers; no packet ever carries it
 /// under user-only tracing.
 const KERNEL: u64 = 0xffff_ffff_8100_0000;
