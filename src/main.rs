@@ -33,6 +33,8 @@ enum Command {
     Insns(cmd::insns::InsnsArgs),
     /// Print the function-call history of a trace, like gdb's `record function-call-history`.
     Calls(cmd::calls::CallsArgs),
+    /// Compare the replayed register values with those `rtit record --truth` sampled.
+    CheckValues(cmd::check_values::CheckValuesArgs),
 }
 
 fn main() -> ExitCode {
@@ -48,6 +50,7 @@ fn main() -> ExitCode {
         Command::Dump(args) => cmd::dump::run(&args),
         Command::Insns(args) => cmd::insns::run(&args),
         Command::Calls(args) => cmd::calls::run(&args),
+        Command::CheckValues(args) => cmd::check_values::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -17,7 +17,10 @@ fn scratch(name: &str) -> PathBuf {
 
 /// Compiles examples/c/NAME.c and records it from main, with the truth.
 fn recording(name: &str, dynamic: bool) -> Recording {
-    let dir = scratch(name);
+    // Tests run in parallel: each recording gets its own directory.
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = scratch(&format!("{name}-{n}"));
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("examples/c/{name}.c"));
     let exe = dir.join(name);
     let mut gcc = Command::new("gcc");
@@ -202,18 +205,151 @@ fn a_crash_stops_with_sigsegv_at_the_faulting_instruction() {
 }
 
 #[test]
-fn registers_are_known_at_the_start_and_unavailable_elsewhere() {
+fn registers_are_known_where_the_state_layer_can_tell_and_unavailable_elsewhere() {
     let rec = recording("goto", false);
     let rsp = u64::from_str_radix(rec.manifest.registers_start["rsp"].trim_start_matches("0x"), 16).expect("hex");
     let server = Server::start(&rec);
     let out = server.gdb(
         Some(&executable(&rec)),
-        &["p/x $rsp", "stepi", "stepi", "p $rax", "p/x $pc"],
+        &["p/x $rsp", "stepi", "stepi", "p/x $rsp", "p $xmm0", "p/x $pc"],
     );
-    assert_eq!(pcs(&out).first(), Some(&rsp), "{out}");
+    let p = pcs(&out);
+    assert_eq!(p.first(), Some(&rsp), "{out}");
     assert!(
-        out.contains("<unavailable>"),
-        "rax in the middle of the history is unknown: {out}"
+        p.len() >= 2 && p[1] <= rsp,
+        "rsp two instructions later is known: {out}"
+    );
+    assert!(out.contains("<unavailable>"), "vector registers are never known: {out}");
+}
+
+/// gdb's backtrace lines (`#N ...`).
+fn frames(out: &str) -> Vec<String> {
+    out.lines().filter(|l| l.starts_with('#')).map(str::to_string).collect()
+}
+
+/// The commands that stop at the deepest level of the recursion example: fib(1) called from
+/// fib(2) … fib(11) from main (the 464th call of fib).
+const DEEPEST: [&str; 3] = ["break fib", "ignore 1 463", "continue"];
+
+#[test]
+fn backtrace_at_the_deepest_recursion_matches_native_gdb() {
+    let rec = recording("recursion", false);
+    let exe = executable(&rec);
+    // The program as it was recorded (the copy in the recording is not executable).
+    let program = &rec.manifest.command[0];
+    let native = Command::new("gdb")
+        .args([
+            "-batch",
+            "-nx",
+            "-ex",
+            "break fib",
+            "-ex",
+            "ignore 1 463",
+            "-ex",
+            "run",
+            "-ex",
+            "bt",
+        ])
+        .arg(program)
+        .output()
+        .expect("gdb");
+    let native = String::from_utf8_lossy(&native.stdout).into_owned() + &String::from_utf8_lossy(&native.stderr);
+    let native_frames = frames(&native);
+    assert_eq!(native_frames.len(), 12, "fib x 11 and main natively: {native}");
+    let server = Server::start(&rec);
+    let mut commands = DEEPEST.to_vec();
+    commands.extend(["bt", "up 11", "p total", "down 11", "info frame", "p n"]);
+    let out = server.gdb(Some(&exe), &commands);
+    assert_eq!(
+        frames(&out)[..12],
+        native_frames[..],
+        "the same frames, arguments and addresses: {out}"
+    );
+    assert!(out.contains("\nStack level 0, frame at 0x"), "info frame: {out}");
+    assert!(out.contains(" = 1\n"), "n is 1 at the deepest level: {out}");
+    assert!(out.contains("in main () at"), "up 11 reaches main: {out}");
+}
+
+#[test]
+fn finish_reports_the_returned_value() {
+    let rec = recording("recursion", false);
+    let server = Server::start(&rec);
+    let mut commands = DEEPEST.to_vec();
+    commands.extend(["finish", "finish", "finish"]);
+    let out = server.gdb(Some(&executable(&rec)), &commands);
+    // fib(1) returns 1 into fib(2), which then calls fib(0): the breakpoint is hit again
+    // unless deleted, so the first finish is the one checked, then the rest without it.
+    let values: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("Value returned is "))
+        .collect();
+    assert_eq!(values.first(), Some(&"$1 = 1"), "{out}");
+    let mut commands = DEEPEST.to_vec();
+    commands.extend(["delete", "finish", "finish", "finish"]);
+    let out = server.gdb(Some(&executable(&rec)), &commands);
+    let values: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("Value returned is "))
+        .collect();
+    // fib(1) = 1, fib(2) = 1, fib(3) = 2.
+    assert_eq!(values, ["$1 = 1", "$2 = 1", "$3 = 2"], "{out}");
+}
+
+#[test]
+fn reverse_finish_returns_to_the_call_site() {
+    let rec = recording("recursion", false);
+    let server = Server::start(&rec);
+    let mut commands = DEEPEST.to_vec();
+    commands.extend([
+        "monitor when",
+        "delete",
+        "reverse-finish",
+        "monitor when",
+        "x/i $pc",
+        "bt 1",
+    ]);
+    let out = server.gdb(Some(&executable(&rec)), &commands);
+    let p = positions(&out);
+    assert_eq!(p.len(), 2, "{out}");
+    assert_eq!(p[1], p[0] - 1, "one instruction back: the call: {out}");
+    assert!(out.contains(":\tcall   0x"), "at a call instruction: {out}");
+    assert!(
+        out.contains("#0  0x") && out.contains("in fib (n=n@entry=2)"),
+        "in the caller, fib(2): {out}"
+    );
+}
+
+#[test]
+fn reverse_next_steps_over_a_call_backwards() {
+    let rec = recording("recursion", false);
+    let server = Server::start(&rec);
+    let out = server.gdb(
+        Some(&executable(&rec)),
+        &[
+            "break 10",
+            "continue",
+            "reverse-next",
+            "monitor when",
+            "reverse-next",
+            "monitor when",
+            "bt",
+            "p total",
+            "p i",
+            "next",
+            "monitor when",
+        ],
+    );
+    let p = positions(&out);
+    assert_eq!(p.len(), 3, "{out}");
+    // fib(11) makes 287 calls: stepping back over it skips thousands of instructions.
+    assert!(p[0] - p[1] > 2000, "reverse-next stepped over fib(11): {out}");
+    assert_eq!(frames(&out).len(), 1, "still in main: {out}");
+    assert!(out.contains("\n9\t        total += fib(i);"), "at line 9: {out}");
+    assert!(out.contains("$1 = 143"), "total = fib(0) + … + fib(10): {out}");
+    assert!(out.contains("$2 = 11"), "i: {out}");
+    assert!(
+        p[2] > p[0] - 10 && p[2] <= p[0],
+        "next steps over it forwards again: {out}"
     );
 }
 

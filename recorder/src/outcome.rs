@@ -49,4 +49,7 @@ pub struct Outcome {
     pub end: EndState,
     /// The RTIT configuration used.
     pub config: RtitConfig,
+    /// The system calls, with their results and the memory they wrote, where the backend
+    /// logged them.
+    pub syscalls: Vec<rtit_replay_core::syscall::SyscallRecord>,
 }

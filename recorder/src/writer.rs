@@ -199,6 +199,16 @@ fn write_into(tmp: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, Wr
         f.flush().map_err(io(&path))?;
     }
 
+    if !outcome.syscalls.is_empty() {
+        let path = tmp.join(files::SYSCALLS);
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&path).map_err(io(&path))?);
+        for r in &outcome.syscalls {
+            let line = serde_json::to_string(r).map_err(|e| io(&path)(e.into()))?;
+            writeln!(f, "{line}").map_err(io(&path))?;
+        }
+        f.flush().map_err(io(&path))?;
+    }
+
     let c = &outcome.config;
     let manifest = Manifest {
         format: FORMAT.to_string(),

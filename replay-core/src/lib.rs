@@ -10,9 +10,13 @@
 //! - [`flow`]: the reconstruction of every executed instruction from packets and images;
 //! - [`timeline`]: that history indexed by position (first cut);
 //! - [`recording`]: the recording format and its reader;
+//! - [`state`]: registers and memory at a position, known or unknown (forward and backward
+//!   semantics from the snapshots, checkpoints);
+//! - [`syscall`]: what system calls do to user state, and the recorders' log of them;
 //! - [`session`]: a replay session: positions, moves, values where known.
 //!
-//! The state layer builds on these. The crate does no I/O beyond
+//!
+//! The crate does no I/O beyond
 //! reading a recording, and never panics on bad input: errors are values that say where.
 
 pub mod cofi;
@@ -23,4 +27,6 @@ pub mod packet;
 pub mod recording;
 pub mod regs;
 pub mod session;
+pub mod state;
+pub mod syscall;
 pub mod timeline;

@@ -8,6 +8,8 @@
 //! images/         copies of every executed ELF image and the vDSO, named by content
 //! memory-start.bin, memory-end.bin + memory.json   bounded stack and writable-data snapshots
 //! truth.bin       (with `rtit record --truth`) every retired instruction address, u64 LE
+//! truth-regs.jsonl (with --truth) registers at sampled positions
+//! syscalls.jsonl  (optional) each system call's result and the memory it wrote
 //! ```
 //! The writer creates it under a temporary name and renames it when complete, so a directory
 //! with a manifest is a finished recording (possibly marked interrupted).
@@ -38,6 +40,8 @@ pub mod files {
     pub const TRUTH: &str = "truth.bin";
     /// Registers at sampled positions (optional, with the truth).
     pub const TRUTH_REGS: &str = "truth-regs.jsonl";
+    /// System calls the recorder logged (optional), one JSON record per line.
+    pub const SYSCALLS: &str = "syscalls.jsonl";
     /// Memory snapshot index.
     pub const MEMORY: &str = "memory.json";
     /// Writable memory when tracing started.
@@ -426,4 +430,54 @@ impl Recording {
                 .collect(),
         ))
     }
+
+    /// The system calls the recorder logged (none if it logged none).
+    pub fn syscalls(&self) -> Result<Vec<crate::syscall::SyscallRecord>, RecordingError> {
+        let path = self.dir.join(files::SYSCALLS);
+        if !path.exists() {
+            return Ok(Vec::new());
+        }
+        let text = read(&path)?;
+        let text = String::from_utf8_lossy(&text);
+        text.lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .map(|(i, l)| {
+                serde_json::from_str(l).map_err(|e| RecordingError::Invalid {
+                    path: path.display().to_string(),
+                    message: format!("line {}: {e}", i + 1),
+                })
+            })
+            .collect()
+    }
+
+    /// The registers `rtit record --truth` sampled: (position, name → value), if any.
+    pub fn truth_registers(&self) -> Result<Option<Vec<TruthSample>>, RecordingError> {
+        let path = self.dir.join(files::TRUTH_REGS);
+        if !path.exists() {
+            return Ok(None);
+        }
+        let text = read(&path)?;
+        let text = String::from_utf8_lossy(&text);
+        text.lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .map(|(i, l)| {
+                serde_json::from_str(l).map_err(|e| RecordingError::Invalid {
+                    path: path.display().to_string(),
+                    message: format!("line {}: {e}", i + 1),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+}
+
+/// One line of `truth-regs.jsonl`: the registers before the instruction at a position.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TruthSample {
+    /// The position.
+    pub position: u64,
+    /// Name → value (hex).
+    pub registers: std::collections::BTreeMap<String, String>,
 }

@@ -6,17 +6,17 @@
 //! one killed by a fault there is one more position, at the faulting instruction, which never
 //! retired.
 //!
-//! Values are shown only where they are right: `rip` always; the other registers at the first
-//! position (recorded when tracing started) and at the last (recorded at the end); memory from
-//! the read-only parts of the images everywhere, and from the writable-memory snapshots at the
-//! first and last positions. Everything else is unknown (DESIGN.md: unknown is acceptable, wrong
-//! is not).
+//! Values are shown only where they are right: `rip` always; the other registers and memory as
+//! the state layer ([`crate::state`]) knows them. Everything else is unknown (DESIGN.md:
+//! unknown is acceptable, wrong is not).
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 use crate::flow::{decode_insn, EventKind, FlowDecoder, FlowEvent};
 use crate::image::AddressSpace;
 use crate::recording::{files, EndState, MemoryRegion, Recording, RecordingError};
+use crate::state::{self, Known, Reg, State, Values};
 use crate::timeline::Timeline;
 
 /// Why a move stopped.
@@ -51,16 +51,9 @@ pub struct Session {
     fault: Option<(u64, i32)>,
     position: u64,
     events: Vec<FlowEvent>,
-    start_regs: Registers,
-    end_regs: Registers,
-    start_memory: Snapshot,
-    end_memory: Snapshot,
-}
-
-fn parse_regs(map: &BTreeMap<String, String>) -> Registers {
-    map.iter()
-        .filter_map(|(k, v)| Some((k.clone(), u64::from_str_radix(v.trim_start_matches("0x"), 16).ok()?)))
-        .collect()
+    values: Values,
+    /// The state at the position asked last (gdb asks many questions at one stop).
+    known: Option<(u64, Known)>,
 }
 
 fn load_snapshot(rec: &Recording, file: &str, regions: &[MemoryRegion]) -> Snapshot {
@@ -77,10 +70,58 @@ fn load_snapshot(rec: &Recording, file: &str, regions: &[MemoryRegion]) -> Snaps
         .collect()
 }
 
-fn read_snapshot(snapshot: &Snapshot, addr: u64, len: usize) -> Option<Vec<u8>> {
-    let (start, bytes) = snapshot.iter().find(|(s, b)| addr >= *s && addr - s < b.len() as u64)?;
-    let from = (addr - start) as usize;
-    bytes.get(from..from + len).map(<[u8]>::to_vec)
+/// A state with a snapshot's registers and memory.
+fn snapshot_state(registers: &BTreeMap<String, String>, memory: &Snapshot) -> State {
+    let mut st = State::unknown();
+    state::set_named(&mut st, registers);
+    for (start, bytes) in memory {
+        st.mem.write(*start, bytes);
+    }
+    st
+}
+
+/// The state layer's inputs from a recording and its decoded history.
+fn values_inputs(
+    recording: &Recording,
+    ips: &[u64],
+    fault: Option<u64>,
+    events: &[FlowEvent],
+) -> Result<state::Inputs, RecordingError> {
+    let mut all = ips.to_vec();
+    all.extend(fault);
+    let hard = events
+        .iter()
+        .filter(|e| !matches!(e.kind, EventKind::Enabled { .. } | EventKind::Disabled { .. }))
+        // A fault ends the history: its event only says the last instruction did not run.
+        .filter(|e| !(fault.is_some() && e.position == ips.len() as u64))
+        .map(|e| e.position)
+        .collect();
+    let soft = events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Enabled { .. } | EventKind::Disabled { .. }))
+        .map(|e| e.position)
+        .collect();
+    let map_changes = recording
+        .maps()
+        .map(|m| m.changes.iter().map(|c| (c.position, state::maps::effect(c))).collect())
+        .unwrap_or_default();
+    let m = &recording.manifest;
+    let index = recording.memory_index().unwrap_or_default();
+    let start_memory = load_snapshot(recording, files::MEMORY_START, &index.start);
+    let ended = matches!(m.end, EndState::Exited { .. } | EndState::Signaled { .. });
+    let end = ended.then(|| {
+        let end_memory = load_snapshot(recording, files::MEMORY_END, &index.end);
+        snapshot_state(&m.registers_end, &end_memory)
+    });
+    Ok(state::Inputs {
+        ips: Arc::from(all),
+        hard_barriers: hard,
+        soft_barriers: soft,
+        map_changes,
+        syscalls: recording.syscalls()?,
+        start: snapshot_state(&m.registers_start, &start_memory),
+        end,
+    })
 }
 
 impl Session {
@@ -117,20 +158,16 @@ impl Session {
                 .map(|ip| (ip, *signal)),
             _ => None,
         };
-        let index = recording.memory_index().unwrap_or_default();
-        let start_memory = load_snapshot(&recording, files::MEMORY_START, &index.start);
-        let end_memory = load_snapshot(&recording, files::MEMORY_END, &index.end);
+        let inputs = values_inputs(&recording, &ips, fault.map(|f| f.0), timeline.events())?;
         Ok(Self {
-            start_regs: parse_regs(&m.registers_start),
-            end_regs: parse_regs(&m.registers_end),
+            values: Values::new(space.clone(), inputs),
+            known: None,
             events: timeline.events().to_vec(),
             recording,
             space,
             ips,
             fault,
             position: 0,
-            start_memory,
-            end_memory,
         })
     }
 
@@ -251,41 +288,47 @@ impl Session {
         Stop::Begin
     }
 
-    /// A register's value at the current position, if known (`rip` always is).
-    pub fn register(&self, name: &str) -> Option<u64> {
+    /// The state layer.
+    pub fn values(&mut self) -> &mut Values {
+        &mut self.values
+    }
+
+    /// Both passes' states at the current position (computed once per position).
+    fn known(&mut self) -> Option<&Known> {
+        let p = self.position;
+        if self.known.as_ref().map(|(q, _)| *q) != Some(p) {
+            self.known = self.values.at(p).map(|k| (p, k));
+        }
+        self.known.as_ref().map(|(_, k)| k)
+    }
+
+    /// A register's value at the current position, if known (`rip` always is; `eflags` and
+    /// the names of [`Reg`] otherwise).
+    pub fn register(&mut self, name: &str) -> Option<u64> {
         if name == "rip" {
             return Some(self.pc());
         }
-        if self.position == 0 {
-            return self.start_regs.get(name).copied();
-        }
-        // The end registers are those of the last position of a run that exited or faulted.
-        let at_end = self.position == self.last()
-            && matches!(
-                self.recording.manifest.end,
-                EndState::Exited { .. } | EndState::Signaled { .. }
-            );
-        if at_end {
-            return self.end_regs.get(name).copied();
-        }
-        None
+        let known = self.known()?;
+        let value = match name {
+            "eflags" => known.eflags(),
+            name => known.register(Reg::from_name(name)?),
+        };
+        value.unwrap_or_else(|_| {
+            self.values.note_conflicts(1);
+            None
+        })
     }
 
     /// `len` bytes at `addr` at the current position, if all of them are known.
-    pub fn read_memory(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
+    pub fn read_memory(&mut self, addr: u64, len: usize) -> Option<Vec<u8>> {
         if let Some(bytes) = self.space.read_only_bytes_at(addr) {
             if bytes.len() >= len {
                 return Some(bytes[..len].to_vec());
             }
         }
-        if self.position == 0 {
-            if let Some(bytes) = read_snapshot(&self.start_memory, addr, len) {
-                return Some(bytes);
-            }
-        }
-        if self.position == self.last() && self.register("rsp").is_some() {
-            return read_snapshot(&self.end_memory, addr, len);
-        }
-        None
+        self.known()?.memory(addr, len).unwrap_or_else(|_| {
+            self.values.note_conflicts(1);
+            None
+        })
     }
 }

@@ -1,6 +1,7 @@
 //! The subcommands of `rtit`, one module each.
 
 pub mod calls;
+pub mod check_values;
 mod decode_check;
 pub mod dump;
 mod history;

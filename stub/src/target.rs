@@ -94,7 +94,7 @@ impl Target for ReplayTarget {
 
 impl SingleThreadBase for ReplayTarget {
     fn read_registers(&mut self, regs: &mut ReplayRegs) -> TargetResult<(), Self> {
-        let s = &self.session;
+        let s = &mut self.session;
         for (slot, name) in regs.gprs.iter_mut().zip(GPR_NAMES) {
             *slot = s.register(name);
         }

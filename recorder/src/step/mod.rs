@@ -16,6 +16,7 @@
 //!   `exit_group` ends the recording; `execve` and thread creation stop it, unsupported.
 
 mod sideband;
+mod syscall_log;
 mod tracee;
 
 use std::collections::HashMap;
@@ -30,6 +31,7 @@ use nix::sys::signal::Signal;
 use nix::sys::wait::{waitpid, WaitStatus};
 use rtit_replay_core::cofi::{classify, Cofi, FarKind};
 use rtit_replay_core::recording::{EndState, Maps};
+use rtit_replay_core::syscall::SyscallRecord;
 
 use crate::model::{CpuState, Input, ModelError, ModelOptions, Retired, RtitConfig, UnitModel};
 use crate::outcome::{Outcome, Truth};
@@ -100,6 +102,10 @@ pub struct StepOptions {
     pub progress: Option<Box<dyn FnMut(u64)>>,
 }
 
+/// Registers are sampled for the truth every this many positions: a prime, so samples do not
+/// fall on the same instruction of every loop iteration.
+const TRUTH_SAMPLE_INTERVAL: u64 = 97;
+
 /// An instruction as the backend needs it.
 #[derive(Debug, Clone, Copy)]
 struct Insn {
@@ -142,6 +148,7 @@ struct Recorder<'a> {
     maps: Maps,
     current_map: Vec<rtit_replay_core::recording::Mapping>,
     images: Images,
+    syscalls: Vec<SyscallRecord>,
     progress: Option<Box<dyn FnMut(u64) + 'a>>,
 }
 
@@ -150,7 +157,7 @@ impl Recorder<'_> {
     fn retire(&mut self, ip: u64, insn: Insn, next: u64, regs: &Regs, syscall_nr: u64) -> Result<(), StepError> {
         if let Some(t) = &mut self.truth {
             if self.model.packet_en() {
-                if t.ips.len() % 1000 == 0 {
+                if t.ips.len() as u64 % TRUTH_SAMPLE_INTERVAL == 0 {
                     t.samples.push((t.ips.len() as u64, regs_map(regs)));
                 }
                 t.ips.push(ip);
@@ -273,6 +280,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
         },
         current_map: initial,
         images,
+        syscalls: Vec::new(),
         progress: opts.progress,
     };
     let pid = rec.tracee.pid;
@@ -354,7 +362,12 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
                     let r = Retired::new(KERNEL + 0x40, 3, Cofi::Far(FarKind::Iret), new.rip).to_cpl(3);
                     rec.model.apply(&Input::Retire(r));
                 } else if !(insn.rep && new.rip == ip) {
+                    let position = rec.count;
                     rec.retire(ip, insn, new.rip, &regs, syscall_nr)?;
+                    if syscall_nr != u64::MAX {
+                        let r = syscall_log::record(&rec.tracee, position, ip, syscall_nr, &regs, &new);
+                        rec.syscalls.push(r);
+                    }
                 }
                 regs = new;
             }
@@ -410,9 +423,11 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
         truth,
         maps,
         images,
+        syscalls,
         ..
     } = rec;
     Ok(Outcome {
+        syscalls,
         trace: model.take_output(),
         instructions: count,
         truth,

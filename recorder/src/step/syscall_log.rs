@@ -1,0 +1,54 @@
+//! The system call log of the step backend (`syscalls.jsonl`): after each call, the registers
+//! the kernel set and the user memory it wrote, as rr logs them, so the replay knows values a
+//! control-flow trace cannot tell. Which memory a call writes comes from
+//! `rtit_replay_core::syscall::effect`, the same table the replay uses when there is no log.
+
+use rtit_replay_core::syscall::{effect, Effect, MemoryWrite, SyscallRecord};
+
+use super::tracee::{regs_map, Regs, Tracee};
+
+/// Bytes one record may hold; a call that wrote more is logged as incomplete.
+const WRITES_BOUND: u64 = 1 << 20;
+
+/// The record of call `nr` at `position` (`ip`), from the registers before and after it.
+pub fn record(tracee: &Tracee, position: u64, ip: u64, nr: u64, before: &Regs, after: &Regs) -> SyscallRecord {
+    let args = [before.rdi, before.rsi, before.rdx, before.r10, before.r8, before.r9].map(Some);
+    let all = regs_map(after);
+    let kept: &[&str] = if nr == rtit_replay_core::syscall::nr::RT_SIGRETURN {
+        // Every register comes back from the signal frame.
+        &[
+            "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12", "r13", "r14",
+            "r15", "eflags", "fs_base", "gs_base",
+        ]
+    } else {
+        &["rax", "rcx", "r11", "eflags", "fs_base", "gs_base"]
+    };
+    let after_map = all.into_iter().filter(|(k, _)| kept.contains(&k.as_str())).collect();
+    let (writes, complete) = match effect(nr, &args, Some(after.rax)) {
+        Effect::Writes(ranges) if ranges.iter().map(|r| r.1).sum::<u64>() <= WRITES_BOUND => {
+            let mut writes = Vec::new();
+            let mut complete = true;
+            for (addr, len) in ranges {
+                if len == 0 {
+                    continue;
+                }
+                let mut bytes = vec![0u8; len as usize];
+                let n = tracee.read(addr, &mut bytes);
+                complete &= n == bytes.len();
+                writes.push(MemoryWrite::new(addr, &bytes[..n]));
+            }
+            (writes, complete)
+        }
+        Effect::Writes(_) | Effect::Anywhere => (Vec::new(), false),
+        Effect::Restores | Effect::SetsBase { .. } => (Vec::new(), true),
+    };
+    SyscallRecord {
+        position,
+        ip,
+        nr,
+        before: Default::default(),
+        after: after_map,
+        writes,
+        complete,
+    }
+}

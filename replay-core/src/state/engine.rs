@@ -1,0 +1,329 @@
+//! Values at any position without replaying from the start: forward checkpoints every
+//! [`INTERVAL`] positions from the start, backward ones from the end, computed lazily the
+//! first time a position near them is asked for, and the last state computed in each
+//! direction kept for the next nearby question (a stepping gdb asks at neighbouring
+//! positions).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use iced_x86::{Instruction, InstructionInfoFactory};
+use rustc_hash::FxHashMap;
+
+use super::maps::MapEffect;
+use super::transition::{self, Between};
+use super::{Reg, State};
+use crate::flow::decode_insn;
+use crate::image::AddressSpace;
+use crate::syscall::SyscallRecord;
+
+/// Positions between checkpoints.
+pub const INTERVAL: u64 = 4096;
+
+/// What the engine is built from.
+#[derive(Debug, Default)]
+pub struct Inputs {
+    /// The address at each position (the last may be an instruction that faulted).
+    pub ips: Arc<[u64]>,
+    /// Positions `q` such that something the trace does not show happened between `q - 1`
+    /// and `q`: an interrupt, a gap, an error.
+    pub hard_barriers: Vec<u64>,
+    /// Positions where tracing stopped or resumed: a system call if the instruction before is
+    /// one, else untraced code ran.
+    pub soft_barriers: Vec<u64>,
+    /// Memory-map changes, by the position at which each took effect.
+    pub map_changes: Vec<(u64, MapEffect)>,
+    /// System call records by position.
+    pub syscalls: Vec<SyscallRecord>,
+    /// The state at position 0.
+    pub start: State,
+    /// The state at the last position, if the recording has it.
+    pub end: Option<State>,
+}
+
+/// How the engine did (for `rtit check-values` and the cost report).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ValuesStats {
+    /// Instructions stepped forwards.
+    pub forward_steps: u64,
+    /// Instructions stepped backwards.
+    pub backward_steps: u64,
+    /// Values both passes knew and disagreed on (a model error; reported as unknown).
+    pub conflicts: u64,
+    /// Checkpoints held.
+    pub checkpoints: usize,
+    /// Pages of memory the checkpoints hold (copied on write, so shared pages count once per
+    /// checkpoint here: an upper bound).
+    pub pages: usize,
+}
+
+/// Registers and memory at any position, known or unknown.
+pub struct Values {
+    space: AddressSpace,
+    ips: Arc<[u64]>,
+    hard: Vec<u64>,
+    soft: Vec<u64>,
+    map_changes: FxHashMap<u64, MapEffect>,
+    syscalls: FxHashMap<u64, SyscallRecord>,
+    forward: Vec<State>,
+    backward: BTreeMap<u64, State>,
+    last_forward: Option<(u64, State)>,
+    last_backward: Option<(u64, State)>,
+    decoded: FxHashMap<u64, Option<Instruction>>,
+    factory: InstructionInfoFactory,
+    stats: ValuesStats,
+}
+
+impl Values {
+    /// An engine over a history.
+    pub fn new(space: AddressSpace, inputs: Inputs) -> Self {
+        let last = (inputs.ips.len() as u64).saturating_sub(1);
+        let mut backward = BTreeMap::new();
+        if let Some(end) = inputs.end {
+            backward.insert(last, end);
+        }
+        let (mut hard, mut soft) = (inputs.hard_barriers, inputs.soft_barriers);
+        hard.sort_unstable();
+        soft.sort_unstable();
+        Self {
+            space,
+            ips: inputs.ips,
+            hard,
+            soft,
+            map_changes: inputs
+                .map_changes
+                .into_iter()
+                .fold(FxHashMap::default(), |mut m, (p, e)| {
+                    let entry: &mut MapEffect = m.entry(p).or_default();
+                    entry.forget.extend(e.forget);
+                    entry.zero.extend(e.zero);
+                    m
+                }),
+            syscalls: inputs.syscalls.into_iter().map(|r| (r.position, r)).collect(),
+            forward: vec![inputs.start],
+            backward,
+            last_forward: None,
+            last_backward: None,
+            decoded: FxHashMap::default(),
+            factory: InstructionInfoFactory::new(),
+            stats: ValuesStats::default(),
+        }
+    }
+
+    /// Number of positions.
+    pub fn len(&self) -> u64 {
+        self.ips.len() as u64
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.ips.is_empty()
+    }
+
+    /// How the engine did so far.
+    pub fn stats(&self) -> ValuesStats {
+        let pages = self
+            .forward
+            .iter()
+            .chain(self.backward.values())
+            .map(|s| s.mem.pages())
+            .sum();
+        ValuesStats {
+            checkpoints: self.forward.len() + self.backward.len(),
+            pages,
+            ..self.stats
+        }
+    }
+
+    fn insn(&mut self, ip: u64) -> Option<Instruction> {
+        let space = &self.space;
+        *self.decoded.entry(ip).or_insert_with(|| decode_insn(space, ip).ok())
+    }
+
+    /// What lies between `p` and `p + 1`: the instruction at `p` (if decodable) and how it
+    /// goes on.
+    fn between(&mut self, p: u64) -> (Option<Instruction>, Option<&SyscallRecord>, Option<u64>, bool) {
+        let ip = self.ips[p as usize];
+        let insn = self.insn(ip);
+        let hard = self.hard.binary_search(&(p + 1)).is_ok();
+        let soft = self.soft.binary_search(&(p + 1)).is_ok();
+        let syscall = insn.as_ref().is_some_and(transition::is_syscall);
+        let record = self.syscalls.get(&p).filter(|r| r.ip == ip);
+        let next = (!hard && !soft)
+            .then(|| self.ips.get(p as usize + 1).copied())
+            .flatten();
+        let unknown = hard || (soft && !syscall);
+        (insn, record, next, unknown)
+    }
+
+    fn transition(&mut self, p: u64) -> (Option<Instruction>, Option<SyscallRecord>, Option<u64>, bool) {
+        let (insn, record, next, unknown) = self.between(p);
+        (insn, record.cloned(), next, unknown)
+    }
+
+    fn step_forward(&mut self, st: &mut State, p: u64) {
+        let (insn, record, next, unknown) = self.transition(p);
+        let b = match &insn {
+            None => Between::Unknown,
+            Some(_) if unknown => Between::Unknown,
+            Some(i) if transition::is_syscall(i) => Between::Syscall(record.as_ref()),
+            Some(i) => Between::Insn { insn: i, next },
+        };
+        transition::forward(st, b, &self.space, &mut self.factory);
+        if let Some(e) = self.map_changes.get(&(p + 1)) {
+            e.forget.iter().for_each(|&(a, n)| st.mem.forget(a, n));
+            e.zero.iter().for_each(|&(a, n)| st.mem.write(a, &vec![0; n as usize]));
+        }
+        self.stats.forward_steps += 1;
+    }
+
+    fn step_backward(&mut self, st: &mut State, p: u64) {
+        if let Some(e) = self.map_changes.get(&(p + 1)) {
+            e.touched().for_each(|(a, n)| st.mem.forget(a, n));
+        }
+        let (insn, record, next, unknown) = self.transition(p);
+        let b = match &insn {
+            None => Between::Unknown,
+            Some(_) if unknown => Between::Unknown,
+            Some(i) if transition::is_syscall(i) => Between::Syscall(record.as_ref()),
+            Some(i) => Between::Insn { insn: i, next },
+        };
+        transition::backward(st, b, &self.space, &mut self.factory);
+        self.stats.backward_steps += 1;
+    }
+
+    /// The forward state at `p`.
+    fn forward_at(&mut self, p: u64) -> State {
+        let k = (p / INTERVAL) as usize;
+        while self.forward.len() <= k {
+            let from = (self.forward.len() as u64 - 1) * INTERVAL;
+            let mut st = self.forward[self.forward.len() - 1].clone();
+            for q in from..from + INTERVAL {
+                self.step_forward(&mut st, q);
+            }
+            self.forward.push(st);
+        }
+        let (mut at, mut st) = match self.last_forward.take() {
+            Some((q, st)) if q <= p && q >= k as u64 * INTERVAL => (q, st),
+            _ => (k as u64 * INTERVAL, self.forward[k].clone()),
+        };
+        while at < p {
+            self.step_forward(&mut st, at);
+            at += 1;
+        }
+        self.last_forward = Some((p, st.clone()));
+        st
+    }
+
+    /// The backward state at `p` (unknown everything if the recording has no end state).
+    fn backward_at(&mut self, p: u64) -> State {
+        let Some(&top) = self.backward.keys().next_back() else {
+            return State::unknown();
+        };
+        if p > top {
+            return State::unknown();
+        }
+        // Checkpoints at multiples of INTERVAL, made going down from the end.
+        loop {
+            let (&low, _) = self.backward.iter().next().expect("the end state is there");
+            if low <= p || low == 0 {
+                break;
+            }
+            let target = if low % INTERVAL == 0 {
+                low - INTERVAL
+            } else {
+                low - low % INTERVAL
+            };
+            let mut st = self.backward[&low].clone();
+            let mut q = low;
+            while q > target {
+                q -= 1;
+                self.step_backward(&mut st, q);
+            }
+            self.backward.insert(target, st);
+        }
+        let (&from, _) = self.backward.range(p..).next().expect("a checkpoint at or above p");
+        let (mut at, mut st) = match self.last_backward.take() {
+            Some((q, st)) if q >= p && q <= from => (q, st),
+            _ => (from, self.backward[&from].clone()),
+        };
+        while at > p {
+            at -= 1;
+            self.step_backward(&mut st, at);
+        }
+        self.last_backward = Some((p, st.clone()));
+        st
+    }
+
+    /// Both passes' states at `p`.
+    pub fn at(&mut self, p: u64) -> Option<Known> {
+        if p >= self.len() {
+            return None;
+        }
+        let forward = self.forward_at(p);
+        let backward = self.backward_at(p);
+        Some(Known {
+            forward,
+            backward,
+            space: self.space.clone(),
+        })
+    }
+
+    /// Records a conflict seen by a caller of [`Known`].
+    pub fn note_conflicts(&mut self, n: u64) {
+        self.stats.conflicts += n;
+    }
+}
+
+/// The two passes' states at one position, read together.
+pub struct Known {
+    forward: State,
+    backward: State,
+    space: AddressSpace,
+}
+
+/// A value both passes know differently: a model error, reported as unknown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conflict;
+
+impl Known {
+    /// A register, if known; `Err` if the passes disagree.
+    pub fn register(&self, r: Reg) -> Result<Option<u64>, Conflict> {
+        merge(self.forward.regs.get(r), self.backward.regs.get(r))
+    }
+
+    /// RFLAGS (all 32 bits), if known.
+    pub fn eflags(&self) -> Result<Option<u64>, Conflict> {
+        let (f, b) = (self.forward.flags, self.backward.flags);
+        let both = f.known & b.known;
+        if (f.value ^ b.value) & both != 0 {
+            return Err(Conflict);
+        }
+        let mut m = f;
+        m.put(b.known & !f.known, b.value);
+        Ok(m.get())
+    }
+
+    /// `len` bytes at `addr` if every one is known.
+    pub fn memory(&self, addr: u64, len: usize) -> Result<Option<Vec<u8>>, Conflict> {
+        let mut out = Vec::with_capacity(len);
+        for i in 0..len as u64 {
+            let a = addr.wrapping_add(i);
+            let f = self.forward.mem.read(a, 1, &self.space).map(|b| b[0]);
+            let b = self.backward.mem.read(a, 1, &self.space).map(|b| b[0]);
+            match merge(f, b)? {
+                Some(v) => out.push(v),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(out))
+    }
+}
+
+fn merge<T: PartialEq>(a: Option<T>, b: Option<T>) -> Result<Option<T>, Conflict> {
+    match (a, b) {
+        (Some(a), Some(b)) if a != b => Err(Conflict),
+        (Some(a), _) => Ok(Some(a)),
+        (None, b) => Ok(b),
+    }
+}

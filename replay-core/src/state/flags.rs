@@ -1,0 +1,278 @@
+//! RFLAGS as known bits: what arithmetic sets, what a conditional branch's outcome in the
+//! trace tells, and what condition codes evaluate to when the flags they read are known.
+
+use iced_x86::{ConditionCode, Instruction, RflagsBits};
+
+/// Carry.
+pub const CF: u64 = 1 << 0;
+/// Parity.
+pub const PF: u64 = 1 << 2;
+/// Auxiliary carry.
+pub const AF: u64 = 1 << 4;
+/// Zero.
+pub const ZF: u64 = 1 << 6;
+/// Sign.
+pub const SF: u64 = 1 << 7;
+/// Direction.
+pub const DF: u64 = 1 << 10;
+/// Overflow.
+pub const OF: u64 = 1 << 11;
+/// The six status flags.
+pub const STATUS: u64 = CF | PF | AF | ZF | SF | OF;
+/// The bits of EFLAGS gdb shows (a 32-bit register).
+pub const ALL: u64 = 0xffff_ffff;
+
+/// EFLAGS bits from iced's `RflagsBits` (a different bit order).
+pub fn from_iced(bits: u32) -> u64 {
+    const MAP: [(u32, u64); 9] = [
+        (RflagsBits::OF, OF),
+        (RflagsBits::SF, SF),
+        (RflagsBits::ZF, ZF),
+        (RflagsBits::AF, AF),
+        (RflagsBits::CF, CF),
+        (RflagsBits::PF, PF),
+        (RflagsBits::DF, DF),
+        (RflagsBits::IF, 1 << 9),
+        (RflagsBits::AC, 1 << 18),
+    ];
+    MAP.iter().filter(|(i, _)| bits & i != 0).map(|(_, e)| e).sum()
+}
+
+/// RFLAGS with a mask of the bits that are known.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Flags {
+    /// Values (meaningful where known).
+    pub value: u64,
+    /// Known bits.
+    pub known: u64,
+}
+
+impl Flags {
+    /// All 32 bits known.
+    pub fn known(value: u64) -> Self {
+        Self { value, known: ALL }
+    }
+
+    /// The whole register, if every bit is known.
+    pub fn get(&self) -> Option<u64> {
+        (self.known & ALL == ALL).then_some(self.value & ALL)
+    }
+
+    /// One flag, if known.
+    pub fn bit(&self, flag: u64) -> Option<bool> {
+        (self.known & flag != 0).then_some(self.value & flag != 0)
+    }
+
+    /// Sets flags (`mask`) to `value`'s bits there.
+    pub fn put(&mut self, mask: u64, value: u64) {
+        self.value = (self.value & !mask) | (value & mask);
+        self.known |= mask;
+    }
+
+    /// Makes flags unknown.
+    pub fn forget(&mut self, mask: u64) {
+        self.known &= !mask;
+    }
+
+    /// What an instruction nobody modelled does to the flags, by iced-x86's tables: the
+    /// modified ones become unknown, except those it always clears or sets.
+    pub fn apply_generic(&mut self, insn: &Instruction) {
+        self.forget(from_iced(insn.rflags_modified()));
+        self.put(from_iced(insn.rflags_cleared()), 0);
+        let set = from_iced(insn.rflags_set());
+        self.put(set, set);
+    }
+
+    /// Whether condition `cc` holds, if the flags it reads are known.
+    pub fn condition(&self, cc: ConditionCode) -> Option<bool> {
+        let b = |f| self.bit(f);
+        Some(match cc {
+            ConditionCode::None => return None,
+            ConditionCode::o => b(OF)?,
+            ConditionCode::no => !b(OF)?,
+            ConditionCode::b => b(CF)?,
+            ConditionCode::ae => !b(CF)?,
+            ConditionCode::e => b(ZF)?,
+            ConditionCode::ne => !b(ZF)?,
+            ConditionCode::be => or(b(CF), b(ZF))?,
+            ConditionCode::a => !or(b(CF), b(ZF))?,
+            ConditionCode::s => b(SF)?,
+            ConditionCode::ns => !b(SF)?,
+            ConditionCode::p => b(PF)?,
+            ConditionCode::np => !b(PF)?,
+            ConditionCode::l => b(SF)? != b(OF)?,
+            ConditionCode::ge => b(SF)? == b(OF)?,
+            ConditionCode::le => or(b(ZF), Some(b(SF)? != b(OF)?))?,
+            ConditionCode::g => !or(b(ZF), Some(b(SF)? != b(OF)?))?,
+        })
+    }
+
+    /// Learns what the outcome of a conditional branch (`holds`: taken) says about the flags
+    /// it read: exact for one-flag conditions, and for the two-flag ones where the outcome or
+    /// a known flag leaves one answer.
+    pub fn constrain(&mut self, cc: ConditionCode, holds: bool) {
+        // Normalise to the positive condition.
+        let (cc, holds) = match cc {
+            ConditionCode::no => (ConditionCode::o, !holds),
+            ConditionCode::ae => (ConditionCode::b, !holds),
+            ConditionCode::ne => (ConditionCode::e, !holds),
+            ConditionCode::a => (ConditionCode::be, !holds),
+            ConditionCode::ns => (ConditionCode::s, !holds),
+            ConditionCode::np => (ConditionCode::p, !holds),
+            ConditionCode::ge => (ConditionCode::l, !holds),
+            ConditionCode::g => (ConditionCode::le, !holds),
+            cc => (cc, holds),
+        };
+        let set = |f: &mut Self, flag, v: bool| f.put(flag, if v { flag } else { 0 });
+        match cc {
+            ConditionCode::o => set(self, OF, holds),
+            ConditionCode::b => set(self, CF, holds),
+            ConditionCode::e => set(self, ZF, holds),
+            ConditionCode::s => set(self, SF, holds),
+            ConditionCode::p => set(self, PF, holds),
+            ConditionCode::be => match (holds, self.bit(CF), self.bit(ZF)) {
+                (false, _, _) => self.put(CF | ZF, 0),
+                (true, Some(false), _) => set(self, ZF, true),
+                (true, _, Some(false)) => set(self, CF, true),
+                _ => {}
+            },
+            ConditionCode::l => self.constrain_less(holds),
+            ConditionCode::le => match (holds, self.bit(ZF)) {
+                (false, _) => {
+                    set(self, ZF, false);
+                    self.constrain_less(false);
+                }
+                (true, Some(false)) => self.constrain_less(true),
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+
+    /// `SF != OF` is `less`: one known flag gives the other.
+    fn constrain_less(&mut self, less: bool) {
+        match (self.bit(SF), self.bit(OF)) {
+            (Some(s), None) => self.put(OF, if s != less { OF } else { 0 }),
+            (None, Some(o)) => self.put(SF, if o != less { SF } else { 0 }),
+            _ => {}
+        }
+    }
+}
+
+fn or(a: Option<bool>, b: Option<bool>) -> Option<bool> {
+    match (a, b) {
+        (Some(true), _) | (_, Some(true)) => Some(true),
+        (Some(false), Some(false)) => Some(false),
+        _ => None,
+    }
+}
+
+/// The arithmetic families whose flags are computed exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arith {
+    /// add
+    Add,
+    /// sub, cmp, neg (as 0 - x)
+    Sub,
+    /// and, or, xor, test: CF = OF = 0, AF undefined
+    Logic,
+    /// inc: as add 1, CF untouched
+    Inc,
+    /// dec: as sub 1, CF untouched
+    Dec,
+}
+
+/// Sets the status flags `op` leaves for `a op b = r` at `bytes` width.
+pub fn arith(flags: &mut Flags, op: Arith, a: u64, b: u64, r: u64, bytes: u32) {
+    let bits = bytes * 8;
+    let m = super::reg::mask(bytes);
+    let (a, b, r) = (a & m, b & m, r & m);
+    let sign = 1u64 << (bits - 1);
+    let mut v = 0;
+    if r == 0 {
+        v |= ZF;
+    }
+    if r & sign != 0 {
+        v |= SF;
+    }
+    if (r as u8).count_ones() % 2 == 0 {
+        v |= PF;
+    }
+    let (carry, overflow) = match op {
+        Arith::Add | Arith::Inc => (r < a, (a ^ r) & (b ^ r) & sign != 0),
+        Arith::Sub | Arith::Dec => (a < b, (a ^ b) & (a ^ r) & sign != 0),
+        Arith::Logic => (false, false),
+    };
+    if carry {
+        v |= CF;
+    }
+    if overflow {
+        v |= OF;
+    }
+    if (a ^ b ^ r) & 0x10 != 0 {
+        v |= AF;
+    }
+    let mask = match op {
+        Arith::Add | Arith::Sub => STATUS,
+        Arith::Logic => STATUS & !AF,
+        Arith::Inc | Arith::Dec => STATUS & !CF,
+    };
+    flags.put(mask, v);
+    if op == Arith::Logic {
+        flags.forget(AF);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arithmetic_flags_match_the_cpu() {
+        let mut f = Flags::default();
+        // cmp eax, ebx with 1 - 2: borrow, negative, not zero.
+        arith(&mut f, Arith::Sub, 1, 2, 1u64.wrapping_sub(2), 4);
+        assert_eq!(f.bit(CF), Some(true));
+        assert_eq!(f.bit(SF), Some(true));
+        assert_eq!(f.bit(ZF), Some(false));
+        assert_eq!(f.bit(OF), Some(false));
+        assert_eq!(f.condition(ConditionCode::l), Some(true));
+        assert_eq!(f.condition(ConditionCode::a), Some(false));
+        // add al, 0x7f + 1: signed overflow, AF.
+        arith(&mut f, Arith::Add, 0x7f, 1, 0x80, 1);
+        assert_eq!(f.bit(OF), Some(true));
+        assert_eq!(f.bit(AF), Some(true));
+        assert_eq!(f.bit(PF), Some(false));
+        let mut g = Flags::default();
+        arith(&mut g, Arith::Logic, 3, 3, 3, 8);
+        assert_eq!(g.bit(AF), None, "undefined after a logic op");
+        assert_eq!(g.bit(CF), Some(false));
+        // inc leaves CF alone.
+        let mut h = Flags::known(CF | 0x202);
+        arith(&mut h, Arith::Inc, u64::MAX, 1, 0, 8);
+        assert_eq!(h.bit(CF), Some(true));
+        assert_eq!(h.bit(ZF), Some(true));
+    }
+
+    #[test]
+    fn branch_outcomes_constrain_what_they_read() {
+        let mut f = Flags::default();
+        f.constrain(ConditionCode::ne, false);
+        assert_eq!(f.bit(ZF), Some(true));
+        let mut g = Flags::default();
+        g.constrain(ConditionCode::a, true);
+        assert_eq!((g.bit(CF), g.bit(ZF)), (Some(false), Some(false)));
+        let mut h = Flags::default();
+        h.constrain(ConditionCode::be, true);
+        assert_eq!((h.bit(CF), h.bit(ZF)), (None, None), "either could hold");
+        let mut k = Flags::default();
+        k.put(OF, 0);
+        k.constrain(ConditionCode::l, true);
+        assert_eq!(k.bit(SF), Some(true));
+        assert_eq!(k.condition(ConditionCode::ge), Some(false));
+        let mut n = Flags::default();
+        n.constrain(ConditionCode::g, true);
+        assert_eq!(n.bit(ZF), Some(false));
+        assert_eq!(n.bit(SF), None);
+    }
+}

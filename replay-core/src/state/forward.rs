@@ -1,0 +1,387 @@
+//! Forward semantics: the state after an instruction from the state before it. Instructions
+//! whose results matter for frames and values are computed; every other instruction makes
+//! exactly what iced-x86's `InstructionInfoFactory` says it writes unknown, so an instruction
+//! nobody modelled can lose knowledge but never produce a wrong value.
+
+use iced_x86::{Instruction, InstructionInfoFactory, Mnemonic, OpKind, Register};
+
+use super::flags::{self, arith, Arith};
+use super::ops::{effective_address, read, sign_extend, width, write, writes};
+use super::reg::{mask, Reg, RAX, RBP, RCX, RDI, RSI, RSP};
+use super::State;
+use crate::image::AddressSpace;
+
+/// Applies the instruction `insn`. `next` is the address the history says ran next (the
+/// branch outcome), if nothing came between.
+pub fn step(
+    st: &mut State,
+    insn: &Instruction,
+    next: Option<u64>,
+    space: &AddressSpace,
+    factory: &mut InstructionInfoFactory,
+) {
+    if !modelled(st, insn, next, space) {
+        generic(st, insn, factory);
+    }
+}
+
+/// What an instruction nobody modelled does: its written registers, memory and flags become
+/// unknown.
+pub fn generic(st: &mut State, insn: &Instruction, factory: &mut InstructionInfoFactory) {
+    let info = factory.info(insn);
+    // Addresses first: they use the registers before the instruction.
+    for m in info.used_memory() {
+        if writes(m.access()) {
+            let size = m.memory_size().size() as u64;
+            match m.virtual_address(0, |r, _, _| super::ops::address_register(&st.regs, r, true)) {
+                Some(a) if size > 0 => st.mem.forget(a, size),
+                _ => st.mem.forget_all(),
+            }
+        }
+    }
+    for r in info.used_registers() {
+        if writes(r.access()) {
+            st.regs.forget(r.register());
+            match r.register() {
+                Register::FS => st.regs.set(Reg::FsBase, None),
+                Register::GS => st.regs.set(Reg::GsBase, None),
+                _ => {}
+            }
+        }
+    }
+    if matches!(
+        insn.mnemonic(),
+        Mnemonic::Popf | Mnemonic::Popfd | Mnemonic::Popfq | Mnemonic::Iret | Mnemonic::Iretd | Mnemonic::Iretq
+    ) {
+        st.flags.forget(flags::ALL);
+    } else {
+        st.flags.apply_generic(insn);
+    }
+    if matches!(insn.mnemonic(), Mnemonic::Wrfsbase | Mnemonic::Wrgsbase) {
+        st.regs.set(Reg::FsBase, None);
+        st.regs.set(Reg::GsBase, None);
+    }
+}
+
+fn push(st: &mut State, value: Option<u64>) {
+    let rsp = st.regs.get(RSP).map(|v| v.wrapping_sub(8));
+    st.regs.set(RSP, rsp);
+    match rsp {
+        Some(a) => st.mem.store(a, 8, value),
+        None => st.mem.forget_all(),
+    }
+}
+
+fn pop(st: &mut State, space: &AddressSpace) -> Option<u64> {
+    let rsp = st.regs.get(RSP);
+    st.regs.set(RSP, rsp.map(|v| v.wrapping_add(8)));
+    st.mem.read_u64(rsp?, 8, space)
+}
+
+/// The instructions computed exactly. Returns false for the rest.
+fn modelled(st: &mut State, insn: &Instruction, next: Option<u64>, space: &AddressSpace) -> bool {
+    use Mnemonic as M;
+    let w = width(insn, 0);
+    let is_gpr_or_mem = |op: u32| match insn.op_kind(op) {
+        OpKind::Register => insn.op_register(op).is_gpr(),
+        _ => true,
+    };
+    match insn.mnemonic() {
+        M::Mov if is_gpr_or_mem(0) && is_gpr_or_mem(1) => {
+            let v = read(st, insn, 1, space);
+            write(st, insn, 0, v);
+        }
+        M::Movzx => {
+            let v = read(st, insn, 1, space);
+            write(st, insn, 0, v);
+        }
+        M::Movsx | M::Movsxd => {
+            let v = read(st, insn, 1, space).map(|v| sign_extend(v, width(insn, 1)) & mask(w));
+            write(st, insn, 0, v);
+        }
+        M::Lea => {
+            let v = effective_address(&st.regs, insn, 1).map(|a| a & mask(w));
+            write(st, insn, 0, v);
+        }
+        M::Push if insn.stack_pointer_increment() == -8 => {
+            let v = match insn.op_kind(0) {
+                OpKind::Register if insn.op_register(0).is_gpr() => st.regs.read(insn.op_register(0)),
+                OpKind::Register => return false,
+                OpKind::Memory => read(st, insn, 0, space),
+                // Immediates are sign-extended to 64 bits by iced already.
+                _ => Some(insn.immediate(0)),
+            };
+            push(st, v);
+        }
+        M::Pop if insn.op_kind(0) == OpKind::Register && insn.op_register(0).size() == 8 => {
+            let v = pop(st, space);
+            write(st, insn, 0, v);
+        }
+        M::Call => push(st, Some(insn.next_ip())),
+        M::Ret => {
+            let extra = if insn.op_count() > 0 { insn.immediate(0) } else { 0 };
+            let rsp = st.regs.get(RSP).map(|v| v.wrapping_add(8 + extra));
+            st.regs.set(RSP, rsp);
+        }
+        M::Leave => {
+            st.regs.set(RSP, st.regs.get(RBP));
+            let v = pop(st, space);
+            st.regs.set(RBP, v);
+        }
+        M::Add | M::Sub | M::Cmp | M::And | M::Or | M::Xor | M::Test => {
+            let m = insn.mnemonic();
+            let same = insn.op_kind(0) == OpKind::Register
+                && insn.op_kind(1) == OpKind::Register
+                && insn.op_register(0) == insn.op_register(1);
+            let (a, b) = (read(st, insn, 0, space), read(st, insn, 1, space));
+            let (a, b) = match (m, same) {
+                // xor r, r and sub r, r are zero whatever r held.
+                (M::Xor | M::Sub, true) => (Some(0), Some(0)),
+                _ => (a, b),
+            };
+            let op = match m {
+                M::Add => Arith::Add,
+                M::Sub | M::Cmp => Arith::Sub,
+                _ => Arith::Logic,
+            };
+            let r = match (a, b) {
+                (Some(a), Some(b)) => {
+                    let r = match m {
+                        M::Add => a.wrapping_add(b),
+                        M::Sub | M::Cmp => a.wrapping_sub(b),
+                        M::And | M::Test => a & b,
+                        M::Or => a | b,
+                        _ => a ^ b,
+                    } & mask(w);
+                    arith(&mut st.flags, op, a, b, r, w);
+                    Some(r)
+                }
+                _ => {
+                    st.flags.apply_generic(insn);
+                    None
+                }
+            };
+            if !matches!(m, M::Cmp | M::Test) {
+                write(st, insn, 0, r);
+            }
+        }
+        M::Inc | M::Dec | M::Neg | M::Not => {
+            let m = insn.mnemonic();
+            let a = read(st, insn, 0, space);
+            let r = a.map(|a| {
+                let r = match m {
+                    M::Inc => a.wrapping_add(1),
+                    M::Dec => a.wrapping_sub(1),
+                    M::Neg => 0u64.wrapping_sub(a),
+                    _ => !a,
+                } & mask(w);
+                match m {
+                    M::Inc => arith(&mut st.flags, Arith::Inc, a, 1, r, w),
+                    M::Dec => arith(&mut st.flags, Arith::Dec, a, 1, r, w),
+                    M::Neg => arith(&mut st.flags, Arith::Sub, 0, a, r, w),
+                    _ => {}
+                }
+                r
+            });
+            if a.is_none() {
+                st.flags.apply_generic(insn);
+            }
+            write(st, insn, 0, r);
+        }
+        M::Shl | M::Sal | M::Shr | M::Sar => {
+            let bits = w * 8;
+            let Some(count) = read(st, insn, 1, space).map(|c| c & if w == 8 { 63 } else { 31 }) else {
+                return false;
+            };
+            if count == 0 {
+                return true;
+            }
+            let a = read(st, insn, 0, space);
+            let r = a.map(|a| {
+                let c = count as u32;
+                let (r, out) = match insn.mnemonic() {
+                    M::Shl | M::Sal => (a.checked_shl(c).unwrap_or(0), c <= bits && (a >> (bits - c)) & 1 != 0),
+                    M::Shr => (a.checked_shr(c).unwrap_or(0), c <= bits && (a >> (c - 1)) & 1 != 0),
+                    _ => {
+                        let s = sign_extend(a, w) as i64;
+                        ((s >> c.min(63)) as u64, (s >> (c - 1).min(63)) & 1 != 0)
+                    }
+                };
+                let r = r & mask(w);
+                arith(&mut st.flags, Arith::Logic, r, r, r, w);
+                st.flags.put(flags::CF, if out { flags::CF } else { 0 });
+                if c > bits {
+                    st.flags.forget(flags::CF);
+                }
+                st.flags.forget(flags::OF | flags::AF);
+                r
+            });
+            if a.is_none() {
+                st.flags.apply_generic(insn);
+            }
+            write(st, insn, 0, r);
+        }
+        M::Imul if insn.op_count() >= 2 => {
+            let (a, b) = if insn.op_count() == 3 {
+                (read(st, insn, 1, space), read(st, insn, 2, space))
+            } else {
+                (read(st, insn, 0, space), read(st, insn, 1, space))
+            };
+            st.flags.apply_generic(insn);
+            let r = match (a, b) {
+                (Some(a), Some(b)) => {
+                    let full = i128::from(sign_extend(a, w) as i64) * i128::from(sign_extend(b, w) as i64);
+                    let r = (full as u64) & mask(w);
+                    let fits = i128::from(sign_extend(r, w) as i64) == full;
+                    st.flags
+                        .put(flags::CF | flags::OF, if fits { 0 } else { flags::CF | flags::OF });
+                    Some(r)
+                }
+                _ => None,
+            };
+            write(st, insn, 0, r);
+        }
+        M::Cdqe => {
+            let v = st.regs.read(Register::EAX).map(|v| sign_extend(v, 4));
+            st.regs.set(RAX, v);
+        }
+        M::Cwde => {
+            let v = st.regs.read(Register::AX).map(|v| sign_extend(v, 2) & mask(4));
+            st.regs.set(RAX, v);
+        }
+        M::Cdq => {
+            let v = st
+                .regs
+                .read(Register::EAX)
+                .map(|v| if v & (1 << 31) != 0 { mask(4) } else { 0 });
+            st.regs.write(Register::EDX, v);
+        }
+        M::Cqo => {
+            let v = st.regs.get(RAX).map(|v| if (v as i64) < 0 { u64::MAX } else { 0 });
+            st.regs.write(Register::RDX, v);
+        }
+        M::Xchg if is_gpr_or_mem(0) && is_gpr_or_mem(1) => {
+            let (a, b) = (read(st, insn, 0, space), read(st, insn, 1, space));
+            write(st, insn, 0, b);
+            write(st, insn, 1, a);
+        }
+        M::Cmove
+        | M::Cmovne
+        | M::Cmovb
+        | M::Cmovae
+        | M::Cmovbe
+        | M::Cmova
+        | M::Cmovl
+        | M::Cmovge
+        | M::Cmovle
+        | M::Cmovg
+        | M::Cmovs
+        | M::Cmovns
+        | M::Cmovo
+        | M::Cmovno
+        | M::Cmovp
+        | M::Cmovnp => {
+            let v = match st.flags.condition(insn.condition_code()) {
+                Some(true) => read(st, insn, 1, space),
+                // A 32-bit cmov zero-extends its destination even when the move does not happen.
+                Some(false) => read(st, insn, 0, space),
+                None => None,
+            };
+            write(st, insn, 0, v);
+        }
+        M::Sete
+        | M::Setne
+        | M::Setb
+        | M::Setae
+        | M::Setbe
+        | M::Seta
+        | M::Setl
+        | M::Setge
+        | M::Setle
+        | M::Setg
+        | M::Sets
+        | M::Setns
+        | M::Seto
+        | M::Setno
+        | M::Setp
+        | M::Setnp => {
+            let v = st.flags.condition(insn.condition_code()).map(u64::from);
+            write(st, insn, 0, v);
+        }
+        M::Stosb | M::Stosw | M::Stosd | M::Stosq | M::Movsb | M::Movsw | M::Movsd | M::Movsq
+            if is_repeated_string(insn) =>
+        {
+            rep_string(st, insn, space);
+        }
+        _ if insn.is_jcc_short_or_near() => {
+            let target = insn.near_branch_target();
+            if let Some(next) = next {
+                if target != insn.next_ip() {
+                    st.flags.constrain(insn.condition_code(), next == target);
+                }
+            }
+        }
+        _ => return false,
+    }
+    true
+}
+
+/// Whether `insn` is a string instruction with a REP (or REPNE) prefix: `movsd` is also an SSE
+/// move, which has a memory or register first operand instead of `es:[rdi]`.
+pub fn is_repeated_string(insn: &Instruction) -> bool {
+    (insn.has_rep_prefix() || insn.has_repne_prefix())
+        && matches!(
+            insn.op_kind(0),
+            OpKind::MemoryESDI | OpKind::MemoryESEDI | OpKind::MemoryESRDI
+        )
+}
+
+/// `rep stos` and `rep movs` (the history holds one position for all iterations): exact when
+/// the count, the pointers and DF are known, else the registers they move and all memory are
+/// unknown.
+pub fn rep_string(st: &mut State, insn: &Instruction, space: &AddressSpace) {
+    let size = u64::from(width(insn, 0));
+    let is_movs = matches!(
+        insn.mnemonic(),
+        Mnemonic::Movsb | Mnemonic::Movsw | Mnemonic::Movsd | Mnemonic::Movsq
+    );
+    let (n, dst) = (st.regs.get(RCX), st.regs.get(RDI));
+    let src = if is_movs { st.regs.get(RSI) } else { Some(0) };
+    let forward = st.flags.bit(flags::DF) == Some(false);
+    match (n, dst, src) {
+        (Some(n), Some(dst), Some(src)) if forward && n.saturating_mul(size) <= 64 << 20 => {
+            let len = n * size;
+            if is_movs {
+                // Element by element, as the CPU does (overlapping copies repeat a pattern).
+                for i in 0..len {
+                    let b = st.mem.read(src + i, 1, space);
+                    match b {
+                        Some(b) => st.mem.write(dst + i, &b),
+                        None => st.mem.forget(dst + i, 1),
+                    }
+                }
+                st.regs.set(RSI, Some(src + len));
+            } else {
+                match st.regs.get(RAX) {
+                    Some(v) => {
+                        let pattern = &v.to_le_bytes()[..size as usize];
+                        for i in 0..n {
+                            st.mem.write(dst + i * size, pattern);
+                        }
+                    }
+                    None => st.mem.forget(dst, len),
+                }
+            }
+            st.regs.set(RDI, Some(dst + len));
+            st.regs.set(RCX, Some(0));
+        }
+        _ => {
+            st.mem.forget_all();
+            st.regs.set(RCX, None);
+            st.regs.set(RDI, None);
+            if is_movs {
+                st.regs.set(RSI, None);
+            }
+        }
+    }
+}

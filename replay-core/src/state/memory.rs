@@ -1,0 +1,171 @@
+//! Memory as known bytes: pages copied on write, so a checkpoint is a cheap clone of the
+//! page table; read-only image bytes are known everywhere and are not stored here.
+
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+
+use crate::image::AddressSpace;
+
+const PAGE: u64 = 4096;
+
+#[derive(Clone)]
+struct Page {
+    bytes: [u8; PAGE as usize],
+    /// One bit per byte.
+    known: [u64; PAGE as usize / 64],
+}
+
+impl Page {
+    fn empty() -> Self {
+        Self {
+            bytes: [0; PAGE as usize],
+            known: [0; PAGE as usize / 64],
+        }
+    }
+
+    fn is_known(&self, i: usize) -> bool {
+        self.known[i / 64] & (1 << (i % 64)) != 0
+    }
+}
+
+/// The writable memory's known bytes.
+#[derive(Clone, Default)]
+pub struct Memory {
+    pages: FxHashMap<u64, Arc<Page>>,
+}
+
+impl std::fmt::Debug for Memory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Memory({} pages)", self.pages.len())
+    }
+}
+
+impl Memory {
+    /// Nothing known.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of pages holding known bytes (for the memory cost).
+    pub fn pages(&self) -> usize {
+        self.pages.len()
+    }
+
+    /// The byte at `addr`, if known here.
+    fn byte(&self, addr: u64) -> Option<u8> {
+        let page = self.pages.get(&(addr / PAGE))?;
+        let i = (addr % PAGE) as usize;
+        page.is_known(i).then_some(page.bytes[i])
+    }
+
+    /// `len` bytes at `addr`, if every one is known here or in a read-only image.
+    pub fn read(&self, addr: u64, len: usize, space: &AddressSpace) -> Option<Vec<u8>> {
+        let mut out = Vec::with_capacity(len);
+        for i in 0..len as u64 {
+            let a = addr.checked_add(i)?;
+            let b = match self.byte(a) {
+                Some(b) => b,
+                None => *space.read_only_bytes_at(a)?.first()?,
+            };
+            out.push(b);
+        }
+        Some(out)
+    }
+
+    /// A little-endian value of `bytes` bytes at `addr`, if known.
+    pub fn read_u64(&self, addr: u64, bytes: u32, space: &AddressSpace) -> Option<u64> {
+        let b = self.read(addr, bytes as usize, space)?;
+        let mut v = [0u8; 8];
+        v[..b.len().min(8)].copy_from_slice(&b[..b.len().min(8)]);
+        Some(u64::from_le_bytes(v))
+    }
+
+    /// Knows `bytes` at `addr`.
+    pub fn write(&mut self, addr: u64, bytes: &[u8]) {
+        for (i, &b) in bytes.iter().enumerate() {
+            let a = addr.wrapping_add(i as u64);
+            let page = Arc::make_mut(self.pages.entry(a / PAGE).or_insert_with(|| Arc::new(Page::empty())));
+            let j = (a % PAGE) as usize;
+            page.bytes[j] = b;
+            page.known[j / 64] |= 1 << (j % 64);
+        }
+    }
+
+    /// Writes `value` (little-endian, `bytes` wide) or makes those bytes unknown.
+    pub fn store(&mut self, addr: u64, bytes: u32, value: Option<u64>) {
+        match value {
+            Some(v) => self.write(addr, &v.to_le_bytes()[..bytes.min(8) as usize]),
+            None => self.forget(addr, u64::from(bytes)),
+        }
+    }
+
+    /// Makes `len` bytes at `addr` unknown.
+    pub fn forget(&mut self, addr: u64, len: u64) {
+        let mut a = addr;
+        let end = addr.saturating_add(len);
+        while a < end {
+            let p = a / PAGE;
+            let page_end = (p + 1).saturating_mul(PAGE).min(end);
+            if let Some(page) = self.pages.get_mut(&p) {
+                if a % PAGE == 0 && page_end - a == PAGE {
+                    self.pages.remove(&p);
+                } else {
+                    let page = Arc::make_mut(page);
+                    for x in a..page_end {
+                        let j = (x % PAGE) as usize;
+                        page.known[j / 64] &= !(1 << (j % 64));
+                    }
+                }
+            }
+            if page_end == a {
+                break;
+            }
+            a = page_end;
+        }
+    }
+
+    /// Makes all writable memory unknown: what a store to an address nobody knows does, since
+    /// it may have written anywhere.
+    pub fn forget_all(&mut self) {
+        self.pages.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::image::Image;
+
+    #[test]
+    fn bytes_are_known_where_written_or_read_only() {
+        let mut space = AddressSpace::new();
+        space.add(Image::from_raw("ro", 0x1000, vec![1, 2, 3, 4])).expect("add");
+        let mut m = Memory::new();
+        m.write(0x2ffe, &[9, 8, 7, 6]);
+        assert_eq!(
+            m.read(0x2ffe, 4, &space),
+            Some(vec![9, 8, 7, 6]),
+            "across a page boundary"
+        );
+        assert_eq!(m.read(0x2ffd, 2, &space), None);
+        assert_eq!(m.read(0x1001, 2, &space), Some(vec![2, 3]), "read-only image bytes");
+        let snapshot = m.clone();
+        m.forget(0x2fff, 2);
+        assert_eq!(m.read(0x2ffe, 1, &space), Some(vec![9]));
+        assert_eq!(m.read(0x2fff, 1, &space), None);
+        assert_eq!(m.read(0x3001, 1, &space), Some(vec![6]));
+        assert_eq!(
+            snapshot.read(0x2fff, 2, &space),
+            Some(vec![8, 7]),
+            "checkpoints are copies"
+        );
+        m.store(0x5000, 8, Some(0x1122_3344_5566_7788));
+        assert_eq!(m.read_u64(0x5000, 8, &space), Some(0x1122_3344_5566_7788));
+        m.forget(0x5000, 4096);
+        assert_eq!(m.read_u64(0x5000, 1, &space), None);
+        m.forget_all();
+        assert_eq!(m.pages(), 0);
+        assert_eq!(m.read(0x1000, 1, &space), Some(vec![1]));
+    }
+}

@@ -1,0 +1,63 @@
+//! The state layer (DESIGN.md, layer 6): registers and memory at a position of the history,
+//! each known or unknown. A value shown must be right; unknown is acceptable, wrong is not.
+//!
+//! Two passes meet at every position, as in REPT (OSDI 2018): the *forward* state starts from
+//! the recording's start snapshot (registers and writable memory when tracing started) and
+//! applies each instruction's semantics; the *backward* state starts from the end snapshot
+//! and undoes them. A value is known at a position if either pass knows it; if both know it
+//! and disagree, it is unknown (and counted, since it means a model is wrong).
+//!
+//! What keeps values right: an instruction nobody modelled makes exactly what iced-x86's
+//! `InstructionInfoFactory` says it writes unknown; a store to an unknown address makes all
+//! writable memory unknown (it may have hit any byte); a system call makes the registers the
+//! kernel writes and the memory it may write unknown unless the recording logged them
+//! ([`crate::syscall`]); an interrupt, a gap, an error or untraced code between two positions
+//! makes everything unknown; map changes make their ranges unknown.
+//!
+//! Files: `reg` (registers), `flags` (RFLAGS bits, conditions), `memory` (known bytes, pages
+//! copied on write), `ops` (operands), `forward` and `backward` (semantics), `transition`
+//! (one position to the next: instructions, system calls, events), `engine` (checkpoints and
+//! queries).
+
+mod backward;
+mod engine;
+pub mod flags;
+mod forward;
+pub mod maps;
+pub mod memory;
+mod ops;
+pub mod reg;
+mod transition;
+
+pub use engine::{Conflict, Inputs, Known, Values, ValuesStats, INTERVAL};
+pub use reg::Reg;
+pub use transition::set_named;
+
+use flags::Flags;
+use memory::Memory;
+use reg::RegFile;
+
+/// Registers, flags and memory at one position, each known or not.
+#[derive(Debug, Clone, Default)]
+pub struct State {
+    /// Registers.
+    pub regs: RegFile,
+    /// RFLAGS.
+    pub flags: Flags,
+    /// Writable memory.
+    pub mem: Memory,
+}
+
+impl State {
+    /// Nothing known.
+    pub fn unknown() -> Self {
+        Self::default()
+    }
+
+    /// Forgets everything (what untraced code or a lost stretch of trace leaves).
+    pub fn forget_all(&mut self) {
+        self.regs.forget_all();
+        self.flags.forget(flags::ALL);
+        self.mem.forget_all();
+    }
+}

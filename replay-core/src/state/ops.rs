@@ -1,0 +1,115 @@
+//! Operand access shared by the forward and backward semantics: addresses, widths, values.
+
+use iced_x86::{Instruction, OpAccess, OpKind, Register};
+
+use super::reg::{mask, Reg, RegFile};
+use super::State;
+use crate::image::AddressSpace;
+
+/// A register or a segment base for iced's address computation: ES, CS, SS and DS have base 0
+/// in 64-bit mode; FS and GS have their bases.
+pub fn address_register(regs: &RegFile, r: Register, with_segments: bool) -> Option<u64> {
+    match r {
+        Register::ES | Register::CS | Register::SS | Register::DS => Some(0),
+        Register::FS if with_segments => regs.get(Reg::FsBase),
+        Register::GS if with_segments => regs.get(Reg::GsBase),
+        Register::FS | Register::GS => Some(0),
+        r => regs.read(r),
+    }
+}
+
+/// The address of memory operand `op`, if the registers it uses are known.
+pub fn address(regs: &RegFile, insn: &Instruction, op: u32) -> Option<u64> {
+    insn.virtual_address(op, 0, |r, _, _| address_register(regs, r, true))
+}
+
+/// The effective address `lea` computes (no segment base).
+pub fn effective_address(regs: &RegFile, insn: &Instruction, op: u32) -> Option<u64> {
+    insn.virtual_address(op, 0, |r, _, _| address_register(regs, r, false))
+}
+
+/// Whether an operand kind is memory (explicit or a string instruction's implicit one).
+pub fn is_memory(kind: OpKind) -> bool {
+    matches!(
+        kind,
+        OpKind::Memory
+            | OpKind::MemorySegSI
+            | OpKind::MemorySegESI
+            | OpKind::MemorySegRSI
+            | OpKind::MemorySegDI
+            | OpKind::MemorySegEDI
+            | OpKind::MemorySegRDI
+            | OpKind::MemoryESDI
+            | OpKind::MemoryESEDI
+            | OpKind::MemoryESRDI
+    )
+}
+
+/// Width of operand `op` in bytes (immediates take the width of the destination).
+pub fn width(insn: &Instruction, op: u32) -> u32 {
+    match insn.op_kind(op) {
+        OpKind::Register => insn.op_register(op).size() as u32,
+        k if is_memory(k) => insn.memory_size().size() as u32,
+        _ if op > 0 => width(insn, 0),
+        _ => 8,
+    }
+}
+
+/// Operand `op`'s value, zero-extended from its width, if known.
+pub fn read(st: &State, insn: &Instruction, op: u32, space: &AddressSpace) -> Option<u64> {
+    match insn.op_kind(op) {
+        OpKind::Register => st.regs.read(insn.op_register(op)),
+        k if is_memory(k) => {
+            let a = address(&st.regs, insn, op)?;
+            let w = width(insn, op);
+            if w == 0 || w > 8 {
+                return None;
+            }
+            st.mem.read_u64(a, w, space)
+        }
+        OpKind::Immediate8
+        | OpKind::Immediate8_2nd
+        | OpKind::Immediate16
+        | OpKind::Immediate32
+        | OpKind::Immediate64
+        | OpKind::Immediate8to16
+        | OpKind::Immediate8to32
+        | OpKind::Immediate8to64
+        | OpKind::Immediate32to64 => Some(insn.immediate(op) & mask(width(insn, op))),
+        _ => None,
+    }
+}
+
+/// Writes operand `op` (a register or memory) with a value or unknown. A store to an address
+/// nobody knows may have hit any byte: all memory becomes unknown.
+pub fn write(st: &mut State, insn: &Instruction, op: u32, value: Option<u64>) {
+    match insn.op_kind(op) {
+        OpKind::Register => st.regs.write(insn.op_register(op), value),
+        k if is_memory(k) => {
+            let w = width(insn, op);
+            match address(&st.regs, insn, op) {
+                Some(a) if (1..=8).contains(&w) => st.mem.store(a, w, value),
+                Some(a) if w > 0 => st.mem.forget(a, u64::from(w)),
+                _ => st.mem.forget_all(),
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Sign-extends the low `bytes` bytes of `v`.
+pub fn sign_extend(v: u64, bytes: u32) -> u64 {
+    if bytes >= 8 {
+        return v;
+    }
+    let shift = 64 - bytes * 8;
+    (((v << shift) as i64) >> shift) as u64
+}
+
+/// Whether an access writes.
+pub fn writes(access: OpAccess) -> bool {
+    matches!(
+        access,
+        OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite
+    )
+}

@@ -1,0 +1,217 @@
+//! The registers the state layer tracks, each known or unknown as a whole, and how iced-x86's
+//! sub-registers (`eax`, `ax`, `al`, `ah`) read and write them.
+
+use iced_x86::Register;
+
+/// A tracked register: the 16 general-purpose registers in hardware order, the segment bases
+/// the `fs:`/`gs:` prefixes add, and the segment selectors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Reg {
+    /// General-purpose register `0..16` in hardware order (rax, rcx, rdx, rbx, rsp, rbp, rsi,
+    /// rdi, r8–r15).
+    Gpr(u8),
+    /// The FS segment base (thread pointer).
+    FsBase,
+    /// The GS segment base.
+    GsBase,
+    /// Segment selector `0..6` in hardware order (es, cs, ss, ds, fs, gs).
+    Segment(u8),
+}
+
+/// Number of tracked registers.
+pub const COUNT: usize = 16 + 2 + 6;
+
+/// Names of the general-purpose registers in hardware order.
+const GPR: [&str; 16] = [
+    "rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
+];
+const SEGMENT: [&str; 6] = ["es", "cs", "ss", "ds", "fs", "gs"];
+
+/// `rax`.
+pub const RAX: Reg = Reg::Gpr(0);
+/// `rcx`.
+pub const RCX: Reg = Reg::Gpr(1);
+/// `rdx`.
+pub const RDX: Reg = Reg::Gpr(2);
+/// `rsp`.
+pub const RSP: Reg = Reg::Gpr(4);
+/// `rbp`.
+pub const RBP: Reg = Reg::Gpr(5);
+/// `rsi`.
+pub const RSI: Reg = Reg::Gpr(6);
+/// `rdi`.
+pub const RDI: Reg = Reg::Gpr(7);
+/// `r8`.
+pub const R8: Reg = Reg::Gpr(8);
+/// `r9`.
+pub const R9: Reg = Reg::Gpr(9);
+/// `r10`.
+pub const R10: Reg = Reg::Gpr(10);
+/// `r11`.
+pub const R11: Reg = Reg::Gpr(11);
+
+impl Reg {
+    /// Every tracked register.
+    pub fn all() -> impl Iterator<Item = Reg> {
+        (0..16)
+            .map(Reg::Gpr)
+            .chain([Reg::FsBase, Reg::GsBase])
+            .chain((0..6).map(Reg::Segment))
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Reg::Gpr(i) => usize::from(i),
+            Reg::FsBase => 16,
+            Reg::GsBase => 17,
+            Reg::Segment(i) => 18 + usize::from(i),
+        }
+    }
+
+    /// Its name as gdb and the recording's manifest spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Reg::Gpr(i) => GPR[usize::from(i)],
+            Reg::FsBase => "fs_base",
+            Reg::GsBase => "gs_base",
+            Reg::Segment(i) => SEGMENT[usize::from(i)],
+        }
+    }
+
+    /// The register of that name.
+    pub fn from_name(name: &str) -> Option<Reg> {
+        Reg::all().find(|r| r.name() == name)
+    }
+}
+
+/// Where an iced register lives in a tracked one: which, at what bit shift, how many bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    /// The tracked register.
+    pub reg: Reg,
+    /// 8 for `ah`, `ch`, `dh`, `bh`; else 0.
+    pub shift: u32,
+    /// 1, 2, 4 or 8.
+    pub bytes: u32,
+}
+
+/// The tracked register an iced register is part of, if any (vector, control and other
+/// registers are not tracked).
+pub fn slot(r: Register) -> Option<Slot> {
+    if r.is_segment_register() {
+        let i = r as u32 - Register::ES as u32;
+        return Some(Slot {
+            reg: Reg::Segment(i as u8),
+            shift: 0,
+            bytes: 2,
+        });
+    }
+    if !r.is_gpr() {
+        return None;
+    }
+    let full = r.full_register();
+    let i = full as u32 - Register::RAX as u32;
+    let high = (Register::AH as u32..=Register::BH as u32).contains(&(r as u32));
+    Some(Slot {
+        reg: Reg::Gpr(i as u8),
+        shift: if high { 8 } else { 0 },
+        bytes: r.size() as u32,
+    })
+}
+
+/// A mask of the low `bytes` bytes.
+pub fn mask(bytes: u32) -> u64 {
+    if bytes >= 8 {
+        u64::MAX
+    } else {
+        (1u64 << (bytes * 8)) - 1
+    }
+}
+
+/// The tracked registers, each known or not.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegFile {
+    values: [u64; COUNT],
+    known: u32,
+}
+
+impl RegFile {
+    /// A register's value, if known.
+    pub fn get(&self, r: Reg) -> Option<u64> {
+        let i = r.index();
+        (self.known & (1 << i) != 0).then_some(self.values[i])
+    }
+
+    /// Sets a register to a value or to unknown.
+    pub fn set(&mut self, r: Reg, value: Option<u64>) {
+        let i = r.index();
+        match value {
+            Some(v) => {
+                self.values[i] = v;
+                self.known |= 1 << i;
+            }
+            None => self.known &= !(1 << i),
+        }
+    }
+
+    /// Makes every register unknown.
+    pub fn forget_all(&mut self) {
+        self.known = 0;
+    }
+
+    /// An iced register's value (zero-extended), if its tracked register is known.
+    pub fn read(&self, r: Register) -> Option<u64> {
+        let s = slot(r)?;
+        Some((self.get(s.reg)? >> s.shift) & mask(s.bytes))
+    }
+
+    /// Writes an iced register as the CPU does: a 32-bit write zero-extends to 64 bits; an 8- or
+    /// 16-bit write keeps the other bits, so it is known only if they were. Untracked registers
+    /// are ignored.
+    pub fn write(&mut self, r: Register, value: Option<u64>) {
+        let Some(s) = slot(r) else { return };
+        let new = match (s.bytes, value) {
+            (8, v) => v,
+            (4, v) if matches!(s.reg, Reg::Gpr(_)) => v.map(|v| v & mask(4)),
+            (_, Some(v)) => self.get(s.reg).map(|old| {
+                let m = mask(s.bytes) << s.shift;
+                (old & !m) | ((v << s.shift) & m)
+            }),
+            (_, None) => None,
+        };
+        self.set(s.reg, new);
+    }
+
+    /// Makes the tracked register holding `r` unknown.
+    pub fn forget(&mut self, r: Register) {
+        if let Some(s) = slot(r) {
+            self.set(s.reg, None);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sub_registers_read_and_write_as_the_cpu_does() {
+        let mut f = RegFile::default();
+        f.write(Register::RAX, Some(0x1122_3344_5566_7788));
+        assert_eq!(f.read(Register::EAX), Some(0x5566_7788));
+        assert_eq!(f.read(Register::AH), Some(0x77));
+        f.write(Register::AH, Some(0xff));
+        assert_eq!(f.read(Register::RAX), Some(0x1122_3344_5566_ff88));
+        f.write(Register::EAX, Some(0xffff_ffff_0000_0001));
+        assert_eq!(f.read(Register::RAX), Some(1), "32-bit writes zero-extend");
+        f.write(Register::RBX, None);
+        f.write(Register::BL, Some(1));
+        assert_eq!(f.read(Register::RBX), None, "an 8-bit write into an unknown register");
+        f.write(Register::R9D, Some(5));
+        assert_eq!(f.get(Reg::Gpr(9)), Some(5));
+        assert_eq!(f.read(Register::XMM0), None);
+        assert_eq!(Reg::from_name("r11"), Some(R11));
+        assert_eq!(Reg::from_name("fs_base"), Some(Reg::FsBase));
+        assert_eq!(slot(Register::FS).map(|s| s.reg), Some(Reg::Segment(4)));
+    }
+}

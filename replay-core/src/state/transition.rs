@@ -1,0 +1,145 @@
+//! From one position to the next, forwards and backwards: an instruction's semantics, a system
+//! call (with its log record if the recorder wrote one), or everything unknown when something
+//! the trace does not show came between.
+
+use iced_x86::{Instruction, InstructionInfoFactory, Mnemonic};
+
+use super::reg::{Reg, R10, R11, R8, R9, RAX, RCX, RDI, RDX, RSI};
+use super::{backward, flags, forward, State};
+use crate::image::AddressSpace;
+use crate::syscall::{effect, nr, Effect, SyscallRecord};
+
+/// What lies between position `p` and `p + 1`.
+#[derive(Debug, Clone, Copy)]
+pub enum Between<'a> {
+    /// The instruction at `p` ran and `next` ran after it (`None`: the history does not say).
+    Insn {
+        /// The instruction.
+        insn: &'a Instruction,
+        /// The address at `p + 1`.
+        next: Option<u64>,
+    },
+    /// A `syscall` at `p`, and its log record if any.
+    Syscall(Option<&'a SyscallRecord>),
+    /// Something the trace does not show (an interrupt, a gap, untraced code, an
+    /// undecodable instruction).
+    Unknown,
+}
+
+fn parse(v: &str) -> Option<u64> {
+    u64::from_str_radix(v.trim_start_matches("0x"), 16).ok()
+}
+
+/// Sets registers from a name → value map.
+pub fn set_named(st: &mut State, map: &std::collections::BTreeMap<String, String>) {
+    for (name, value) in map {
+        let Some(v) = parse(value) else { continue };
+        if name == "eflags" {
+            st.flags = flags::Flags::known(v);
+        } else if let Some(r) = Reg::from_name(name) {
+            st.regs.set(r, Some(v));
+        }
+    }
+}
+
+fn args(st: &State) -> [Option<u64>; 6] {
+    [RDI, RSI, RDX, R10, R8, R9].map(|r| st.regs.get(r))
+}
+
+fn apply_effect_to_memory(st: &mut State, e: &Effect) {
+    match e {
+        Effect::Writes(ranges) => ranges.iter().for_each(|&(a, n)| st.mem.forget(a, n)),
+        Effect::Anywhere => st.mem.forget_all(),
+        Effect::Restores | Effect::SetsBase { .. } => {}
+    }
+}
+
+/// What every system call leaves unknown: `rax` (the result), `rcx` and `r11` (which
+/// SYSCALL and the kernel's return path overwrite), RFLAGS, and the segment bases when the
+/// call is one that can set them (or is not known).
+fn clobber(st: &mut State, nr: Option<u64>) {
+    for r in [RAX, RCX, R11] {
+        st.regs.set(r, None);
+    }
+    st.flags.forget(flags::ALL);
+    if nr.map_or(true, |n| n == nr::ARCH_PRCTL || n == nr::RT_SIGRETURN) {
+        st.regs.set(Reg::FsBase, None);
+        st.regs.set(Reg::GsBase, None);
+    }
+}
+
+/// Forwards over what lies between `p` and `p + 1`.
+pub fn forward(st: &mut State, between: Between<'_>, space: &AddressSpace, f: &mut InstructionInfoFactory) {
+    match between {
+        Between::Insn { insn, next } => forward::step(st, insn, next, space, f),
+        Between::Unknown => st.forget_all(),
+        Between::Syscall(record) => {
+            let nr = record.map(|r| r.nr).or(st.regs.get(RAX));
+            let ret = record.and_then(|r| r.after.get("rax")).and_then(|v| parse(v));
+            let e = nr.map_or(Effect::Anywhere, |nr| effect(nr, &args(st), ret));
+            match record {
+                Some(r) => {
+                    if !r.complete {
+                        st.mem.forget_all();
+                    }
+                    // What the kernel may have written and the record does not hold is
+                    // unknown; then what it holds.
+                    apply_effect_to_memory(st, &e);
+                    for w in &r.writes {
+                        match w.data() {
+                            Some(bytes) => st.mem.write(w.address, &bytes),
+                            None => st.mem.forget_all(),
+                        }
+                    }
+                }
+                None => apply_effect_to_memory(st, &e),
+            }
+            clobber(st, nr);
+            match e {
+                Effect::Restores => st.regs.forget_all(),
+                Effect::SetsBase { fs, value } => st.regs.set(if fs { Reg::FsBase } else { Reg::GsBase }, value),
+                _ => {}
+            }
+            if let Some(r) = record {
+                set_named(st, &r.after);
+            }
+        }
+    }
+}
+
+/// Backwards over what lies between `p` and `p + 1`: `st` goes from the state at `p + 1` to
+/// the state at `p`.
+pub fn backward(st: &mut State, between: Between<'_>, space: &AddressSpace, f: &mut InstructionInfoFactory) {
+    match between {
+        Between::Insn { insn, next } => backward::step(st, insn, next, space, f),
+        Between::Unknown => st.forget_all(),
+        Between::Syscall(record) => {
+            let nr = record.map(|r| r.nr);
+            let ret = record
+                .and_then(|r| r.after.get("rax"))
+                .and_then(|v| parse(v))
+                .or(st.regs.get(RAX));
+            let e = match nr {
+                Some(nr) => effect(nr, &args(st), ret),
+                None => Effect::Anywhere,
+            };
+            if record.is_some_and(|r| !r.complete) {
+                st.mem.forget_all();
+            }
+            apply_effect_to_memory(st, &e);
+            clobber(st, nr);
+            if e == Effect::Restores {
+                st.regs.forget_all();
+            }
+            if let Some(r) = record {
+                st.regs.set(RAX, Some(r.nr));
+                set_named(st, &r.before);
+            }
+        }
+    }
+}
+
+/// Whether an instruction is a system call the history shows as one position.
+pub fn is_syscall(insn: &Instruction) -> bool {
+    insn.mnemonic() == Mnemonic::Syscall
+}

@@ -1,0 +1,251 @@
+//! What a Linux x86-64 system call does to the user state, as far as the state layer and the
+//! recorders need it: which user memory it may write, given its arguments, and the log record
+//! a recorder writes for each call it saw (rr logs the same: results and the memory the
+//! kernel wrote).
+//!
+//! The table errs on one side only: a call it does not know, or whose output bound depends on
+//! an unknown argument, may write [`Effect::Anywhere`]. Map changes (mmap, munmap, brk,
+//! mremap) are not listed: `maps.json` records them with their positions.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::recording::hex;
+
+/// System call numbers the table and the engine name.
+pub mod nr {
+    /// read
+    pub const READ: u64 = 0;
+    /// rt_sigreturn: restores every register from the signal frame.
+    pub const RT_SIGRETURN: u64 = 15;
+    /// arch_prctl: may set the FS or GS base.
+    pub const ARCH_PRCTL: u64 = 158;
+    /// exit
+    pub const EXIT: u64 = 60;
+    /// exit_group
+    pub const EXIT_GROUP: u64 = 231;
+}
+
+/// `arch_prctl` codes.
+const ARCH_SET_GS: u64 = 0x1001;
+const ARCH_SET_FS: u64 = 0x1002;
+const ARCH_GET_FS: u64 = 0x1003;
+const ARCH_GET_GS: u64 = 0x1004;
+
+/// What a call does to user memory and registers besides `rax`, `rcx` and `r11`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Writes at most these (address, length) ranges.
+    Writes(Vec<(u64, u64)>),
+    /// May write user memory nobody can bound.
+    Anywhere,
+    /// Replaces every register (rt_sigreturn); writes no memory.
+    Restores,
+    /// Sets the FS base (`Some(fs)`) or the GS base (`None`) to a value, if known.
+    SetsBase {
+        /// FS (true) or GS.
+        fs: bool,
+        /// The new base.
+        value: Option<u64>,
+    },
+}
+
+/// The arguments in `rdi, rsi, rdx, r10, r8, r9` order, each if known.
+pub type Args = [Option<u64>; 6];
+
+/// What call `nr` with `args` may write; `ret` is its result if known (it bounds reads).
+pub fn effect(nr: u64, args: &Args, ret: Option<u64>) -> Effect {
+    use Effect::{Anywhere, Writes};
+    let a = |i: usize| args[i];
+    // A buffer of `len` at `addr`, both needed.
+    let buf = |addr: Option<u64>, len: Option<u64>| match (addr, len) {
+        (Some(addr), Some(len)) => Writes(vec![(addr, len)]),
+        _ => Anywhere,
+    };
+    // A result of at most `len` bytes: the result bounds it when it is a count.
+    let counted = |addr: Option<u64>, len: Option<u64>| {
+        let n = match ret {
+            Some(r) if (r as i64) >= 0 => Some(r),
+            Some(_) => Some(0),
+            None => len,
+        };
+        buf(addr, n)
+    };
+    // An optional out-pointer of a fixed size.
+    let optional = |addr: Option<u64>, len: u64| match addr {
+        Some(0) => Writes(vec![]),
+        addr => buf(addr, Some(len)),
+    };
+    match nr {
+        0 | 17 => counted(a(1), a(2)), // read, pread64
+        89 => counted(a(1), a(2)),     // readlink
+        267 => counted(a(2), a(3)),    // readlinkat
+        318 => counted(a(0), a(1)),    // getrandom
+        204 => counted(a(2), a(1)),    // sched_getaffinity
+        4..=6 => buf(a(1), Some(144)), // stat, fstat, lstat
+        262 => buf(a(2), Some(144)),   // newfstatat
+        332 => buf(a(4), Some(256)),   // statx
+        7 => buf(a(0), a(1).map(|n| n.saturating_mul(8))),
+        13 => optional(a(2), 32),                // rt_sigaction: the old action
+        14 => optional(a(2), a(3).unwrap_or(8)), // rt_sigprocmask: the old mask
+        16 => match a(1) {
+            Some(0x5401) => buf(a(2), Some(36)), // TCGETS
+            Some(0x5413) => buf(a(2), Some(8)),  // TIOCGWINSZ
+            _ => Anywhere,
+        },
+        22 | 293 => buf(a(0), Some(8)), // pipe, pipe2
+        35 => optional(a(1), 16),       // nanosleep: the remainder
+        63 => buf(a(0), Some(390)),     // uname
+        96 => match (optional(a(0), 16), optional(a(1), 8)) {
+            (Writes(mut x), Writes(y)) => {
+                x.extend(y);
+                Writes(x)
+            }
+            _ => Anywhere,
+        },
+        97 => buf(a(1), Some(16)),       // getrlimit
+        302 => optional(a(3), 16),       // prlimit64: the old limit
+        99 => buf(a(0), Some(112)),      // sysinfo
+        201 => optional(a(0), 8),        // time
+        228 | 229 => optional(a(1), 16), // clock_gettime, clock_getres
+        61 => match (optional(a(1), 4), optional(a(3), 144)) {
+            (Writes(mut x), Writes(y)) => {
+                x.extend(y);
+                Writes(x)
+            }
+            _ => Anywhere,
+        },
+        72 => match a(1) {
+            Some(5) => buf(a(2), Some(32)), // F_GETLK
+            Some(_) => Writes(vec![]),
+            None => Anywhere,
+        },
+        56 => match a(0) {
+            // clone: CLONE_PARENT_SETTID writes the child's id for the parent.
+            Some(flags) if flags & 0x0010_0000 != 0 => buf(a(2), Some(4)),
+            Some(_) => Writes(vec![]),
+            None => Anywhere,
+        },
+        334 => buf(a(0), a(1)), // rseq: the kernel writes the area from now on
+        nr::ARCH_PRCTL => match a(0) {
+            Some(ARCH_SET_FS) => Effect::SetsBase { fs: true, value: a(1) },
+            Some(ARCH_SET_GS) => Effect::SetsBase { fs: false, value: a(1) },
+            Some(ARCH_GET_FS | ARCH_GET_GS) => buf(a(1), Some(8)),
+            _ => Anywhere,
+        },
+        nr::RT_SIGRETURN => Effect::Restores,
+        // Calls that write no user memory (map changes are in maps.json).
+        1..=3
+        | 8..=12
+        | 18
+        | 20
+        | 21
+        | 24
+        | 25
+        | 28
+        | 32..=34
+        | 39
+        | 57
+        | 58
+        | 60
+        | 62
+        | 102
+        | 104
+        | 107
+        | 108
+        | 110
+        | 186
+        | 200
+        | 218
+        | 231
+        | 234
+        | 257
+        | 273 => Writes(vec![]),
+        _ => Anywhere,
+    }
+}
+
+/// One run of bytes the kernel wrote.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryWrite {
+    /// Where.
+    #[serde(with = "hex")]
+    pub address: u64,
+    /// The bytes, as hex digits.
+    pub bytes: String,
+}
+
+impl MemoryWrite {
+    /// A write of `bytes` at `address`.
+    pub fn new(address: u64, bytes: &[u8]) -> Self {
+        Self {
+            address,
+            bytes: bytes.iter().map(|b| format!("{b:02x}")).collect(),
+        }
+    }
+
+    /// The bytes, if the hex digits are well formed.
+    pub fn data(&self) -> Option<Vec<u8>> {
+        let s = self.bytes.as_bytes();
+        if s.len() % 2 != 0 {
+            return None;
+        }
+        s.chunks(2)
+            .map(|c| u8::from_str_radix(std::str::from_utf8(c).ok()?, 16).ok())
+            .collect()
+    }
+}
+
+/// A system call as a recorder saw it (`syscalls.jsonl`, one per line).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyscallRecord {
+    /// The position of the `syscall` instruction in the history.
+    pub position: u64,
+    /// Its address (the replay checks it, so a misplaced record is never applied).
+    #[serde(with = "hex")]
+    pub ip: u64,
+    /// The call number.
+    pub nr: u64,
+    /// Registers before the call that the recorder knows (name → value).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub before: BTreeMap<String, String>,
+    /// Registers after it (at least `rax`, the result, where known).
+    #[serde(default)]
+    pub after: BTreeMap<String, String>,
+    /// The user memory it wrote.
+    #[serde(default)]
+    pub writes: Vec<MemoryWrite>,
+    /// Whether `writes` is all it wrote (false: it may have written elsewhere too).
+    pub complete: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outputs_are_bounded_by_arguments_and_results() {
+        let args = [Some(3), Some(0x1000), Some(64), None, None, None];
+        assert_eq!(effect(0, &args, Some(10)), Effect::Writes(vec![(0x1000, 10)]));
+        assert_eq!(effect(0, &args, None), Effect::Writes(vec![(0x1000, 64)]));
+        assert_eq!(effect(0, &args, Some(-14i64 as u64)), Effect::Writes(vec![(0x1000, 0)]));
+        assert_eq!(effect(1, &args, Some(64)), Effect::Writes(vec![]));
+        assert_eq!(
+            effect(5, &[Some(1), None, None, None, None, None], Some(0)),
+            Effect::Anywhere
+        );
+        assert_eq!(effect(999, &args, None), Effect::Anywhere);
+        assert_eq!(effect(15, &args, None), Effect::Restores);
+        let set_fs = [Some(0x1002), Some(0x4ac380), None, None, None, None];
+        assert_eq!(
+            effect(158, &set_fs, Some(0)),
+            Effect::SetsBase {
+                fs: true,
+                value: Some(0x4ac380)
+            }
+        );
+        let w = MemoryWrite::new(0x10, &[0xde, 0xad]);
+        assert_eq!(w.data(), Some(vec![0xde, 0xad]));
+    }
+}

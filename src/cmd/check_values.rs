@@ -1,0 +1,140 @@
+//! `rtit check-values [REC]`: compares the state layer's register values with the registers
+//! the recorder sampled (`rtit record --truth`), per register: known and right, known and
+//! wrong, unknown. Any wrong value is an error: the state layer must never show one.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use rtit_replay_core::session::Session;
+
+use super::recordings;
+
+/// Arguments of `rtit check-values`.
+#[derive(Debug, Args)]
+pub struct CheckValuesArgs {
+    /// The recording, made with `rtit record --truth` (default: the latest).
+    #[arg(value_name = "REC")]
+    recording: Option<PathBuf>,
+    /// Print every wrong value, not just the first ten.
+    #[arg(long)]
+    verbose: bool,
+}
+
+/// Per-register tallies.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
+    right: u64,
+    wrong: u64,
+    unknown: u64,
+}
+
+impl Tally {
+    fn add(&mut self, other: Tally) {
+        self.right += other.right;
+        self.wrong += other.wrong;
+        self.unknown += other.unknown;
+    }
+
+    fn line(&self, name: &str) -> String {
+        let total = (self.right + self.wrong + self.unknown).max(1);
+        format!(
+            "{name:<10} {:>8} {:>8} {:>8} {:>8.1}%",
+            self.right,
+            self.wrong,
+            self.unknown,
+            100.0 * self.right as f64 / total as f64
+        )
+    }
+}
+
+/// The registers compared, in gdb's order.
+const NAMES: [&str; 26] = [
+    "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
+    "rip", "eflags", "cs", "ss", "ds", "es", "fs", "gs", "fs_base", "gs_base",
+];
+
+/// Runs `rtit check-values`.
+pub fn run(args: &CheckValuesArgs) -> Result<()> {
+    let rec = recordings::open(args.recording.as_deref())?;
+    let samples = rec.truth_registers()?.with_context(|| {
+        format!(
+            "{}: no sampled registers; record with `rtit record --truth`",
+            rec.dir.display()
+        )
+    })?;
+    let started = Instant::now();
+    let mut session = Session::open(rec.clone()).context("cannot decode the recording")?;
+    let opened = started.elapsed();
+    let mut tallies = vec![Tally::default(); NAMES.len()];
+    let mut wrong = Vec::new();
+    let mut compared = 0;
+    for sample in &samples {
+        if sample.position > session.last() {
+            continue;
+        }
+        compared += 1;
+        session.set_position(sample.position);
+        for (i, name) in NAMES.iter().enumerate() {
+            let Some(truth) = sample.registers.get(*name) else {
+                continue;
+            };
+            let truth = u64::from_str_radix(truth.trim_start_matches("0x"), 16)
+                .with_context(|| format!("truth at position {}: {name} = {truth:?}", sample.position))?;
+            match session.register(name) {
+                None => tallies[i].unknown += 1,
+                Some(v) if v == truth => tallies[i].right += 1,
+                Some(v) => {
+                    tallies[i].wrong += 1;
+                    wrong.push(format!(
+                        "position {} (rip {:#x}): {name} is {truth:#x}, the state layer says {v:#x}",
+                        sample.position,
+                        session.pc()
+                    ));
+                }
+            }
+        }
+    }
+    let elapsed = started.elapsed();
+    println!(
+        "{} samples of {} positions compared ({} backend, {})",
+        compared,
+        session.len(),
+        rec.manifest.backend,
+        rec.dir.display()
+    );
+    println!(
+        "{:<10} {:>8} {:>8} {:>8} {:>9}",
+        "register", "right", "wrong", "unknown", "right"
+    );
+    let mut gprs = Tally::default();
+    for (i, name) in NAMES.iter().enumerate() {
+        println!("{}", tallies[i].line(name));
+        if i < 16 {
+            gprs.add(tallies[i]);
+        }
+    }
+    println!("{}", gprs.line("all GPRs"));
+    let stats = session.values().stats();
+    println!(
+        "decode {:.1} ms; values {:.1} ms ({} forward and {} backward steps, {} checkpoints, {} conflicts)",
+        opened.as_secs_f64() * 1e3,
+        (elapsed - opened).as_secs_f64() * 1e3,
+        stats.forward_steps,
+        stats.backward_steps,
+        stats.checkpoints,
+        stats.conflicts
+    );
+    let limit = if args.verbose { usize::MAX } else { 10 };
+    for w in wrong.iter().take(limit) {
+        println!("WRONG {w}");
+    }
+    if !wrong.is_empty() {
+        bail!("{} wrong values", wrong.len());
+    }
+    if stats.conflicts > 0 {
+        bail!("{} conflicts between the forward and backward passes", stats.conflicts);
+    }
+    Ok(())
+}

@@ -1,0 +1,103 @@
+//! The state layer against the recorder's truth: every example is recorded with
+//! `rtit record --truth` (registers sampled every 97 instructions by ptrace) and checked with
+//! `rtit check-values`, which fails on any wrong value or any disagreement between the forward
+//! and backward passes. Known-and-right rates are asserted only loosely (they are reported in
+//! the README); a wrong value is never allowed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("values").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// Compiles an example, records it with the step backend and the truth, and returns the
+/// output of `rtit check-values` (asserting it succeeded).
+fn check(name: &str, dynamic: bool, from_main: bool) -> String {
+    let dir = scratch(&format!("{name}-{dynamic}-{from_main}"));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("examples/c/{name}.c"));
+    let exe = dir.join(name);
+    let mut gcc = Command::new("gcc");
+    gcc.args(["-O1", "-g", "-o"]).arg(&exe).arg(&src);
+    if !dynamic {
+        gcc.arg("-static");
+    }
+    assert!(gcc.status().expect("gcc is needed").success());
+    let rec = dir.join("rec");
+    let mut record = Command::new(env!("CARGO_BIN_EXE_rtit"));
+    record
+        .args(["record", "--backend", "step", "--truth", "--out"])
+        .arg(&rec);
+    if from_main {
+        record.args(["--start", "main"]);
+    }
+    let status = record
+        .arg("--")
+        .arg(&exe)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("rtit record");
+    assert!(status.code().is_some(), "rtit record ran");
+    let out = Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .arg("check-values")
+        .arg(&rec)
+        .output()
+        .expect("rtit check-values");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{name}: no value may be wrong:\n{text}");
+    text
+}
+
+/// The known-and-right percentage `check-values` printed for a row.
+fn right(out: &str, row: &str) -> f64 {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with(&format!("{row} ")))
+        .unwrap_or_else(|| panic!("no {row} row:\n{out}"));
+    let cols: Vec<&str> = line.split_whitespace().collect();
+    let wrong: u64 = cols[cols.len() - 3].parse().expect("wrong count");
+    assert_eq!(wrong, 0, "{line}");
+    cols[cols.len() - 1]
+        .trim_end_matches('%')
+        .parse()
+        .expect("a percentage")
+}
+
+#[test]
+fn no_value_is_ever_wrong_in_the_static_examples_from_main() {
+    for name in ["recursion", "dispatch", "longjmp", "signals", "crash", "goto", "deep"] {
+        let out = check(name, false, true);
+        assert_eq!(right(&out, "rip"), 100.0, "{name}: rip is always known:\n{out}");
+        assert!(
+            right(&out, "rsp") >= 80.0,
+            "{name}: rsp is known at most positions:\n{out}"
+        );
+        assert!(right(&out, "all GPRs") > 30.0, "{name}:\n{out}");
+    }
+}
+
+#[test]
+fn frames_are_known_throughout_the_recursion() {
+    let out = check("recursion", false, true);
+    assert_eq!(right(&out, "rsp"), 100.0, "{out}");
+    assert!(right(&out, "rbp") > 90.0, "{out}");
+    assert!(right(&out, "all GPRs") > 90.0, "{out}");
+}
+
+#[test]
+fn no_value_is_ever_wrong_from_the_entry_point_and_with_the_dynamic_loader() {
+    // From the entry point: the C library's start-up code, its system calls and TLS setup.
+    let out = check("recursion", false, false);
+    assert!(right(&out, "rsp") > 50.0, "{out}");
+    assert_eq!(
+        right(&out, "fs_base"),
+        100.0,
+        "arch_prctl(ARCH_SET_FS) is followed: {out}"
+    );
+    // A dynamic executable from main: PLT calls, the C library as a shared object.
+    check("dynamic", true, true);
+}
