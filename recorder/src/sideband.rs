@@ -110,7 +110,19 @@ pub struct Snapshot {
 /// Reads the writable mappings of `maps` with `read` (which returns how many bytes it could
 /// read at an address), the stack first, up to [`SNAPSHOT_BOUND`] bytes.
 pub fn snapshot_with(maps: &[Mapping], mut read: impl FnMut(u64, &mut [u8]) -> usize) -> Snapshot {
-    let mut writable: Vec<&Mapping> = maps.iter().filter(|m| m.perms.contains('w')).collect();
+    // Writable mappings, and RELRO: the read-only part of a file's data that the dynamic
+    // loader relocated and then protected (an `r--p` mapping right before the same file's
+    // `rw-p` one); its bytes differ from the file's.
+    let relro = |i: usize| {
+        let (m, next) = (&maps[i], maps.get(i + 1));
+        m.perms == "r--p"
+            && m.path.is_some()
+            && next.is_some_and(|n| n.path == m.path && n.start == m.end && n.perms.contains('w'))
+    };
+    let mut writable: Vec<&Mapping> = (0..maps.len())
+        .filter(|&i| maps[i].perms.contains('w') || relro(i))
+        .map(|i| &maps[i])
+        .collect();
     writable.sort_by_key(|m| (m.path.as_deref() != Some("[stack]"), m.start));
     let mut snap = Snapshot::default();
     let mut left = SNAPSHOT_BOUND;

@@ -19,6 +19,7 @@ use rtit_recorder::qemu::report::{files, Args, PluginEnd, Report};
 use rtit_recorder::sideband::{diff, nr, parse_map_line, snapshot_with, Images};
 use rtit_recorder::writer::write_snapshot;
 use rtit_replay_core::recording::{MapChange, Mapping, Maps, MemoryRegion};
+use rtit_replay_core::syscall::{effect, Effect, MemoryWrite, SyscallRecord};
 
 /// The lowest descriptor the plugin keeps open, far above the program's.
 const HIGH_FD: i32 = 1000;
@@ -57,6 +58,9 @@ pub struct Plugin {
     trace: File,
     truth: Option<File>,
     syscall: Option<(u64, [u64; 6])>,
+    /// The traced system call under way, completed at its return.
+    syscall_record: Option<SyscallRecord>,
+    syscalls: Vec<SyscallRecord>,
     memory_start: (Vec<MemoryRegion>, bool),
     registers_start: RegisterMap,
     entry_registers: RegisterMap,
@@ -104,6 +108,8 @@ impl Plugin {
             trace,
             truth,
             syscall: None,
+            syscall_record: None,
+            syscalls: Vec::new(),
             memory_start: (Vec::new(), false),
             registers_start: RegisterMap::new(),
             entry_registers: RegisterMap::new(),
@@ -312,6 +318,24 @@ impl Plugin {
             }
             SyscallAction::Continue => {}
         }
+        if let Some((position, ip)) = self.engine.take_last_syscall() {
+            let names = ["rdi", "rsi", "rdx", "r10", "r8", "r9"];
+            let mut before: RegisterMap = names
+                .iter()
+                .zip(a)
+                .map(|(n, v)| (n.to_string(), format!("{v:#x}")))
+                .collect();
+            before.insert("rax".into(), format!("{number:#x}"));
+            self.syscall_record = Some(SyscallRecord {
+                position,
+                ip,
+                nr: number,
+                before,
+                after: RegisterMap::new(),
+                writes: Vec::new(),
+                complete: false,
+            });
+        }
     }
 
     /// Ends the recording now and the program with it.
@@ -325,6 +349,10 @@ impl Plugin {
 
     /// A system call returned `ret`: follows the map.
     pub fn syscall_ret(&mut self, number: u64, ret: i64) {
+        if let Some(r) = self.syscall_record.take() {
+            let r = self.complete_syscall(r, ret as u64);
+            self.syscalls.push(r);
+        }
         let Some((n, a)) = self.syscall.take() else { return };
         if n != number || !nr::changes_map(number) || (-4095..0).contains(&ret) {
             return;
@@ -352,6 +380,32 @@ impl Plugin {
                 self.changes.push(change);
             }
         }
+    }
+
+    /// Fills in a system call's result and the memory it wrote (read back from the guest, the
+    /// table of `rtit_replay_core::syscall` saying where).
+    fn complete_syscall(&self, mut r: SyscallRecord, ret: u64) -> SyscallRecord {
+        r.after.insert("rax".into(), format!("{ret:#x}"));
+        let arg = |n: &str| {
+            r.before
+                .get(n)
+                .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())
+        };
+        let args = ["rdi", "rsi", "rdx", "r10", "r8", "r9"].map(arg);
+        match effect(r.nr, &args, Some(ret)) {
+            Effect::Writes(ranges) if ranges.iter().map(|x| x.1).sum::<u64>() <= 1 << 20 => {
+                r.complete = true;
+                for (addr, len) in ranges.into_iter().filter(|x| x.1 > 0) {
+                    let mut bytes = vec![0u8; len as usize];
+                    let n = self.read(addr, &mut bytes);
+                    r.complete &= n == bytes.len();
+                    r.writes.push(MemoryWrite::new(addr, &bytes[..n]));
+                }
+            }
+            Effect::Restores | Effect::SetsBase { .. } => r.complete = true,
+            _ => {}
+        }
+        r
     }
 
     /// The program ended: settles the last block, writes the trace, the end snapshot and the
@@ -386,6 +440,7 @@ impl Plugin {
             .into_iter()
             .collect();
         let report = Report {
+            syscalls: std::mem::take(&mut self.syscalls),
             instructions: self.engine.position(),
             start_ip: self.start_ip,
             maps: Maps {

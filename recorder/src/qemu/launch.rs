@@ -226,7 +226,7 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
     }
     let end = end_state(&report.end, status, opts.interrupted.load(Ordering::Relaxed));
     Ok(Outcome {
-        syscalls: Vec::new(),
+        syscalls: report.syscalls,
         trace,
         instructions: report.instructions,
         truth,

@@ -159,6 +159,9 @@ pub struct Report {
     /// Problems met along the way, for the user.
     #[serde(default)]
     pub notes: Vec<String>,
+    /// The system calls while tracing: number, arguments, result and the memory written.
+    #[serde(default)]
+    pub syscalls: Vec<rtit_replay_core::syscall::SyscallRecord>,
 }
 
 #[cfg(test)]

@@ -3,6 +3,13 @@
 //! first time a position near them is asked for, and the last state computed in each
 //! direction kept for the next nearby question (a stepping gdb asks at neighbouring
 //! positions).
+//!
+//! The passes feed each other once, at checkpoints: a question at `p` steps forwards from the
+//! forward checkpoint below `p` *merged with the backward state there*, and backwards from the
+//! backward checkpoint above `p` merged with the forward state there. A value one pass lost
+//! (a pointer through which a store went nowhere known) comes back from the other, and is
+//! carried on by the semantics. Both checkpoint chains are computed by one pass alone, so no
+//! value depends on itself.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -67,6 +74,10 @@ pub struct Values {
     syscalls: FxHashMap<u64, SyscallRecord>,
     forward: Vec<State>,
     backward: BTreeMap<u64, State>,
+    /// Forward checkpoint `k` merged with the backward state at its position.
+    forward_seeded: FxHashMap<usize, State>,
+    /// Backward checkpoints merged with the forward state at their positions.
+    backward_seeded: FxHashMap<u64, State>,
     last_forward: Option<(u64, State)>,
     last_backward: Option<(u64, State)>,
     decoded: FxHashMap<u64, Option<Instruction>>,
@@ -102,6 +113,8 @@ impl Values {
             syscalls: inputs.syscalls.into_iter().map(|r| (r.position, r)).collect(),
             forward: vec![inputs.start],
             backward,
+            forward_seeded: FxHashMap::default(),
+            backward_seeded: FxHashMap::default(),
             last_forward: None,
             last_backward: None,
             decoded: FxHashMap::default(),
@@ -122,14 +135,15 @@ impl Values {
 
     /// How the engine did so far.
     pub fn stats(&self) -> ValuesStats {
-        let pages = self
+        let states = self
             .forward
             .iter()
             .chain(self.backward.values())
-            .map(|s| s.mem.pages())
-            .sum();
+            .chain(self.forward_seeded.values())
+            .chain(self.backward_seeded.values());
+        let (checkpoints, pages) = states.fold((0, 0), |(n, p), s| (n + 1, p + s.mem.pages()));
         ValuesStats {
-            checkpoints: self.forward.len() + self.backward.len(),
+            checkpoints,
             pages,
             ..self.stats
         }
@@ -192,9 +206,8 @@ impl Values {
         self.stats.backward_steps += 1;
     }
 
-    /// The forward state at `p`.
-    fn forward_at(&mut self, p: u64) -> State {
-        let k = (p / INTERVAL) as usize;
+    /// Forward checkpoint `k` (computed by the forward pass alone).
+    fn forward_checkpoint(&mut self, k: usize) -> &State {
         while self.forward.len() <= k {
             let from = (self.forward.len() as u64 - 1) * INTERVAL;
             let mut st = self.forward[self.forward.len() - 1].clone();
@@ -203,9 +216,15 @@ impl Values {
             }
             self.forward.push(st);
         }
+        &self.forward[k]
+    }
+
+    /// The forward state at `p`.
+    fn forward_at(&mut self, p: u64) -> State {
+        let k = (p / INTERVAL) as usize;
         let (mut at, mut st) = match self.last_forward.take() {
             Some((q, st)) if q <= p && q >= k as u64 * INTERVAL => (q, st),
-            _ => (k as u64 * INTERVAL, self.forward[k].clone()),
+            _ => (k as u64 * INTERVAL, self.seeded_forward(k)),
         };
         while at < p {
             self.step_forward(&mut st, at);
@@ -215,17 +234,37 @@ impl Values {
         st
     }
 
-    /// The backward state at `p` (unknown everything if the recording has no end state).
-    fn backward_at(&mut self, p: u64) -> State {
-        let Some(&top) = self.backward.keys().next_back() else {
-            return State::unknown();
-        };
-        if p > top {
-            return State::unknown();
+    /// Forward checkpoint `k` merged with the backward pass's state there.
+    fn seeded_forward(&mut self, k: usize) -> State {
+        if let Some(st) = self.forward_seeded.get(&k) {
+            return st.clone();
         }
+        let mut st = self.forward_checkpoint(k).clone();
+        let at = k as u64 * INTERVAL;
+        if let Some(b) = self.backward_checkpoint_at(at) {
+            st.absorb(&b);
+        }
+        self.forward_seeded.insert(k, st.clone());
+        st
+    }
+
+    /// The backward pass's own state at checkpoint position `at`, if it reaches there.
+    fn backward_checkpoint_at(&mut self, at: u64) -> Option<State> {
+        let top = *self.backward.keys().next_back()?;
+        if at > top {
+            return None;
+        }
+        self.extend_backward(at);
+        self.backward.get(&at).cloned()
+    }
+
+    /// Makes backward checkpoints down to `p`.
+    fn extend_backward(&mut self, p: u64) {
         // Checkpoints at multiples of INTERVAL, made going down from the end.
         loop {
-            let (&low, _) = self.backward.iter().next().expect("the end state is there");
+            let Some((&low, _)) = self.backward.iter().next() else {
+                return;
+            };
             if low <= p || low == 0 {
                 break;
             }
@@ -242,10 +281,35 @@ impl Values {
             }
             self.backward.insert(target, st);
         }
+    }
+
+    /// A backward checkpoint merged with the forward pass's state there.
+    fn seeded_backward(&mut self, at: u64) -> State {
+        if let Some(st) = self.backward_seeded.get(&at) {
+            return st.clone();
+        }
+        let mut st = self.backward[&at].clone();
+        if at % INTERVAL == 0 {
+            let f = self.forward_checkpoint((at / INTERVAL) as usize).clone();
+            st.absorb(&f);
+        }
+        self.backward_seeded.insert(at, st.clone());
+        st
+    }
+
+    /// The backward state at `p` (unknown everything if the recording has no end state).
+    fn backward_at(&mut self, p: u64) -> State {
+        let Some(&top) = self.backward.keys().next_back() else {
+            return State::unknown();
+        };
+        if p > top {
+            return State::unknown();
+        }
+        self.extend_backward(p);
         let (&from, _) = self.backward.range(p..).next().expect("a checkpoint at or above p");
         let (mut at, mut st) = match self.last_backward.take() {
             Some((q, st)) if q >= p && q <= from => (q, st),
-            _ => (from, self.backward[&from].clone()),
+            _ => (from, self.seeded_backward(from)),
         };
         while at > p {
             at -= 1;

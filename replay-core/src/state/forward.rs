@@ -32,9 +32,12 @@ pub fn generic(st: &mut State, insn: &Instruction, factory: &mut InstructionInfo
     // Addresses first: they use the registers before the instruction.
     for m in info.used_memory() {
         if writes(m.access()) {
-            let size = m.memory_size().size() as u64;
-            match m.virtual_address(0, |r, _, _| super::ops::address_register(&st.regs, r, true)) {
-                Some(a) if size > 0 => st.mem.forget(a, size),
+            let size = super::ops::extent(&st.regs, insn, m.memory_size().size());
+            match (
+                m.virtual_address(0, |r, _, _| super::ops::address_register(&st.regs, r, true)),
+                size,
+            ) {
+                (Some(a), Some(size)) => st.mem.forget(a, size),
                 _ => st.mem.forget_all(),
             }
         }

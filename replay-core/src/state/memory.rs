@@ -125,6 +125,30 @@ impl Memory {
         }
     }
 
+    /// Learns every byte `other` knows and this does not.
+    pub fn absorb(&mut self, other: &Memory) {
+        for (p, theirs) in &other.pages {
+            match self.pages.get_mut(p) {
+                None => {
+                    self.pages.insert(*p, theirs.clone());
+                }
+                Some(mine) if Arc::ptr_eq(mine, theirs) => {}
+                Some(mine) => {
+                    let new = theirs.known.iter().zip(&mine.known).any(|(t, m)| t & !m != 0);
+                    if new {
+                        let page = Arc::make_mut(mine);
+                        for i in 0..PAGE as usize {
+                            if theirs.is_known(i) && !page.is_known(i) {
+                                page.bytes[i] = theirs.bytes[i];
+                                page.known[i / 64] |= 1 << (i % 64);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// Makes all writable memory unknown: what a store to an address nobody knows does, since
     /// it may have written anywhere.
     pub fn forget_all(&mut self) {

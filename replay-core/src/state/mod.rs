@@ -54,6 +54,19 @@ impl State {
         Self::default()
     }
 
+    /// Learns every value `other` knows and this does not (both must be right: they are
+    /// states of the same position).
+    pub fn absorb(&mut self, other: &State) {
+        for r in Reg::all() {
+            if self.regs.get(r).is_none() {
+                self.regs.set(r, other.regs.get(r));
+            }
+        }
+        let f = other.flags;
+        self.flags.put(f.known & !self.flags.known, f.value);
+        self.mem.absorb(&other.mem);
+    }
+
     /// Forgets everything (what untraced code or a lost stretch of trace leaves).
     pub fn forget_all(&mut self) {
         self.regs.forget_all();
@@ -61,3 +74,6 @@ impl State {
         self.mem.forget_all();
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -113,3 +113,56 @@ pub fn writes(access: OpAccess) -> bool {
         OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite
     )
 }
+
+/// Where each XSAVE state component ends in the standard (non-compacted) format: the
+/// offsets CPUID leaf 0DH enumerates, the same on every processor that has the component
+/// (SDM vol. 1, 13.4). The compacted format (XSAVEC) is never larger.
+const XSAVE_END: [(u32, u64); 11] = [
+    (0, 512),
+    (1, 512),
+    (2, 832),
+    (3, 1024),
+    (4, 1088),
+    (5, 1152),
+    (6, 1664),
+    (7, 2688),
+    (9, 2696),
+    (17, 2816),
+    (18, 11008),
+];
+
+/// How far an XSAVE-family instruction may write: the end of the last requested component
+/// (EDX:EAX is the request mask), at least the legacy area and header (576 bytes); 16 KiB,
+/// past every component's end, when the mask is unknown or names a component not listed.
+fn xsave_extent(regs: &RegFile) -> u64 {
+    let mask = match (regs.read(Register::EAX), regs.read(Register::EDX)) {
+        (Some(a), Some(d)) => (d << 32) | a,
+        _ => return 16 << 10,
+    };
+    let mut end = 576;
+    for bit in 0..64 {
+        if mask & (1 << bit) == 0 {
+            continue;
+        }
+        match XSAVE_END.iter().find(|(c, _)| *c == bit) {
+            Some(&(_, e)) => end = end.max(e),
+            None => return 16 << 10,
+        }
+    }
+    end
+}
+
+/// Bytes a write of `size` by `insn` may touch, if bounded: its size, or for the XSAVE family
+/// (whose area iced cannot size: it depends on the requested components) the bound above.
+/// Any other write of unknown size is unbounded.
+pub fn extent(regs: &RegFile, insn: &Instruction, size: usize) -> Option<u64> {
+    use iced_x86::Mnemonic as M;
+    match (size, insn.mnemonic()) {
+        (
+            0,
+            M::Xsave | M::Xsave64 | M::Xsavec | M::Xsavec64 | M::Xsaveopt | M::Xsaveopt64 | M::Xsaves | M::Xsaves64,
+        ) => Some(xsave_extent(regs)),
+        (0, _) => None,
+        (n, _) => Some(n as u64),
+    }
+}

@@ -101,6 +101,7 @@ pub struct Engine {
     start: Start,
     pending: Option<Pending>,
     kernel: Kernel,
+    last_syscall: Option<(u64, u64)>,
     count: u64,
     truth: Option<Vec<u64>>,
     handlers: FxHashSet<u64>,
@@ -121,6 +122,7 @@ impl Engine {
             start,
             pending: None,
             kernel: Kernel::User,
+            last_syscall: None,
             count: 0,
             truth: truth.then(Vec::new),
             handlers: FxHashSet::default(),
@@ -154,6 +156,11 @@ impl Engine {
     /// Instructions retired into the model so far: the position of what happens now.
     pub fn position(&self) -> u64 {
         self.count
+    }
+
+    /// The position and address of the last traced system call instruction (taken).
+    pub fn take_last_syscall(&mut self) -> Option<(u64, u64)> {
+        self.last_syscall.take()
     }
 
     /// Whether tracing has started.
@@ -248,6 +255,7 @@ impl Engine {
             return SyscallAction::Stop(reason.to_string());
         }
         self.retire(last, KERNEL, Some(0));
+        self.last_syscall = Some((self.position() - 1, last.ip));
         if matches!(number, nr::EXIT | nr::EXIT_GROUP) {
             self.ended = true;
         } else {

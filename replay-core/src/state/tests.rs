@@ -1,0 +1,170 @@
+//! The engine on small hand-assembled histories: forward, backward, their merge, an
+//! unmodelled instruction, a store through an unknown pointer, system calls.
+
+use std::sync::Arc;
+
+use super::reg::{Reg, RAX, RCX, RDI, RDX, RSI, RSP};
+use super::{Conflict, Inputs, State, Values};
+use crate::image::{AddressSpace, Image};
+use crate::syscall::{MemoryWrite, SyscallRecord};
+
+const RBX: Reg = Reg::Gpr(3);
+
+/// Straight-line code at 0x1000, one position per instruction.
+fn program(code: &[(&[u8], &str)]) -> (AddressSpace, Vec<u64>) {
+    let mut bytes = Vec::new();
+    let mut ips = Vec::new();
+    for (insn, _) in code {
+        ips.push(0x1000 + bytes.len() as u64);
+        bytes.extend_from_slice(insn);
+    }
+    let mut space = AddressSpace::new();
+    space.add(Image::from_raw("t", 0x1000, bytes)).expect("add");
+    (space, ips)
+}
+
+fn state(regs: &[(Reg, u64)], memory: &[(u64, &[u8])]) -> State {
+    let mut st = State::unknown();
+    for &(r, v) in regs {
+        st.regs.set(r, Some(v));
+    }
+    for &(a, b) in memory {
+        st.mem.write(a, b);
+    }
+    st
+}
+
+fn values(space: AddressSpace, ips: Vec<u64>, start: State, end: Option<State>) -> Values {
+    Values::new(
+        space,
+        Inputs {
+            ips: Arc::from(ips),
+            start,
+            end,
+            ..Inputs::default()
+        },
+    )
+}
+
+const CODE: [(&[u8], &str); 9] = [
+    (&[0x48, 0x83, 0xec, 0x10], "sub rsp, 0x10"),
+    (&[0x48, 0x89, 0x04, 0x24], "mov [rsp], rax"),
+    (&[0x53], "push rbx"),
+    (&[0x5b], "pop rbx"),
+    (&[0x0f, 0xa2], "cpuid"),
+    (&[0x48, 0x8b, 0x0c, 0x24], "mov rcx, [rsp]"),
+    (&[0x48, 0x89, 0x07], "mov [rdi], rax"),
+    (&[0x48, 0x83, 0xc4, 0x10], "add rsp, 0x10"),
+    (&[0x90], "nop"),
+];
+
+fn reg(v: &mut Values, p: u64, r: Reg) -> Result<Option<u64>, Conflict> {
+    v.at(p).expect("a position").register(r)
+}
+
+#[test]
+fn forward_computes_and_unmodelled_instructions_forget_exactly_what_they_write() {
+    let (space, ips) = program(&CODE);
+    let start = state(&[(RSP, 0x8000), (RAX, 0x1111), (RBX, 0x2222)], &[(0x7fe0, &[0; 32])]);
+    let mut v = values(space, ips, start, None);
+    assert_eq!(reg(&mut v, 1, RSP), Ok(Some(0x7ff0)));
+    assert_eq!(v.at(2).expect("p2").memory(0x7ff0, 2), Ok(Some(vec![0x11, 0x11])));
+    assert_eq!(reg(&mut v, 3, RSP), Ok(Some(0x7fe8)));
+    assert_eq!(reg(&mut v, 4, RBX), Ok(Some(0x2222)));
+    // cpuid writes eax, ebx, ecx, edx: those become unknown, rsp stays known.
+    for r in [RAX, RBX, RCX, RDX] {
+        assert_eq!(reg(&mut v, 5, r), Ok(None), "{r:?}");
+    }
+    assert_eq!(reg(&mut v, 5, RSP), Ok(Some(0x7ff0)));
+    assert_eq!(reg(&mut v, 6, RCX), Ok(Some(0x1111)), "a load from known memory");
+    // A store through rdi, unknown: any byte may have changed.
+    assert_eq!(v.at(7).expect("p7").memory(0x7ff0, 1), Ok(None));
+    assert_eq!(reg(&mut v, 8, RSP), Ok(Some(0x8000)));
+}
+
+#[test]
+fn backward_undoes_and_learns_and_the_passes_merge() {
+    let (space, ips) = program(&CODE);
+    let start = state(&[(RSP, 0x8000), (RAX, 0x1111), (RBX, 0x2222)], &[]);
+    let end = state(
+        &[(RSP, 0x8000), (RAX, 0x5555), (RCX, 0x1111), (RDI, 0x9000)],
+        &[(0x7ff0, &0x1111u64.to_le_bytes()), (0x9000, &0x5555u64.to_le_bytes())],
+    );
+    let mut v = values(space, ips, start, Some(end));
+    // add rsp, 0x10 undone.
+    assert_eq!(reg(&mut v, 7, RSP), Ok(Some(0x7ff0)));
+    // Before the store through rdi, rdi is known from the end (the forward pass lost it).
+    assert_eq!(reg(&mut v, 6, RDI), Ok(Some(0x9000)));
+    // The forward pass forgot memory at the unknown store; the backward pass knows it.
+    assert_eq!(
+        v.at(7).expect("p7").memory(0x7ff0, 8),
+        Ok(Some(0x1111u64.to_le_bytes().to_vec()))
+    );
+    // Before `mov [rdi], rax` the memory there is unknown (it was overwritten).
+    assert_eq!(v.at(6).expect("p6").memory(0x9000, 8), Ok(None));
+    // After cpuid rax is the end's (nothing writes it later); before it, the start's.
+    assert_eq!(reg(&mut v, 5, RAX), Ok(Some(0x5555)));
+    assert_eq!(reg(&mut v, 4, RAX), Ok(Some(0x1111)));
+    // rcx: written by cpuid and by the load; unknown between them.
+    assert_eq!(reg(&mut v, 5, RCX), Ok(None));
+    assert!(v.stats().backward_steps > 0);
+}
+
+#[test]
+fn passes_that_disagree_report_a_conflict_not_a_value() {
+    let (space, ips) = program(&CODE);
+    let start = state(&[(RSP, 0x8000)], &[]);
+    let end = state(&[(RSP, 0x8008)], &[]);
+    let mut v = values(space, ips, start, Some(end));
+    assert_eq!(reg(&mut v, 8, RSP), Err(Conflict));
+}
+
+#[test]
+fn system_calls_use_their_record_or_forget_what_they_may_write() {
+    // syscall; nop — a read(0, 0x7000, 16) that returned 4.
+    let (space, ips) = program(&[(&[0x0f, 0x05], "syscall"), (&[0x90], "nop")]);
+    let start = state(
+        &[(RAX, 0), (RDI, 0), (RSI, 0x7000), (RDX, 16), (RBX, 7)],
+        &[(0x7000, &[0; 32])],
+    );
+    let record = SyscallRecord {
+        position: 0,
+        ip: 0x1000,
+        nr: 0,
+        before: Default::default(),
+        after: [("rax".to_string(), "0x4".to_string())].into_iter().collect(),
+        writes: vec![MemoryWrite::new(0x7000, &[0xde, 0xad, 0xbe, 0xef])],
+        complete: true,
+    };
+    let mut v = Values::new(
+        space.clone(),
+        Inputs {
+            ips: Arc::from(ips.clone()),
+            start: start.clone(),
+            syscalls: vec![record.clone()],
+            ..Inputs::default()
+        },
+    );
+    let k = v.at(1).expect("p1");
+    assert_eq!(k.register(RAX), Ok(Some(4)));
+    assert_eq!(k.register(RCX), Ok(None), "the kernel's return path writes rcx");
+    assert_eq!(k.register(RBX), Ok(Some(7)), "a system call keeps rbx");
+    assert_eq!(k.memory(0x7000, 6), Ok(Some(vec![0xde, 0xad, 0xbe, 0xef, 0, 0])));
+    // A record at another address is not this call's: the table's bound applies instead.
+    let mut wrong_ip = record;
+    wrong_ip.ip = 0x2000;
+    let mut v = Values::new(
+        space,
+        Inputs {
+            ips: Arc::from(ips),
+            start,
+            syscalls: vec![wrong_ip],
+            ..Inputs::default()
+        },
+    );
+    let k = v.at(1).expect("p1");
+    assert_eq!(k.register(RAX), Ok(None));
+    assert_eq!(k.memory(0x7000, 1), Ok(None), "read may have written its whole buffer");
+    assert_eq!(k.memory(0x7010, 1), Ok(Some(vec![0])), "but nothing past it");
+    assert_eq!(k.register(RSI), Ok(Some(0x7000)));
+}
