@@ -4,7 +4,10 @@
 //! - `reverse-stepi` from the end;
 //! - `reverse-continue` from the end to a breakpoint whose only hit is position 0 (a scan of
 //!   the whole history);
-//! - opening the session (decoding the trace into positions), which `rtit replay` pays once.
+//! - opening the session (decoding the trace into positions), which `rtit replay` pays once;
+//! - the first `info registers` at a position in the middle of the history on a fresh session
+//!   (the state layer's checkpoints computed up to there, both passes), then `stepi` +
+//!   `info registers` next to it, and the checkpoints' memory.
 //!
 //! Needs gcc. Run with `cargo bench --bench replay_latency`.
 
@@ -78,10 +81,43 @@ fn bench(c: &mut Criterion) {
             session.position()
         })
     });
+    let all = |s: &mut Session| {
+        let names = [
+            "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r15", "eflags", "fs_base",
+        ];
+        names.iter().filter(|n| s.register(n).is_some()).count()
+    };
+    // A position off any checkpoint boundary: the golden ratio of the history.
+    let somewhere = (session.len() as f64 * 0.618) as u64;
+    group.bench_function("stepi_then_info_registers", |b| {
+        session.set_position(somewhere);
+        all(&mut session);
+        b.iter(|| {
+            session.step_forward();
+            all(&mut session)
+        })
+    });
     group.sample_size(10);
     group.bench_function("open_session", |b| {
         b.iter(|| Session::open(rec.clone()).expect("session").len())
     });
+    group.bench_function("open_session_then_first_info_registers", |b| {
+        b.iter(|| {
+            let mut s = Session::open(rec.clone()).expect("session");
+            s.set_position(somewhere);
+            all(&mut s)
+        })
+    });
+    let mut fresh = Session::open(rec.clone()).expect("session");
+    fresh.set_position(somewhere);
+    let known = all(&mut fresh);
+    let stats = fresh.values().stats();
+    eprintln!(
+        "state at position {somewhere}: {known}/12 registers known; {} checkpoints holding {} pages ({:.1} MiB at most)",
+        stats.checkpoints,
+        stats.pages,
+        stats.pages as f64 * 4.6 / 1024.0
+    );
     group.finish();
     let _ = std::fs::remove_dir_all(rec.dir.parent().expect("scratch dir"));
 }

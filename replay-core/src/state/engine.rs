@@ -27,6 +27,16 @@ use crate::syscall::SyscallRecord;
 /// Positions between checkpoints.
 pub const INTERVAL: u64 = 4096;
 
+/// Positions between the fine backward checkpoints kept for the interval walked last: going
+/// forwards one step at a time (gdb's `stepi`, `next`) needs the backward state just above
+/// each new position, which the coarse checkpoints are up to [`INTERVAL`] steps from.
+const FINE: u64 = 64;
+
+/// Whether the last answer at `q` is at least as close to `p` as a fine checkpoint could be.
+fn fine_below(q: u64, p: u64) -> bool {
+    q - p < FINE
+}
+
 /// What the engine is built from.
 #[derive(Debug, Default)]
 pub struct Inputs {
@@ -80,6 +90,7 @@ pub struct Values {
     backward_seeded: FxHashMap<u64, State>,
     last_forward: Option<(u64, State)>,
     last_backward: Option<(u64, State)>,
+    backward_fine: BTreeMap<u64, State>,
     decoded: FxHashMap<u64, Option<Instruction>>,
     factory: InstructionInfoFactory,
     stats: ValuesStats,
@@ -117,6 +128,7 @@ impl Values {
             backward_seeded: FxHashMap::default(),
             last_forward: None,
             last_backward: None,
+            backward_fine: BTreeMap::new(),
             decoded: FxHashMap::default(),
             factory: InstructionInfoFactory::new(),
             stats: ValuesStats::default(),
@@ -307,13 +319,28 @@ impl Values {
         }
         self.extend_backward(p);
         let (&from, _) = self.backward.range(p..).next().expect("a checkpoint at or above p");
-        let (mut at, mut st) = match self.last_backward.take() {
-            Some((q, st)) if q >= p && q <= from => (q, st),
-            _ => (from, self.seeded_backward(from)),
+        // The nearest state at or above p: the last answer, a fine checkpoint of the interval
+        // walked last, or the (seeded) checkpoint.
+        let fine = self
+            .backward_fine
+            .range(p..)
+            .next()
+            .filter(|(&q, _)| q <= from)
+            .map(|(&q, s)| (q, s.clone()));
+        let (mut at, mut st) = match (self.last_backward.take(), fine) {
+            (Some((q, st)), _) if q >= p && q <= from && fine_below(q, p) => (q, st),
+            (_, Some((q, st))) => (q, st),
+            _ => {
+                self.backward_fine.clear();
+                (from, self.seeded_backward(from))
+            }
         };
         while at > p {
             at -= 1;
             self.step_backward(&mut st, at);
+            if at % FINE == 0 && at > p {
+                self.backward_fine.insert(at, st.clone());
+            }
         }
         self.last_backward = Some((p, st.clone()));
         st
