@@ -437,18 +437,7 @@ impl Recording {
         if !path.exists() {
             return Ok(Vec::new());
         }
-        let text = read(&path)?;
-        let text = String::from_utf8_lossy(&text);
-        text.lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty())
-            .map(|(i, l)| {
-                serde_json::from_str(l).map_err(|e| RecordingError::Invalid {
-                    path: path.display().to_string(),
-                    message: format!("line {}: {e}", i + 1),
-                })
-            })
-            .collect()
+        json_lines(&path)
     }
 
     /// The registers `rtit record --truth` sampled: (position, name → value), if any.
@@ -457,20 +446,24 @@ impl Recording {
         if !path.exists() {
             return Ok(None);
         }
-        let text = read(&path)?;
-        let text = String::from_utf8_lossy(&text);
-        text.lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty())
-            .map(|(i, l)| {
-                serde_json::from_str(l).map_err(|e| RecordingError::Invalid {
-                    path: path.display().to_string(),
-                    message: format!("line {}: {e}", i + 1),
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Some)
+        json_lines(&path).map(Some)
     }
+}
+
+/// A file of one JSON value per line (blank lines skipped); an error names the line.
+fn json_lines<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, RecordingError> {
+    let text = read(path)?;
+    String::from_utf8_lossy(&text)
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str(l).map_err(|e| RecordingError::Invalid {
+                path: path.display().to_string(),
+                message: format!("line {}: {e}", i + 1),
+            })
+        })
+        .collect()
 }
 
 /// One line of `truth-regs.jsonl`: the registers before the instruction at a position.

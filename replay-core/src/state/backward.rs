@@ -8,8 +8,8 @@ use iced_x86::{Instruction, InstructionInfoFactory, Mnemonic, OpKind, Register};
 
 use super::flags;
 use super::forward::is_repeated_string;
-use super::ops::{address, address_register, width, writes};
-use super::reg::{slot, Reg, RBP, RSP};
+use super::ops::{address, width};
+use super::reg::{slot, RBP, RSP};
 use super::State;
 use crate::image::AddressSpace;
 
@@ -26,47 +26,16 @@ pub fn step(
     let stored = stored_registers(st, insn, space);
     let info = factory.info(insn);
     // 1. Registers before: unchanged unless written; written ones undone where possible.
-    let mut written_regs: Vec<Register> = Vec::new();
-    for r in info.used_registers() {
-        if writes(r.access()) {
-            written_regs.push(r.register());
-        }
-    }
-    for &r in &written_regs {
-        st.regs.forget(r);
-        match r {
-            Register::FS => st.regs.set(Reg::FsBase, None),
-            Register::GS => st.regs.set(Reg::GsBase, None),
-            _ => {}
-        }
-    }
-    if matches!(insn.mnemonic(), Mnemonic::Wrfsbase | Mnemonic::Wrgsbase) {
-        st.regs.set(Reg::FsBase, None);
-        st.regs.set(Reg::GsBase, None);
-    }
+    super::writes::forget_registers(st, insn, info);
     undo_registers(st, &after, insn);
     // 2. Memory before: what it wrote is unknown (addresses from the registers before).
     if is_repeated_string(insn) {
         st.mem.forget_all();
     } else {
-        for m in info.used_memory() {
-            if writes(m.access()) {
-                let size = super::ops::extent(&st.regs, insn, m.memory_size().size());
-                match (
-                    m.virtual_address(0, |r, _, _| address_register(&st.regs, r, true)),
-                    size,
-                ) {
-                    (Some(a), Some(size)) => st.mem.forget(a, size),
-                    _ => st.mem.forget_all(),
-                }
-            }
-        }
+        super::writes::forget_memory(st, insn, info);
     }
     // 3. Flags before: the ones it modified are unknown; a branch outcome constrains them.
-    if matches!(
-        insn.mnemonic(),
-        Mnemonic::Popf | Mnemonic::Popfd | Mnemonic::Popfq | Mnemonic::Iret | Mnemonic::Iretd | Mnemonic::Iretq
-    ) {
+    if super::writes::replaces_all_flags(insn) {
         st.flags.forget(flags::ALL);
     } else {
         st.flags.forget(flags::from_iced(insn.rflags_modified()));

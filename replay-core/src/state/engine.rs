@@ -166,56 +166,47 @@ impl Values {
         *self.decoded.entry(ip).or_insert_with(|| decode_insn(space, ip).ok())
     }
 
-    /// What lies between `p` and `p + 1`: the instruction at `p` (if decodable) and how it
-    /// goes on.
-    fn between(&mut self, p: u64) -> (Option<Instruction>, Option<&SyscallRecord>, Option<u64>, bool) {
+    /// Carries `st` over what lies between `p` and `p + 1`, forwards (from `p` to `p + 1`) or
+    /// backwards.
+    fn cross(&mut self, st: &mut State, p: u64, forwards: bool) {
         let ip = self.ips[p as usize];
         let insn = self.insn(ip);
         let hard = self.hard.binary_search(&(p + 1)).is_ok();
         let soft = self.soft.binary_search(&(p + 1)).is_ok();
-        let syscall = insn.as_ref().is_some_and(transition::is_syscall);
-        let record = self.syscalls.get(&p).filter(|r| r.ip == ip);
-        let next = (!hard && !soft)
-            .then(|| self.ips.get(p as usize + 1).copied())
-            .flatten();
-        let unknown = hard || (soft && !syscall);
-        (insn, record, next, unknown)
-    }
-
-    fn transition(&mut self, p: u64) -> (Option<Instruction>, Option<SyscallRecord>, Option<u64>, bool) {
-        let (insn, record, next, unknown) = self.between(p);
-        (insn, record.cloned(), next, unknown)
+        let between = match &insn {
+            None => Between::Unknown,
+            Some(i) if transition::is_syscall(i) && !hard => {
+                Between::Syscall(self.syscalls.get(&p).filter(|r| r.ip == ip))
+            }
+            Some(_) if hard || soft => Between::Unknown,
+            Some(i) => Between::Insn {
+                insn: i,
+                next: self.ips.get(p as usize + 1).copied(),
+            },
+        };
+        let changes = self.map_changes.get(&(p + 1));
+        if forwards {
+            transition::forward(st, between, &self.space, &mut self.factory);
+            if let Some(e) = changes {
+                e.forget.iter().for_each(|&(a, n)| st.mem.forget(a, n));
+                e.zero.iter().for_each(|&(a, n)| st.mem.write(a, &vec![0; n as usize]));
+            }
+            self.stats.forward_steps += 1;
+        } else {
+            if let Some(e) = changes {
+                e.touched().for_each(|(a, n)| st.mem.forget(a, n));
+            }
+            transition::backward(st, between, &self.space, &mut self.factory);
+            self.stats.backward_steps += 1;
+        }
     }
 
     fn step_forward(&mut self, st: &mut State, p: u64) {
-        let (insn, record, next, unknown) = self.transition(p);
-        let b = match &insn {
-            None => Between::Unknown,
-            Some(_) if unknown => Between::Unknown,
-            Some(i) if transition::is_syscall(i) => Between::Syscall(record.as_ref()),
-            Some(i) => Between::Insn { insn: i, next },
-        };
-        transition::forward(st, b, &self.space, &mut self.factory);
-        if let Some(e) = self.map_changes.get(&(p + 1)) {
-            e.forget.iter().for_each(|&(a, n)| st.mem.forget(a, n));
-            e.zero.iter().for_each(|&(a, n)| st.mem.write(a, &vec![0; n as usize]));
-        }
-        self.stats.forward_steps += 1;
+        self.cross(st, p, true);
     }
 
     fn step_backward(&mut self, st: &mut State, p: u64) {
-        if let Some(e) = self.map_changes.get(&(p + 1)) {
-            e.touched().for_each(|(a, n)| st.mem.forget(a, n));
-        }
-        let (insn, record, next, unknown) = self.transition(p);
-        let b = match &insn {
-            None => Between::Unknown,
-            Some(_) if unknown => Between::Unknown,
-            Some(i) if transition::is_syscall(i) => Between::Syscall(record.as_ref()),
-            Some(i) => Between::Insn { insn: i, next },
-        };
-        transition::backward(st, b, &self.space, &mut self.factory);
-        self.stats.backward_steps += 1;
+        self.cross(st, p, false);
     }
 
     /// Forward checkpoint `k` (computed by the forward pass alone).

@@ -6,8 +6,8 @@
 use iced_x86::{Instruction, InstructionInfoFactory, Mnemonic, OpKind, Register};
 
 use super::flags::{self, arith, Arith};
-use super::ops::{effective_address, read, sign_extend, width, write, writes};
-use super::reg::{mask, Reg, RAX, RBP, RCX, RDI, RSI, RSP};
+use super::ops::{effective_address, read, sign_extend, width, write};
+use super::reg::{mask, RAX, RBP, RCX, RDI, RSI, RSP};
 use super::State;
 use crate::image::AddressSpace;
 
@@ -29,40 +29,13 @@ pub fn step(
 /// unknown.
 pub fn generic(st: &mut State, insn: &Instruction, factory: &mut InstructionInfoFactory) {
     let info = factory.info(insn);
-    // Addresses first: they use the registers before the instruction.
-    for m in info.used_memory() {
-        if writes(m.access()) {
-            let size = super::ops::extent(&st.regs, insn, m.memory_size().size());
-            match (
-                m.virtual_address(0, |r, _, _| super::ops::address_register(&st.regs, r, true)),
-                size,
-            ) {
-                (Some(a), Some(size)) => st.mem.forget(a, size),
-                _ => st.mem.forget_all(),
-            }
-        }
-    }
-    for r in info.used_registers() {
-        if writes(r.access()) {
-            st.regs.forget(r.register());
-            match r.register() {
-                Register::FS => st.regs.set(Reg::FsBase, None),
-                Register::GS => st.regs.set(Reg::GsBase, None),
-                _ => {}
-            }
-        }
-    }
-    if matches!(
-        insn.mnemonic(),
-        Mnemonic::Popf | Mnemonic::Popfd | Mnemonic::Popfq | Mnemonic::Iret | Mnemonic::Iretd | Mnemonic::Iretq
-    ) {
+    // Memory first: its addresses use the registers before the instruction.
+    super::writes::forget_memory(st, insn, info);
+    super::writes::forget_registers(st, insn, info);
+    if super::writes::replaces_all_flags(insn) {
         st.flags.forget(flags::ALL);
     } else {
         st.flags.apply_generic(insn);
-    }
-    if matches!(insn.mnemonic(), Mnemonic::Wrfsbase | Mnemonic::Wrgsbase) {
-        st.regs.set(Reg::FsBase, None);
-        st.regs.set(Reg::GsBase, None);
     }
 }
 

@@ -15,7 +15,7 @@
 //! makes everything unknown; map changes make their ranges unknown.
 //!
 //! Files: `reg` (registers), `flags` (RFLAGS bits, conditions), `memory` (known bytes, pages
-//! copied on write), `ops` (operands), `forward` and `backward` (semantics), `transition`
+//! copied on write), `ops` (operands), `writes` (what iced-x86 says an instruction writes), `forward` and `backward` (semantics), `transition`
 //! (one position to the next: instructions, system calls, events), `engine` (checkpoints and
 //! queries).
 
@@ -28,6 +28,7 @@ pub mod memory;
 mod ops;
 pub mod reg;
 mod transition;
+mod writes;
 
 pub use engine::{Conflict, Inputs, Known, Values, ValuesStats, INTERVAL};
 pub use reg::Reg;
