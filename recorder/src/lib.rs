@@ -10,6 +10,7 @@
 //! - [`outcome`], [`sideband`], [`writer`]: what any backend produced, and writing it.
 
 pub mod model;
+pub mod msr;
 pub mod outcome;
 pub mod qemu;
 pub mod script;

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use rtit_replay_core::recording::{EndState, Maps};
+use rtit_replay_core::recording::{EndState, Maps, TraceGap};
 
 use crate::model::RtitConfig;
 use crate::sideband::{Images, Snapshot};
@@ -19,6 +19,18 @@ pub struct Truth {
     pub ips: Vec<u64>,
     /// (position, registers before the instruction there).
     pub samples: Vec<(u64, RegisterMap)>,
+}
+
+/// A relocatable object the traced code ran from (a kernel module, or a `.o` a program
+/// loaded itself), with the address of each allocated section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Module {
+    /// Its name (`/sys/module/NAME`).
+    pub name: String,
+    /// The object file to copy.
+    pub file: std::path::PathBuf,
+    /// Section name → address.
+    pub sections: BTreeMap<String, u64>,
 }
 
 /// What a recording run produced.
@@ -49,6 +61,10 @@ pub struct Outcome {
     pub end: EndState,
     /// The RTIT configuration used.
     pub config: RtitConfig,
+    /// Relocatable objects to copy with their section addresses.
+    pub modules: Vec<Module>,
+    /// Where trace bytes were lost (the output region wrapped).
+    pub gaps: Vec<TraceGap>,
     /// The system calls, with their results and the memory they wrote, where the backend
     /// logged them.
     pub syscalls: Vec<rtit_replay_core::syscall::SyscallRecord>,

@@ -73,12 +73,58 @@ impl Rng {
     }
 }
 
+/// What the scripted machine drives: the unit model, or a recorder of its inputs.
+pub trait Cpu {
+    /// Feeds an input.
+    fn apply(&mut self, input: &Input);
+    /// Whether the unit would trace the next instruction (it is then part of the truth).
+    fn packet_en(&self) -> bool;
+}
+
+impl Cpu for UnitModel {
+    fn apply(&mut self, input: &Input) {
+        UnitModel::apply(self, input);
+    }
+
+    fn packet_en(&self) -> bool {
+        UnitModel::packet_en(self)
+    }
+}
+
+/// A model whose inputs are kept: the run, as a stream another unit (the simulated device
+/// of the msr backend's tests) can be fed.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// The model the truth is judged by.
+    pub model: UnitModel,
+    /// Every input, in order.
+    pub inputs: Vec<Input>,
+}
+
+impl Cpu for Recorded {
+    fn apply(&mut self, input: &Input) {
+        self.inputs.push(*input);
+        self.model.apply(input);
+    }
+
+    fn packet_en(&self) -> bool {
+        self.model.packet_en()
+    }
+}
+
+/// The pretend kernel's return to user mode at `to`.
+fn kernel_return(model: &mut impl Cpu, to: u64) {
+    model.apply(&Input::Retire(
+        Retired::new(KERNEL + 0x40, 2, Cofi::Far(FarKind::Iret), to).to_cpl(3),
+    ));
+}
+
 /// Runs the program from `start` to its exit, feeding `model`.
 ///
 /// # Panics
 /// On a program that does not end within two million steps, executes #UD, returns with an
 /// empty stack or takes an indirect branch the plan has no targets for: the script is wrong.
-pub fn run(space: &AddressSpace, start: u64, plan: &Plan, model: &mut UnitModel) -> Truth {
+pub fn run(space: &AddressSpace, start: u64, plan: &Plan, model: &mut impl Cpu) -> Truth {
     let mut truth = Truth::default();
     let mut rng = Rng(plan.seed);
     let mut stack: Vec<u64> = Vec::new();
@@ -87,11 +133,6 @@ pub fn run(space: &AddressSpace, start: u64, plan: &Plan, model: &mut UnitModel)
     let mut signal_returns: Vec<u64> = Vec::new();
     let mut faulted = false;
     let mut ip = start;
-    let kernel_return = |model: &mut UnitModel, to: u64| {
-        model.apply(&Input::Retire(
-            Retired::new(KERNEL + 0x40, 2, Cofi::Far(FarKind::Iret), to).to_cpl(3),
-        ));
-    };
     loop {
         assert!(truth.steps < 2_000_000, "the program does not end");
         truth.steps += 1;

@@ -68,7 +68,8 @@ pub fn set_latest(root: &Path, dir: &Path) -> Result<(), WriteError> {
     std::fs::rename(&tmp, &link).map_err(io(&link))
 }
 
-fn cpu_info() -> CpuInfo {
+/// The CPU, from `/proc/cpuinfo` (empty fields where it is unreadable).
+pub fn cpu_info() -> CpuInfo {
     let text = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let field = |key: &str| {
         text.lines()
@@ -118,6 +119,7 @@ fn copy_image(
         kind,
         build_id,
         sha256: hash,
+        sections: Default::default(),
     })
 }
 
@@ -172,6 +174,14 @@ fn write_into(tmp: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, Wr
     }
     if let Some((addr, bytes)) = &outcome.images.vdso {
         images.push(copy_image(tmp, "[vdso]", bytes, *addr, ImageKind::Vdso)?);
+    }
+    for module in &outcome.modules {
+        let bytes = std::fs::read(&module.file).map_err(io(&module.file))?;
+        let path = module.file.display().to_string();
+        let load = module.sections.values().copied().min().unwrap_or(0);
+        let mut record = copy_image(tmp, &path, &bytes, load, ImageKind::Relocatable)?;
+        record.sections = module.sections.clone();
+        images.push(record);
     }
 
     let mut index = MemoryIndex {
@@ -231,6 +241,7 @@ fn write_into(tmp: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, Wr
         aslr: meta.aslr,
         start_ip: outcome.start_ip,
         trace_bytes: outcome.trace.len() as u64,
+        gaps: outcome.gaps.clone(),
         instructions: outcome.instructions,
         images,
         registers_start: outcome.registers_start.clone(),

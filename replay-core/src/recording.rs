@@ -66,6 +66,30 @@ pub mod hex {
         u64::from_str_radix(s.trim_start_matches("0x"), 16).map_err(serde::de::Error::custom)
     }
 
+    /// The same for a map of names to addresses.
+    pub mod map {
+        use std::collections::BTreeMap;
+
+        use serde::{Deserialize, Deserializer, Serializer};
+
+        /// Serializes the values as hex strings.
+        pub fn serialize<S: Serializer>(v: &BTreeMap<String, u64>, s: S) -> Result<S::Ok, S::Error> {
+            s.collect_map(v.iter().map(|(k, x)| (k, format!("{x:#x}"))))
+        }
+
+        /// Deserializes hex string values.
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, u64>, D::Error> {
+            BTreeMap::<String, String>::deserialize(d)?
+                .into_iter()
+                .map(|(k, s)| {
+                    u64::from_str_radix(s.trim_start_matches("0x"), 16)
+                        .map(|v| (k, v))
+                        .map_err(serde::de::Error::custom)
+                })
+                .collect()
+        }
+    }
+
     /// The same for a list.
     pub mod vec {
         use serde::{Deserialize, Deserializer, Serializer};
@@ -128,6 +152,9 @@ pub enum ImageKind {
     Elf,
     /// The vDSO, copied from the process's memory.
     Vdso,
+    /// A relocatable object (a kernel module `.ko`, or a `.o` a program loaded the way the
+    /// kernel loads modules), with one address per allocated section.
+    Relocatable,
 }
 
 /// An image the traced code ran from, copied into the recording.
@@ -146,6 +173,42 @@ pub struct ImageRecord {
     pub build_id: Option<String>,
     /// SHA-256 of the copy.
     pub sha256: String,
+    /// For a relocatable object: each allocated section's address, by name (as
+    /// `/sys/module/NAME/sections/` lists them).
+    #[serde(
+        default,
+        skip_serializing_if = "std::collections::BTreeMap::is_empty",
+        with = "hex::map"
+    )]
+    pub sections: std::collections::BTreeMap<String, u64>,
+}
+
+impl ImageRecord {
+    /// The gdb command that loads a relocatable image's symbols at its section addresses
+    /// (`add-symbol-file FILE -s .text ADDR -s .data ADDR ...`), as one does for a `.ko`;
+    /// `None` for other images, whose symbols gdb finds by itself.
+    pub fn add_symbol_file_command(&self, recording: &Path) -> Option<String> {
+        if self.kind != ImageKind::Relocatable {
+            return None;
+        }
+        let mut cmd = format!("add-symbol-file {}", recording.join(&self.file).display());
+        for (name, addr) in &self.sections {
+            cmd.push_str(&format!(" -s {name} {addr:#x}"));
+        }
+        Some(cmd)
+    }
+}
+
+/// Trace bytes that were lost before a trace offset (the output region wrapped before rtit
+/// copied them out, §2.3): the history has a gap there and resumes at the next IP the trace
+/// gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceGap {
+    /// Offset in `trace.rtit` of the first byte after the loss (a PSB).
+    pub offset: u64,
+    /// How many bytes were lost, where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_bytes: Option<u64>,
 }
 
 /// How the recorded run ended.
@@ -208,6 +271,9 @@ pub struct Manifest {
     pub start_ip: u64,
     /// Trace size in bytes.
     pub trace_bytes: u64,
+    /// Where trace bytes were lost (a wrap of the output region), in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gaps: Vec<TraceGap>,
     /// Instructions traced.
     pub instructions: u64,
     /// Image copies.
@@ -386,6 +452,16 @@ impl Recording {
         json(&self.dir.join(files::MAPS))
     }
 
+    /// The gaps of the trace as the flow decoder takes them
+    /// ([`crate::flow::FlowDecoder::with_gaps`]).
+    pub fn gaps(&self) -> Vec<(usize, Option<u64>)> {
+        self.manifest
+            .gaps
+            .iter()
+            .map(|g| (usize::try_from(g.offset).unwrap_or(usize::MAX), g.lost_bytes))
+            .collect()
+    }
+
     /// The flow decoder configuration the trace needs.
     pub fn flow_config(&self) -> FlowConfig {
         FlowConfig::from_rtit_ctl(self.manifest.rtit.ctl)
@@ -404,6 +480,10 @@ impl Recording {
                         .load_address
                         .wrapping_sub(crate::image::lowest_vaddr(&name, &bytes)?);
                     Image::from_elf(&name, bytes, bias)?
+                }
+                ImageKind::Relocatable => {
+                    let sections = &image.sections;
+                    Image::relocatable_from_bytes(&name, bytes, &|s| sections.get(s).copied(), &|_| None)?
                 }
             };
             space.add(loaded)?;

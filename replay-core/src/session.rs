@@ -130,7 +130,10 @@ impl Session {
         let space = recording.address_space()?;
         let trace = recording.trace()?;
         let mut timeline = Timeline::new();
-        FlowDecoder::new(&trace, recording.flow_config(), &space).decode(&mut timeline);
+        let gaps = recording.gaps();
+        FlowDecoder::new(&trace, recording.flow_config(), &space)
+            .with_gaps(&gaps)
+            .decode(&mut timeline);
         // Every position's instruction: each run is sequential from its first address. A
         // run cut short by an undecodable instruction ends there (the decoder reported it).
         let mut ips = Vec::with_capacity(timeline.len() as usize);

@@ -25,7 +25,7 @@ impl FlowSink for Tally {
     fn event(&mut self, event: FlowEvent) {
         match event.kind {
             EventKind::Interrupt { .. } => self.interrupts += 1,
-            EventKind::Gap { .. } => self.gaps += 1,
+            EventKind::Gap { .. } | EventKind::Lost { .. } => self.gaps += 1,
             EventKind::Error { .. } => {
                 self.errors += 1;
                 if self.first_errors.len() < 5 {
@@ -44,7 +44,10 @@ pub fn run(rec: &Recording) -> Result<()> {
     let trace = rec.trace()?;
     let mut tally = Tally::default();
     let started = Instant::now();
-    FlowDecoder::new(&trace, rec.flow_config(), &space).decode(&mut tally);
+    let gaps = rec.gaps();
+    FlowDecoder::new(&trace, rec.flow_config(), &space)
+        .with_gaps(&gaps)
+        .decode(&mut tally);
     let secs = started.elapsed().as_secs_f64().max(1e-9);
     println!(
         "decoded       {} instructions, {} errors, {} gaps, {} interrupts in {:.1} ms ({:.1} M instructions/s, {:.1} MiB/s of trace)",

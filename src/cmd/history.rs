@@ -51,17 +51,17 @@ fn split_at_address(spec: &str) -> Result<(&Path, Option<u64>)> {
 impl TraceArgs {
     /// Loads the images and decodes the trace.
     pub fn load(&self) -> Result<History> {
-        let (mut space, trace, mut config) = match &self.source {
+        let (mut space, trace, mut config, gaps) = match &self.source {
             Some(file) if !file.is_dir() => {
                 if self.images.is_empty() && self.raw.is_empty() {
                     bail!("no code to decode a raw trace against: give --image FILE[@ADDR] or --raw FILE@ADDR");
                 }
                 let trace = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
-                (AddressSpace::new(), trace, FlowConfig::default())
+                (AddressSpace::new(), trace, FlowConfig::default(), Vec::new())
             }
             dir => {
                 let rec = super::recordings::open(dir.as_deref())?;
-                (rec.address_space()?, rec.trace()?, rec.flow_config())
+                (rec.address_space()?, rec.trace()?, rec.flow_config(), rec.gaps())
             }
         };
         for spec in &self.images {
@@ -80,7 +80,9 @@ impl TraceArgs {
             config.packets = DecoderConfig { cycle_accurate: true };
         }
         let mut items = Vec::new();
-        FlowDecoder::new(&trace, config, &space).decode(&mut items);
+        FlowDecoder::new(&trace, config, &space)
+            .with_gaps(&gaps)
+            .decode(&mut items);
         Ok(History { space, items })
     }
 }

@@ -76,7 +76,7 @@ fn event_line(e: &FlowEvent) -> EventLine<'_> {
         EventKind::Enabled { ip } | EventKind::Gap { ip } | EventKind::Interrupt { ip, .. } => (Some(*ip), None),
         EventKind::Disabled { ip } => (*ip, None),
         EventKind::Error { ip, message } => (*ip, Some(message.as_str())),
-        EventKind::Stop => (None, None),
+        EventKind::Stop | EventKind::Lost { .. } => (None, None),
     };
     EventLine {
         event: e.kind.name(),

@@ -105,6 +105,8 @@ impl Files {
             };
             let bias = image.load_address.wrapping_sub(l.lowest);
             match image.kind {
+                // gdb loads these with `add-symbol-file` (`monitor info` prints the command).
+                ImageKind::Relocatable => {}
                 ImageKind::Vdso => auxv.push((33, image.load_address)), // AT_SYSINFO_EHDR
                 ImageKind::Elf if Some(image) == exe => {
                     let phdr = l.phdr.map_or(image.load_address + l.phoff, |p| p.wrapping_add(bias));

@@ -242,6 +242,20 @@ impl MonitorCmd for ReplayTarget {
                 );
                 outputln!(out, "ended     {:?}", m.end);
                 outputln!(out, "decode errors {}", s.errors().count());
+                if !m.gaps.is_empty() {
+                    let lost: u64 = m.gaps.iter().filter_map(|g| g.lost_bytes).sum();
+                    outputln!(
+                        out,
+                        "gaps      {} (trace lost where the output region wrapped; {lost} bytes known lost)",
+                        m.gaps.len()
+                    );
+                }
+                for image in &m.images {
+                    if let Some(cmd) = image.add_symbol_file_command(&s.recording().dir) {
+                        outputln!(out, "module    {}: to debug it with symbols, run in gdb:", image.path);
+                        outputln!(out, "  {cmd}");
+                    }
+                }
             }
             (Some("insns"), n) => {
                 let n: u64 = n.and_then(|n| n.parse().ok()).unwrap_or(5);

@@ -26,7 +26,7 @@ mod regs;
 
 pub use error::ModelError;
 pub use input::{Input, Retired};
-pub use regs::ConfigRegs;
+pub use regs::{check_write, ConfigRegs};
 
 use rtit_replay_core::ip::LIP_MASK;
 use rtit_replay_core::regs::{ctl, msr, reset, status, EventId};
@@ -261,7 +261,7 @@ impl UnitModel {
         if !self.ctl_read {
             return Err(ModelError::CtlNotRead { msr: addr });
         }
-        let value = regs::check_write(addr, value, self.regs.ctl)?;
+        let value = check_write(addr, value, self.regs.ctl)?;
         let trigger_before = self.trigger_en();
         let pe_before = self.packet_en();
         match addr {

@@ -227,6 +227,8 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
     let end = end_state(&report.end, status, opts.interrupted.load(Ordering::Relaxed));
     Ok(Outcome {
         syscalls: report.syscalls,
+        modules: Vec::new(),
+        gaps: Vec::new(),
         trace,
         instructions: report.instructions,
         truth,

@@ -15,9 +15,9 @@
 //! - a system call is a far transfer into the kernel and, when it returns, out of it;
 //!   `exit_group` ends the recording; `execve` and thread creation stop it, unsupported.
 
-mod sideband;
+pub(crate) mod sideband;
 mod syscall_log;
-mod tracee;
+pub(crate) mod tracee;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -207,7 +207,7 @@ impl Recorder<'_> {
 }
 
 /// Runs to `at` natively with a breakpoint; returns the registers there.
-fn run_to(tracee: &Tracee, at: &StartAt) -> Result<Regs, StepError> {
+pub(crate) fn run_to(tracee: &Tracee, at: &StartAt) -> Result<Regs, StepError> {
     let addr = match at {
         StartAt::Entry => return tracee.regs(),
         StartAt::Address(a) => *a,
@@ -428,6 +428,8 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
     } = rec;
     Ok(Outcome {
         syscalls,
+        modules: Vec::new(),
+        gaps: Vec::new(),
         trace: model.take_output(),
         instructions: count,
         truth,

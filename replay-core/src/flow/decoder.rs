@@ -73,6 +73,11 @@ struct Failure {
     offset: usize,
     message: String,
     end: bool,
+    /// Trace data was lost here (a recorded gap), this many bytes if known.
+    lost: Option<Option<u64>>,
+    /// The failure is the source's next item (a decode error), left there by `peek` so that
+    /// a caller that only looks ahead cannot drop it; `fail` consumes it.
+    from_source: bool,
 }
 
 impl Failure {
@@ -83,6 +88,8 @@ impl Failure {
             offset,
             message,
             end: false,
+            lost: None,
+            from_source: false,
         })
     }
 }
@@ -130,6 +137,14 @@ impl<'a> FlowDecoder<'a> {
             position: 0,
             run: None,
         }
+    }
+
+    /// Trace bytes were lost before each of `gaps` (offset of the first byte after, bytes lost
+    /// if known; ascending), as a recording's manifest lists them: the history has a
+    /// [`EventKind::Lost`] there and resumes at the next IP the trace gives.
+    pub fn with_gaps(mut self, gaps: &'a [(usize, Option<u64>)]) -> Self {
+        self.source = self.source.with_gaps(gaps);
+        self
     }
 
     /// What the timing packets said so far.
@@ -189,19 +204,24 @@ impl<'a> FlowDecoder<'a> {
 
     #[cold]
     fn fail(&mut self, sink: &mut impl FlowSink, f: Failure) {
+        if f.from_source {
+            self.source.next();
+        }
         if f.end {
             self.state = State::Done;
             return;
         }
         self.tnt_left = 0;
-        self.event(
-            sink,
-            f.offset,
-            EventKind::Error {
+        let kind = match f.lost {
+            Some(bytes) => EventKind::Lost { bytes },
+            None => EventKind::Error {
                 ip: f.ip,
                 message: f.message,
             },
-        );
+        };
+        self.event(sink, f.offset, kind);
+        // The decoder's own RTIT_LAST_CALL_NLIP does not survive lost data.
+        self.last_call_nlip = None;
         self.state = State::Lost;
     }
 
@@ -215,8 +235,14 @@ impl<'a> FlowDecoder<'a> {
                 None => return Ok(None),
                 Some(Err(e)) => {
                     let (offset, message) = (e.offset, e.kind.to_string());
-                    self.source.next();
-                    return Err(Failure::new(None, offset, message));
+                    let lost = match e.kind {
+                        crate::packet::DecodeErrorKind::Lost { bytes } => Some(bytes),
+                        _ => None,
+                    };
+                    let mut f = Failure::new(None, offset, message);
+                    f.lost = lost;
+                    f.from_source = true;
+                    return Err(f);
                 }
                 Some(Ok(d)) => match d.packet {
                     Packet::Fup(FupEvent::PeriodicCycleCount, _) => {

@@ -47,6 +47,12 @@ pub enum EventKind {
         /// The next instruction after the gap.
         ip: u64,
     },
+    /// Trace bytes were lost here (the output region wrapped before rtit copied them out):
+    /// what ran in between is unknown; the history resumes at the next IP the trace gives.
+    Lost {
+        /// How many bytes, if known.
+        bytes: Option<u64>,
+    },
     /// The trace is inconsistent with the code (or undecodable); the decoder resynchronises.
     Error {
         /// The instruction at which the inconsistency was found, if any.
@@ -66,6 +72,7 @@ impl EventKind {
             Self::Disabled { .. } => "disabled",
             Self::Interrupt { .. } => "interrupt",
             Self::Gap { .. } => "gap",
+            Self::Lost { .. } => "lost",
             Self::Error { .. } => "error",
             Self::Stop => "stop",
         }
@@ -91,6 +98,8 @@ impl fmt::Display for FlowEvent {
             EventKind::Enabled { ip } | EventKind::Gap { ip } => write!(f, "at {ip:#x}")?,
             EventKind::Disabled { ip: Some(ip) } => write!(f, "continuing untraced at {ip:#x}")?,
             EventKind::Disabled { ip: None } => write!(f, "tracing stopped")?,
+            EventKind::Lost { bytes: Some(n) } => write!(f, "{n} bytes of trace lost (the output region wrapped)")?,
+            EventKind::Lost { bytes: None } => write!(f, "trace bytes lost (the output region wrapped)")?,
             EventKind::Interrupt { ip, target } => write!(f, "at {ip:#x} to {target:#x}")?,
             EventKind::Error { ip, message } => {
                 if let Some(ip) = ip {

@@ -21,6 +21,12 @@ impl<'a> Source<'a> {
         }
     }
 
+    /// Reports lost data at `gaps` (see [`PacketDecoder::with_gaps`]).
+    pub fn with_gaps(mut self, gaps: &'a [(usize, Option<u64>)]) -> Self {
+        self.decoder = self.decoder.with_gaps(gaps);
+        self
+    }
+
     /// The next flow-significant packet (or decode error), without consuming it.
     #[inline]
     pub fn peek(&mut self) -> Option<&Result<Decoded, DecodeError>> {

@@ -94,6 +94,16 @@ impl Image {
         elf::load_relocatable(&path.display().to_string(), bytes, section_address, external)
     }
 
+    /// [`Image::load_relocatable`] for bytes already read; `name` is for messages.
+    pub fn relocatable_from_bytes(
+        name: &str,
+        bytes: Vec<u8>,
+        section_address: &dyn Fn(&str) -> Option<u64>,
+        external: &dyn Fn(&str) -> Option<u64>,
+    ) -> Result<Self, ImageError> {
+        elf::load_relocatable(name, bytes, section_address, external)
+    }
+
     /// Raw code at an address, with no symbols: for JIT code and tests.
     pub fn from_raw(name: &str, start: u64, bytes: Vec<u8>) -> Self {
         Self {

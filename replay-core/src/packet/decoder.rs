@@ -66,6 +66,12 @@ pub struct PacketDecoder<'a> {
     cyc_due: bool,
     /// An error happened: find the next PSB before decoding again.
     lost: bool,
+    /// Where trace bytes were lost (offset of the first byte after, bytes lost if known), in
+    /// order; `gaps[next_gap..]` are still ahead.
+    gaps: &'a [(usize, Option<u64>)],
+    next_gap: usize,
+    /// The offset of `gaps[next_gap]`, or `usize::MAX`: one compare on the hot path.
+    gap_at: usize,
 }
 
 impl<'a> PacketDecoder<'a> {
@@ -79,6 +85,34 @@ impl<'a> PacketDecoder<'a> {
             last_lip: LastLip::new(),
             cyc_due: false,
             lost: false,
+            gaps: &[],
+            next_gap: 0,
+            gap_at: usize::MAX,
+        }
+    }
+
+    /// Reports a [`DecodeErrorKind::Lost`] when decoding reaches each of `gaps` (offsets of
+    /// the first byte after lost data, ascending), and starts cold there.
+    pub fn with_gaps(mut self, gaps: &'a [(usize, Option<u64>)]) -> Self {
+        self.gaps = gaps;
+        self.next_gap = 0;
+        self.gap_at = gaps.first().map_or(usize::MAX, |g| g.0);
+        self
+    }
+
+    /// The gap the decoder just reached: reported once, then decoding goes on cold from there.
+    #[cold]
+    fn gap(&mut self) -> DecodeError {
+        let (offset, bytes) = self.gaps[self.next_gap];
+        self.next_gap += 1;
+        self.gap_at = self.gaps.get(self.next_gap).map_or(usize::MAX, |g| g.0);
+        self.lost = false;
+        self.cyc_due = false;
+        self.last_lip.invalidate();
+        self.pos = self.pos.max(offset.min(self.buf.len()));
+        DecodeError {
+            offset,
+            kind: DecodeErrorKind::Lost { bytes },
         }
     }
 
@@ -285,6 +319,9 @@ impl Iterator for PacketDecoder<'_> {
     fn next(&mut self) -> Option<Self::Item> {
         if self.lost && self.sync_forward().is_none() {
             return None;
+        }
+        if self.pos >= self.gap_at {
+            return Some(Err(self.gap()));
         }
         let offset = self.pos;
         let Some(&header) = self.buf.get(offset) else {

@@ -52,6 +52,13 @@ pub enum DecodeErrorKind {
         /// Bytes left from its offset.
         available: u8,
     },
+    /// Trace bytes before this offset were lost (the output region wrapped before they were
+    /// copied out, §2.3); the recording lists the gap.
+    #[error("{} of trace lost here (the output region wrapped before they were copied out)", lost_bytes(*bytes))]
+    Lost {
+        /// How many, if known.
+        bytes: Option<u64>,
+    },
     /// A match-compressed IP with no previous IP (cold start at a PSB or trace start).
     #[error("{packet}: {source}")]
     NoPreviousIp {
@@ -74,4 +81,8 @@ pub struct EncodeError {
     pub value: u64,
     /// The largest value the field holds.
     pub max: u64,
+}
+
+fn lost_bytes(bytes: Option<u64>) -> String {
+    bytes.map_or_else(|| "bytes".to_string(), |n| format!("{n} bytes"))
 }

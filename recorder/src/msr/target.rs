@@ -1,0 +1,216 @@
+//! The traced program under the msr backend: started stopped under ptrace, pinned to the
+//! traced CPU, then let run at full speed (the hardware traces it); ptrace only reports its
+//! signals and its exit, where rtit reads the end state. The sideband is the step backend's:
+//! maps, images, registers and memory at the start and at the end.
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use nix::sys::ptrace;
+use nix::sys::signal::Signal;
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use rtit_replay_core::recording::{EndState, Mapping};
+
+use super::session::Target;
+use crate::outcome::RegisterMap;
+use crate::sideband::{Images, Snapshot};
+use crate::step::sideband as step_sideband;
+use crate::step::tracee::Tracee;
+use crate::step::{check_executable, regs_map, resolve, StartAt, StepError};
+
+/// The state of the program when tracing started or ended.
+#[derive(Debug, Default, Clone)]
+pub struct Moment {
+    /// Registers by name.
+    pub registers: RegisterMap,
+    /// The memory map.
+    pub maps: Vec<Mapping>,
+    /// Writable memory.
+    pub memory: Snapshot,
+}
+
+/// A program under ptrace, for the msr backend.
+pub struct PtraceTarget {
+    tracee: Tracee,
+    running: bool,
+    /// A signal to deliver when it next continues.
+    pending: Option<Signal>,
+    /// At its exit (PTRACE_EVENT_EXIT), or where it was killed.
+    pub end: Option<Moment>,
+    /// The last fatal-looking signal it got, with the faulting address and IP.
+    fault: Option<(Signal, u64, u64)>,
+}
+
+impl PtraceTarget {
+    /// Starts `program` stopped at `start` (run to natively), pinned to `cpu`.
+    pub fn spawn(
+        program: &Path,
+        args: &[OsString],
+        aslr: bool,
+        cpu: usize,
+        start: &StartAt,
+    ) -> Result<Self, StepError> {
+        let program = resolve(program)?;
+        check_executable(&program)?;
+        let tracee = Tracee::spawn(&program, args, aslr)?;
+        ptrace::setoptions(
+            tracee.pid,
+            ptrace::Options::PTRACE_O_EXITKILL | ptrace::Options::PTRACE_O_TRACEEXIT,
+        )
+        .map_err(|e| StepError::Ptrace(format!("PTRACE_SETOPTIONS: {e}")))?;
+        super::linux::pin(tracee.pid, cpu).map_err(StepError::Ptrace)?;
+        crate::step::run_to(&tracee, start)?;
+        Ok(Self {
+            tracee,
+            running: false,
+            pending: None,
+            end: None,
+            fault: None,
+        })
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> nix::unistd::Pid {
+        self.tracee.pid
+    }
+
+    /// Registers, map and memory now (it must be stopped).
+    pub fn moment(&self) -> Result<Moment, StepError> {
+        let maps = self.tracee.maps()?;
+        Ok(Moment {
+            registers: regs_map(&self.tracee.regs()?),
+            memory: step_sideband::snapshot(&self.tracee, &maps),
+            maps,
+        })
+    }
+
+    /// The images of a map, with the vDSO's bytes.
+    pub fn images(&self, maps: &[Mapping]) -> Images {
+        step_sideband::images_from_maps(&self.tracee, maps)
+    }
+
+    fn ended(&self, status: WaitStatus) -> Option<EndState> {
+        match status {
+            WaitStatus::Exited(_, code) => Some(EndState::Exited { code }),
+            WaitStatus::Signaled(_, signal, _) => Some(match self.fault {
+                Some((sig, addr, ip)) if sig == signal => EndState::Signaled {
+                    signal: signal as i32,
+                    name: signal.as_str().to_string(),
+                    address: Some(format!("{addr:#x}")),
+                    ip: Some(format!("{ip:#x}")),
+                },
+                _ => EndState::Signaled {
+                    signal: signal as i32,
+                    name: signal.as_str().to_string(),
+                    address: None,
+                    ip: None,
+                },
+            }),
+            _ => None,
+        }
+    }
+}
+
+impl Target for PtraceTarget {
+    type Error = StepError;
+
+    fn next_ip(&mut self) -> Result<u64, StepError> {
+        Ok(self.tracee.regs()?.rip)
+    }
+
+    fn step(&mut self) -> Result<(), StepError> {
+        ptrace::step(self.tracee.pid, None).map_err(|e| StepError::Ptrace(format!("PTRACE_SINGLESTEP: {e}")))?;
+        match waitpid(self.tracee.pid, None) {
+            Ok(WaitStatus::Stopped(_, Signal::SIGTRAP)) => Ok(()),
+            other => Err(StepError::Ptrace(format!("single step: {other:?}"))),
+        }
+    }
+
+    fn run(&mut self, slice: Duration) -> Result<Option<EndState>, StepError> {
+        let pid = self.tracee.pid;
+        let until = Instant::now() + slice;
+        loop {
+            if !self.running {
+                ptrace::cont(pid, self.pending.take()).map_err(|e| StepError::Ptrace(format!("PTRACE_CONT: {e}")))?;
+                self.running = true;
+            }
+            let status =
+                waitpid(pid, Some(WaitPidFlag::WNOHANG)).map_err(|e| StepError::Ptrace(format!("waitpid: {e}")))?;
+            match status {
+                WaitStatus::StillAlive => {
+                    let left = until.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Ok(None);
+                    }
+                    std::thread::sleep(left.min(Duration::from_millis(1)));
+                }
+                WaitStatus::PtraceEvent(_, _, event) if event == ptrace::Event::PTRACE_EVENT_EXIT as i32 => {
+                    self.running = false;
+                    self.end = Some(self.moment()?);
+                }
+                WaitStatus::Stopped(_, signal) => {
+                    self.running = false;
+                    if matches!(
+                        signal,
+                        Signal::SIGSEGV | Signal::SIGBUS | Signal::SIGILL | Signal::SIGFPE
+                    ) {
+                        let addr = ptrace::getsiginfo(pid)
+                            .map(|i| {
+                                // SAFETY: for these signals the kernel fills si_addr.
+                                #[allow(unsafe_code)]
+                                unsafe {
+                                    i.si_addr() as u64
+                                }
+                            })
+                            .unwrap_or(0);
+                        self.fault = Some((signal, addr, self.tracee.regs()?.rip));
+                    }
+                    self.pending = Some(signal);
+                }
+                other => {
+                    if let Some(end) = self.ended(other) {
+                        return Ok(Some(end));
+                    }
+                    self.running = false;
+                }
+            }
+        }
+    }
+
+    fn kill(&mut self) {
+        let _ = nix::sys::signal::kill(self.tracee.pid, Signal::SIGKILL);
+        let _ = waitpid(self.tracee.pid, None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ptrace half of the backend runs here (no RTIT needed): a program started stopped,
+    /// stepped once, run to its end in slices, with its end state read at the exit.
+    #[test]
+    fn a_program_runs_in_slices_to_its_exit() {
+        let mut t = PtraceTarget::spawn(
+            Path::new("/bin/sh"),
+            &["-c".into(), "exit 7".into()],
+            false,
+            0,
+            &StartAt::Entry,
+        )
+        .expect("spawn");
+        let first = t.next_ip().expect("ip");
+        t.step().expect("step");
+        assert_ne!(t.next_ip().expect("ip"), first, "one instruction executed");
+        let end = loop {
+            if let Some(end) = t.run(Duration::from_millis(5)).expect("run") {
+                break end;
+            }
+        };
+        assert_eq!(end, EndState::Exited { code: 7 });
+        let at_exit = t.end.expect("exit stop seen");
+        assert!(at_exit.registers.contains_key("rip"));
+        assert!(at_exit.maps.iter().any(|m| m.path.as_deref() == Some("[stack]")));
+    }
+}
