@@ -391,3 +391,122 @@ fn plain_gdb_finds_the_program_and_its_libraries() {
     let stop = positions(&out)[0] as usize;
     assert!(stop > 0 && stop < truth.len(), "{out}");
 }
+
+/// The driver stand-in: examples/c/module/modload.c loads drvmod.o (ET_REL) the way the
+/// kernel loads a module and calls into it; the recording traces only the object's text
+/// (`--filter`), keeps the object with its section addresses (`--module`), and gdb steps
+/// through its functions by source line after the `add-symbol-file` that `monitor info` prints.
+#[test]
+fn a_loaded_relocatable_object_is_debugged_with_add_symbol_file() {
+    use object::{Object, ObjectSection};
+    let dir = scratch("module");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/c/module");
+    let (loader, obj) = (dir.join("modload"), dir.join("drvmod.o"));
+    let gcc = |args: &[&str], out: &Path, src: &Path| {
+        let ok = Command::new("gcc").args(args).arg("-o").arg(out).arg(src).status();
+        assert!(ok.expect("gcc is needed").success());
+    };
+    gcc(&["-O1", "-g", "-static"], &loader, &src.join("modload.c"));
+    gcc(&["-c", "-O1", "-g", "-fno-pic"], &obj, &src.join("drvmod.c"));
+    // modload places .text first, at 0x20000000.
+    let bytes = std::fs::read(&obj).expect("object");
+    let text = object::File::parse(&*bytes)
+        .expect("ELF")
+        .section_by_name(".text")
+        .expect(".text")
+        .size();
+    let filter = format!("0x20000000-{:#x}", 0x2000_0000 + text);
+    let (out, sys) = (dir.join("rec"), dir.join("sys"));
+    let status = Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .args([
+            "record",
+            "--backend",
+            "step",
+            "--truth",
+            "--start",
+            "main",
+            "--filter",
+            &filter,
+        ])
+        .args(["--module", "drvmod", "--module-root"])
+        .arg(&sys)
+        .arg("--module-file")
+        .arg(&obj)
+        .arg("--out")
+        .arg(&out)
+        .arg("--")
+        .args([&loader, &obj, &sys])
+        .arg("5")
+        .stdout(Stdio::null())
+        .status()
+        .expect("rtit record");
+    assert!(status.success());
+    let rec = Recording::open(&out).expect("a recording");
+    let module = rec
+        .manifest
+        .images
+        .iter()
+        .find(|i| i.kind == rtit_replay_core::recording::ImageKind::Relocatable)
+        .expect("the object is in the recording");
+    assert_eq!(module.sections.get(".text"), Some(&0x2000_0000));
+    let truth = rec.truth().expect("truth").expect("truth");
+    assert!(
+        truth.iter().all(|&ip| (0x2000_0000..0x2000_0000 + text).contains(&ip)),
+        "only its text traced"
+    );
+    let add = module.add_symbol_file_command(&rec.dir).expect("a command");
+
+    let server = Server::start(&rec);
+    let out = server.gdb(
+        None,
+        &[
+            "monitor info",
+            &add,
+            "break checksum",
+            "continue",
+            "info line *$pc",
+            "next",
+            "next",
+            "monitor when",
+            "reverse-next",
+            "monitor when",
+            "delete 1",
+            "break drv_main",
+            "reverse-continue",
+            "monitor when",
+        ],
+    );
+    assert!(
+        out.contains(&format!("  {add}")),
+        "monitor info prints the command:\n{out}"
+    );
+    assert!(out.contains("Breakpoint 1, checksum ("), "{out}");
+    assert!(out.contains("drvmod.c:16"), "stopped at checksum's first line:\n{out}");
+    // next, next: the loop body (17), then the loop test (16); reverse-next goes back to 17.
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("1") && l.contains('\t')).collect();
+    assert!(lines.len() >= 3, "{out}");
+    assert!(lines[lines.len() - 3].starts_with("17\t"), "{out}");
+    assert!(lines[lines.len() - 2].starts_with("16\t"), "{out}");
+    assert!(lines[lines.len() - 1].starts_with("17\t"), "{out}");
+    let at = positions(&out);
+    assert_eq!(at.len(), 3, "{out}");
+    assert!(at[1] < at[0], "reverse-next went back: {at:?}");
+    // The first checksum call is reached from drv_main's entry, position 0, going backwards.
+    assert_eq!(
+        at[2], 0,
+        "reverse-continue to drv_main lands at the start of the history:\n{out}"
+    );
+    assert!(out.contains("Breakpoint 2, drv_main ("), "{out}");
+    assert_eq!(
+        truth[0],
+        symbol_in(&bytes, "drv_main"),
+        "the truth starts in drv_main too"
+    );
+}
+
+/// A symbol's address in a relocatable object placed with .text at 0x20000000.
+fn symbol_in(object: &[u8], name: &str) -> u64 {
+    use object::{Object, ObjectSymbol};
+    let file = object::File::parse(object).expect("ELF");
+    0x2000_0000 + file.symbols().find(|s| s.name() == Ok(name)).expect("symbol").address()
+}

@@ -26,6 +26,18 @@ pub enum Backend {
     /// QEMU user mode with rtit's plugin driving the RTIT unit model: fast; the program runs
     /// on QEMU's CPU model.
     Qemu,
+    /// The RTIT hardware of an Atom Silvermont/Airmont core, through the Linux MSR device
+    /// (root): full speed, and kernel modules with `--module`.
+    Msr,
+}
+
+/// What to do when the trace outgrows the output region (msr backend).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Wrap {
+    /// Pause tracing every `--drain-ms` and copy the region out; a wrap in between is a gap.
+    Drain,
+    /// Keep only the last region-full (2 MiB), like perf's snapshot mode.
+    Flight,
 }
 
 /// The backend `auto` means here, and why, in one line.
@@ -40,6 +52,7 @@ fn choose(backend: Backend) -> (Backend, String) {
             Backend::Qemu,
             "the qemu backend (QEMU user mode with the rtit plugin), as asked".into(),
         ),
+        Backend::Msr => (Backend::Msr, "the msr backend (the RTIT hardware), as asked".into()),
         Backend::Auto => match (qemu::launch::find_qemu(), qemu::launch::find_plugin()) {
             (Some(q), Some(_)) => (
                 Backend::Qemu,
@@ -97,6 +110,32 @@ pub struct RecordArgs {
     /// Also write every retired instruction address (truth.bin) and sampled registers.
     #[arg(long)]
     truth: bool,
+    /// msr backend: the logical processor to trace on (the program and rtit are pinned to it).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    cpu: usize,
+    /// msr backend: what to do when the trace outgrows the 2 MiB output region.
+    #[arg(long, value_enum, default_value = "drain")]
+    wrap: Wrap,
+    /// msr backend: milliseconds between drains of the output region.
+    #[arg(long, value_name = "MS", default_value_t = 10)]
+    drain_ms: u64,
+    /// msr backend: also trace ring 0 (RTIT_CTL.OS).
+    #[arg(long)]
+    kernel: bool,
+    /// A kernel module (or a `.o` loaded the same way) whose code runs in the recording: its
+    /// section addresses and file go into the recording, for replay and `add-symbol-file`.
+    /// With the msr backend its `.text` is the IP filter and OS tracing is on.
+    #[arg(long, value_name = "NAME")]
+    module: Option<String>,
+    /// Where the module's `NAME/sections/` directory is (read when recording ends).
+    #[arg(long, value_name = "DIR", default_value = "/sys/module")]
+    module_root: PathBuf,
+    /// The module's object file (default: what `modinfo -n NAME` says).
+    #[arg(long, value_name = "FILE")]
+    module_file: Option<PathBuf>,
+    /// msr backend: trace the module's `.init.text` too (a second IP range).
+    #[arg(long)]
+    init_text: bool,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM [ARGS]...")]
     command: Vec<OsString>,
@@ -189,7 +228,49 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
             let _ = std::io::stderr().flush();
         }) as Box<dyn FnMut(u64)>
     });
-    let outcome = match backend {
+    let module = || {
+        args.module.as_deref().map(|name| {
+            rtit_recorder::msr::module::module(name, &args.module_root, args.module_file.as_deref())
+                .map_err(anyhow::Error::msg)
+        })
+    };
+    let mut outcome = match backend {
+        Backend::Msr => {
+            let module = module().transpose()?;
+            let mut sections = vec![".text"];
+            if args.init_text {
+                sections.push(".init.text");
+            }
+            let module_ranges = match &module {
+                Some(m) => rtit_recorder::msr::module::code_ranges(m, &sections).map_err(anyhow::Error::msg)?,
+                None => Vec::new(),
+            };
+            let mut config = config;
+            if args.kernel {
+                config.ctl |= ctl::OS;
+            }
+            let opts = rtit_recorder::msr::record::MsrOptions {
+                program: PathBuf::from(program),
+                args: program_args.to_vec(),
+                aslr: args.aslr,
+                start,
+                config,
+                cpu: args.cpu,
+                wrap: match args.wrap {
+                    Wrap::Drain => rtit_recorder::msr::collect::WrapMode::Drain,
+                    Wrap::Flight => rtit_recorder::msr::collect::WrapMode::FlightRecorder,
+                },
+                slice: std::time::Duration::from_millis(args.drain_ms.max(1)),
+                module,
+                module_ranges,
+                lock_dir: PathBuf::from("/run"),
+                interrupted,
+            };
+            match rtit_recorder::msr::record::record(opts) {
+                Ok(outcome) => outcome,
+                Err(line) => bail!("{line}"),
+            }
+        }
         Backend::Qemu => qemu::launch::record(QemuOptions {
             program: PathBuf::from(program),
             args: program_args.to_vec(),
@@ -213,9 +294,18 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
     if std::io::stderr().is_terminal() {
         eprintln!();
     }
+    if backend != Backend::Msr {
+        // The program loaded the object itself: its sections are listed by now.
+        outcome.modules.extend(module().transpose()?);
+    }
     let meta = Meta {
         command: args.command.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
-        backend: if backend == Backend::Qemu { "qemu" } else { "step" }.to_string(),
+        backend: match backend {
+            Backend::Qemu => "qemu",
+            Backend::Msr => "msr",
+            _ => "step",
+        }
+        .to_string(),
         aslr: args.aslr,
     };
     let manifest = writer::write(&out, &outcome, &meta)?;

@@ -16,6 +16,7 @@ pub mod device;
 pub mod linux;
 pub mod module;
 pub mod program;
+pub mod record;
 pub mod session;
 pub mod sim;
 pub mod target;

@@ -33,6 +33,10 @@ pub trait Target {
     fn run(&mut self, slice: Duration) -> Result<Option<EndState>, Self::Error>;
     /// Ends the target (after an error or an interruption).
     fn kill(&mut self);
+    /// Tracing is about to start with the target stopped: the moment to read its start state.
+    fn starting(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
 }
 
 /// How to record.
@@ -142,6 +146,7 @@ fn run<M: Msrs, R: OutputRegion, T: Target>(
         None
     };
     let start_ip = target.next_ip().map_err(target_err)?;
+    target.starting().map_err(target_err)?;
     let mut collector = Collector::new(region);
     unit.start(&config, region)?;
     let end = loop {

@@ -36,7 +36,9 @@ pub struct PtraceTarget {
     running: bool,
     /// A signal to deliver when it next continues.
     pending: Option<Signal>,
-    /// At its exit (PTRACE_EVENT_EXIT), or where it was killed.
+    /// When tracing started.
+    pub start: Option<Moment>,
+    /// At its exit (PTRACE_EVENT_EXIT).
     pub end: Option<Moment>,
     /// The last fatal-looking signal it got, with the faulting address and IP.
     fault: Option<(Signal, u64, u64)>,
@@ -65,6 +67,7 @@ impl PtraceTarget {
             tracee,
             running: false,
             pending: None,
+            start: None,
             end: None,
             fault: None,
         })
@@ -176,6 +179,11 @@ impl Target for PtraceTarget {
                 }
             }
         }
+    }
+
+    fn starting(&mut self) -> Result<(), StepError> {
+        self.start = Some(self.moment()?);
+        Ok(())
     }
 
     fn kill(&mut self) {
