@@ -93,16 +93,6 @@ impl Collector {
     pub fn finish(self) -> (Vec<u8>, Vec<TraceGap>) {
         (self.trace, self.gaps)
     }
-
-    /// Bytes copied so far.
-    pub fn len(&self) -> usize {
-        self.trace.len()
-    }
-
-    /// Whether nothing was copied yet.
-    pub fn is_empty(&self) -> bool {
-        self.trace.is_empty()
-    }
 }
 
 fn holds_pattern(region: &dyn OutputRegion, offset: usize, len: usize) -> bool {

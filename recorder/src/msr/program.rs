@@ -104,11 +104,6 @@ impl<M: Msrs> Unit<M> {
         self.ctl
     }
 
-    /// The device, for tests.
-    pub fn device(&mut self) -> &mut M {
-        &mut self.msrs
-    }
-
     /// Programs `config` with output to `region` from offset 0, and enables tracing: the
     /// sequence of chapter 3 and appendix B §4.2: status cleared, the TNT buffer at its reset
     /// value 1, the compression state and cycle counter reset, the output region, the PSB
