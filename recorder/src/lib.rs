@@ -7,8 +7,10 @@
 //! - [`step`]: the step backend, ptrace single-stepping a real program into the model;
 //! - [`qemu`]: the qemu backend's shared half: the retirement engine the QEMU plugin drives,
 //!   the guest memory map, and launching `qemu-x86_64` with the plugin;
-//! - [`outcome`], [`sideband`], [`writer`]: what any backend produced, and writing it.
+//! - [`outcome`], [`sideband`], [`writer`], [`complete`]: what any backend produced, writing
+//!   it, and finding by decoding what the hardware backend could not count.
 
+pub mod complete;
 pub mod model;
 pub mod msr;
 pub mod outcome;

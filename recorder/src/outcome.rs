@@ -68,4 +68,16 @@ pub struct Outcome {
     /// The system calls, with their results and the memory they wrote, where the backend
     /// logged them.
     pub syscalls: Vec<rtit_replay_core::syscall::SyscallRecord>,
+    /// What the writer must find by decoding the trace (the hardware backend counts nothing).
+    pub from_trace: Option<FromTrace>,
+}
+
+/// What a backend that only sees trace offsets leaves to the writer, which decodes the trace
+/// it wrote: the number of instructions (`instructions` is then ignored) and the position of
+/// each map change.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FromTrace {
+    /// For each of `maps.changes`, in order, the trace offset at which it took effect (where
+    /// the trace had got to when the target stopped at the system call's exit).
+    pub change_offsets: Vec<u64>,
 }

@@ -28,6 +28,9 @@ pub enum WriteError {
     /// The output directory exists.
     #[error("{0} already exists; choose another --out or remove it")]
     Exists(String),
+    /// Decoding the trace to complete the recording failed.
+    #[error(transparent)]
+    Complete(#[from] crate::complete::CompleteError),
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WriteError + '_ {
@@ -251,5 +254,8 @@ fn write_into(tmp: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, Wr
     let path = tmp.join(files::MANIFEST);
     let text = serde_json::to_vec_pretty(&manifest).map_err(|e| io(&path)(e.into()))?;
     std::fs::write(&path, text).map_err(io(&path))?;
-    Ok(manifest)
+    match &outcome.from_trace {
+        Some(from) => Ok(crate::complete::from_trace(tmp, from)?),
+        None => Ok(manifest),
+    }
 }

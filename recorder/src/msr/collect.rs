@@ -40,6 +40,28 @@ pub struct Collector {
     gaps: Vec<TraceGap>,
     /// Drains that found the unit had wrapped.
     pub wraps: u64,
+    /// Keep at most about this many bytes, the newest (a flight recorder that drains).
+    keep: Option<usize>,
+    /// Bytes dropped from the front to stay within `keep`.
+    dropped: u64,
+}
+
+/// What a collector gathered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Collected {
+    /// The trace kept.
+    pub trace: Vec<u8>,
+    /// Where bytes were lost, as offsets in `trace`.
+    pub gaps: Vec<TraceGap>,
+    /// How many bytes came before the first one kept (their marks are not in `trace`).
+    pub dropped: u64,
+}
+
+impl Collected {
+    /// Where a [`Collector::mark`] is in the trace kept; `None` if it was before it.
+    pub fn offset_of(&self, mark: u64) -> Option<u64> {
+        mark.checked_sub(self.dropped)
+    }
 }
 
 impl Collector {
@@ -47,6 +69,22 @@ impl Collector {
     pub fn new(region: &mut dyn OutputRegion) -> Self {
         region.fill(0, region.size(), PATTERN);
         Self::default()
+    }
+
+    /// Like [`Collector::new`] for a flight recorder that is drained at points where
+    /// offsets must be known: it keeps only the newest region-full of bytes (from a PSB).
+    pub fn keeping_last(region: &mut dyn OutputRegion) -> Self {
+        let keep = Some(region.size());
+        Self {
+            keep,
+            ..Self::new(region)
+        }
+    }
+
+    /// The place the trace has reached, counting dropped bytes: something that happened
+    /// between the last drain and the next start is here ([`Collected::offset_of`]).
+    pub fn mark(&self) -> u64 {
+        self.dropped + self.trace.len() as u64
     }
 
     /// Copies what the unit wrote since it last started at offset 0 and stopped, drained, at
@@ -74,6 +112,32 @@ impl Collector {
             self.trace.extend_from_slice(&bytes[..offset]);
             region.fill(0, offset, PATTERN);
         }
+        self.bound();
+    }
+
+    /// Drops the oldest bytes beyond `keep`, from a PSB on so the rest decodes; the
+    /// beginning of the trace becomes a gap.
+    fn bound(&mut self) {
+        let Some(keep) = self.keep else { return };
+        if self.trace.len() <= keep {
+            return;
+        }
+        let from = self.trace.len() - keep;
+        let cut = memchr::memmem::find(&self.trace[from..], &PSB_BYTES).map_or(self.trace.len(), |at| from + at);
+        self.trace.drain(..cut);
+        self.dropped += cut as u64;
+        let cut = cut as u64;
+        self.gaps.retain_mut(|g| {
+            g.offset = g.offset.saturating_sub(cut);
+            g.offset > 0
+        });
+        self.gaps.insert(
+            0,
+            TraceGap {
+                offset: 0,
+                lost_bytes: None,
+            },
+        );
     }
 
     /// Appends what survived a wrap: from its first PSB (a point the decoder can start from),
@@ -89,9 +153,13 @@ impl Collector {
         }
     }
 
-    /// The trace and its gaps.
-    pub fn finish(self) -> (Vec<u8>, Vec<TraceGap>) {
-        (self.trace, self.gaps)
+    /// The trace, its gaps, and how much of it was dropped.
+    pub fn finish(self) -> Collected {
+        Collected {
+            trace: self.trace,
+            gaps: self.gaps,
+            dropped: self.dropped,
+        }
     }
 }
 

@@ -6,15 +6,15 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rtit_replay_core::recording::Maps;
+use rtit_replay_core::recording::{Mapping, Maps};
 use rtit_replay_core::regs::{ctl, events, EventId};
 
 use super::collect::WrapMode;
 use super::linux::{pin, CpuLock, HugePage};
 use super::session::{self, SessionOptions};
-use super::target::PtraceTarget;
+use super::target::{MapStop, PtraceTarget};
 use crate::model::RtitConfig;
-use crate::outcome::{Module, Outcome};
+use crate::outcome::{FromTrace, Module, Outcome};
 use crate::step::StartAt;
 
 /// What to record, and how.
@@ -78,22 +78,24 @@ pub fn record(mut opts: MsrOptions) -> Result<Outcome, String> {
         interrupted: opts.interrupted.clone(),
     };
     let traced = session::record(msrs, &mut region, &mut target, &session).map_err(|e| e.to_string())?;
-    let start = target.start.clone().unwrap_or_default();
+    let mut start = target.start.clone().unwrap_or_default();
     let end = target.end.clone().unwrap_or_default();
-    let mut images = target.images(&start.maps);
-    images.note(&end.maps);
+    let placed = place(start.maps.clone(), &target.changes, &traced.marks);
+    if traced.gaps.first().is_some_and(|g| g.offset == 0) {
+        // The history starts after lost bytes: the state where it starts is not the state
+        // rtit read when tracing started.
+        start.registers.clear();
+        start.memory = Default::default();
+    }
     Ok(Outcome {
         trace: traced.trace,
-        // Known once the trace is decoded; the writer's manifest takes the decoder's count.
+        // The writer counts them by decoding (`from_trace`).
         instructions: 0,
         truth: None,
         memory_start: start.memory,
         memory_end: end.memory,
-        maps: Maps {
-            initial: start.maps,
-            changes: Vec::new(),
-        },
-        images,
+        maps: placed.maps,
+        images: target.images.clone(),
         registers_start: start.registers,
         registers_end: end.registers,
         start_ip: traced.start_ip,
@@ -103,5 +105,87 @@ pub fn record(mut opts: MsrOptions) -> Result<Outcome, String> {
         modules: opts.module.into_iter().collect(),
         gaps: traced.gaps,
         syscalls: Vec::new(),
+        from_trace: Some(FromTrace {
+            change_offsets: placed.offsets,
+        }),
     })
+}
+
+/// The map changes placed in the trace kept.
+#[derive(Debug, PartialEq, Eq)]
+struct Placed {
+    maps: Maps,
+    offsets: Vec<u64>,
+}
+
+/// Places each map change at the trace offset of its stop. A change before the first byte
+/// kept (a flight recorder's lost beginning) is part of the map the history starts with.
+fn place(initial: Vec<Mapping>, stops: &[MapStop], marks: &[Option<u64>]) -> Placed {
+    let mut placed = Placed {
+        maps: Maps {
+            initial,
+            changes: Vec::new(),
+        },
+        offsets: Vec::new(),
+    };
+    for (stop, mark) in stops.iter().zip(marks) {
+        match mark {
+            Some(offset) => {
+                placed.maps.changes.push(stop.change.clone());
+                placed.offsets.push(*offset);
+            }
+            None => placed.maps.initial = stop.after.clone(),
+        }
+    }
+    placed
+}
+
+#[cfg(test)]
+mod tests {
+    use rtit_replay_core::recording::MapChange;
+
+    use super::*;
+
+    fn mapping(start: u64) -> Mapping {
+        Mapping {
+            start,
+            end: start + 0x1000,
+            perms: "rw-p".into(),
+            offset: 0,
+            path: None,
+        }
+    }
+
+    fn stop(start: u64, before: &[Mapping]) -> MapStop {
+        let mut after = before.to_vec();
+        after.push(mapping(start));
+        MapStop {
+            change: MapChange {
+                position: 0,
+                syscall: "mmap".into(),
+                added: vec![mapping(start)],
+                removed: Vec::new(),
+            },
+            after,
+        }
+    }
+
+    #[test]
+    fn changes_before_the_kept_trace_become_the_initial_map() {
+        let first = stop(0x1000, &[]);
+        let second = stop(0x2000, &first.after);
+        let third = stop(0x3000, &second.after);
+        let stops = [first, second.clone(), third.clone()];
+        let placed = place(Vec::new(), &stops, &[None, None, Some(40)]);
+        assert_eq!(
+            placed.maps.initial, second.after,
+            "the map after the last change not kept"
+        );
+        assert_eq!(placed.maps.changes, vec![third.change]);
+        assert_eq!(placed.offsets, vec![40]);
+        let all = place(Vec::new(), &stops, &[Some(0), Some(9), Some(40)]);
+        assert!(all.maps.initial.is_empty());
+        assert_eq!(all.offsets, vec![0, 9, 40]);
+        assert_eq!(all.maps.changes.len(), 3);
+    }
 }

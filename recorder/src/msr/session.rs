@@ -28,15 +28,27 @@ pub trait Target {
     fn next_ip(&mut self) -> Result<u64, Self::Error>;
     /// Lets the stopped target execute one instruction and stops it again.
     fn step(&mut self) -> Result<(), Self::Error>;
-    /// Lets the target run (it keeps running across calls) for about `slice`, or until it
-    /// ends: `Some` with how it ended.
-    fn run(&mut self, slice: Duration) -> Result<Option<EndState>, Self::Error>;
+    /// Lets the target run (it keeps running across calls) for about `slice`, until it stops
+    /// where its sideband changed, or until it ends.
+    fn run(&mut self, slice: Duration) -> Result<Ran, Self::Error>;
     /// Ends the target (after an error or an interruption).
     fn kill(&mut self);
     /// Tracing is about to start with the target stopped: the moment to read its start state.
     fn starting(&mut self) -> Result<(), Self::Error> {
         Ok(())
     }
+}
+
+/// Why [`Target::run`] returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ran {
+    /// The time slice is over; the target keeps running.
+    Slice,
+    /// The target is stopped where its sideband changed (a system call changed its memory
+    /// map): the session marks the place in the trace, then lets it run on.
+    Sideband,
+    /// The target ended.
+    Ended(EndState),
 }
 
 /// How to record.
@@ -69,6 +81,9 @@ pub struct Traced {
     pub end: EndState,
     /// Times the unit had wrapped when rtit copied the region.
     pub wraps: u64,
+    /// Where in `trace` each [`Ran::Sideband`] stop happened, in order; `None` for a stop
+    /// before the first byte kept (a flight recorder keeps only the end).
+    pub marks: Vec<Option<u64>>,
 }
 
 /// A failed session; the unit was restored and the target ended.
@@ -137,7 +152,7 @@ fn run<M: Msrs, R: OutputRegion, T: Target>(
         stepped?;
         let mut found = Collector::default();
         found.drain(region, offset);
-        let (bytes, _) = found.finish();
+        let bytes = found.finish().trace;
         let cr3 = cr3_entering(&bytes, discovery.ctl, first)?;
         // RTIT_CR3_MATCH holds CR3[35:5] (§3.3.8).
         config.cr3_match = cr3 & (((1 << 36) - 1) & !0x1f);
@@ -147,33 +162,46 @@ fn run<M: Msrs, R: OutputRegion, T: Target>(
     };
     let start_ip = target.next_ip().map_err(target_err)?;
     target.starting().map_err(target_err)?;
-    let mut collector = Collector::new(region);
+    let mut collector = match opts.wrap {
+        WrapMode::Drain => Collector::new(region),
+        WrapMode::FlightRecorder => Collector::keeping_last(region),
+    };
+    let mut marks = Vec::new();
     unit.start(&config, region)?;
     let end = loop {
         if opts.interrupted.load(Ordering::Relaxed) {
             target.kill();
             break EndState::Interrupted;
         }
-        if let Some(end) = target.run(opts.slice).map_err(target_err)? {
-            break end;
-        }
-        if opts.wrap == WrapMode::Drain {
+        let ran = target.run(opts.slice).map_err(target_err)?;
+        let sideband = match ran {
+            Ran::Ended(end) => break end,
+            Ran::Sideband => true,
+            Ran::Slice => false,
+        };
+        // A sideband stop needs its trace offset, so even a flight recorder drains there.
+        if sideband || opts.wrap == WrapMode::Drain {
             let offset = unit.pause()?;
             collector.drain(region, offset);
+            if sideband {
+                marks.push(collector.mark());
+            }
             unit.resume(0)?;
         }
     };
     let offset = unit.stop()?;
     collector.drain(region, offset);
     let wraps = collector.wraps;
-    let (trace, gaps) = collector.finish();
+    let collected = collector.finish();
+    let marks = marks.into_iter().map(|m| collected.offset_of(m)).collect();
     Ok(Traced {
-        trace,
-        gaps,
+        trace: collected.trace,
+        gaps: collected.gaps,
         config,
         cr3,
         start_ip,
         end,
         wraps,
+        marks,
     })
 }

@@ -17,7 +17,7 @@ use rtit_replay_core::recording::EndState;
 use rtit_replay_core::regs::msr;
 
 use super::device::{MsrError, Msrs, OutputRegion};
-use super::session::Target;
+use super::session::{Ran, Target};
 use crate::model::{CpuState, Input, ModelOptions, Retired, UnitModel};
 use crate::script::KERNEL;
 
@@ -212,6 +212,13 @@ pub struct SimTarget {
     pub killed: bool,
     /// How it ends once its inputs run out.
     pub end: EndState,
+    /// Every this many time slices (0: never) the slice ends in a stop for the sideband, as
+    /// at the exit of an `mmap` under ptrace.
+    pub sideband_every: usize,
+    /// User-mode instructions it has executed before each sideband stop.
+    pub sideband_stops: Vec<u64>,
+    slices: usize,
+    retired: u64,
 }
 
 impl SimTarget {
@@ -226,6 +233,10 @@ impl SimTarget {
             chunk: 500,
             killed: false,
             end: EndState::Exited { code: 0 },
+            sideband_every: 0,
+            sideband_stops: Vec::new(),
+            slices: 0,
+            retired: 0,
         }
     }
 
@@ -261,7 +272,12 @@ impl SimTarget {
         while self.next < self.inputs.len() {
             let input = self.inputs[self.next];
             self.next += 1;
-            self.machine.borrow_mut().apply(&input);
+            let mut m = self.machine.borrow_mut();
+            if matches!(input, Input::Retire(_)) && m.model.cpu().cpl == 3 {
+                self.retired += 1;
+            }
+            m.apply(&input);
+            drop(m);
             fed += 1;
             let user = self.machine.borrow().model.cpu().cpl == 3;
             if fed >= at_least && user {
@@ -297,14 +313,18 @@ impl Target for SimTarget {
         Ok(())
     }
 
-    fn run(&mut self, _slice: Duration) -> Result<Option<EndState>, SimTargetError> {
+    fn run(&mut self, _slice: Duration) -> Result<Ran, SimTargetError> {
         self.schedule_in();
-        if self.feed(self.chunk) {
-            self.schedule_out();
-            Ok(None)
-        } else {
-            Ok(Some(self.end.clone()))
+        if !self.feed(self.chunk) {
+            return Ok(Ran::Ended(self.end.clone()));
         }
+        self.schedule_out();
+        self.slices += 1;
+        if self.sideband_every > 0 && self.slices % self.sideband_every == 0 {
+            self.sideband_stops.push(self.retired);
+            return Ok(Ran::Sideband);
+        }
+        Ok(Ran::Slice)
     }
 
     fn kill(&mut self) {

@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 use nix::sys::ptrace;
 use nix::sys::signal::Signal;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-use rtit_replay_core::recording::{EndState, Mapping};
+use rtit_replay_core::recording::{EndState, MapChange, Mapping};
 
-use super::session::Target;
+use super::session::{Ran, Target};
 use crate::outcome::RegisterMap;
-use crate::sideband::{Images, Snapshot};
+use crate::sideband::{diff, nr, Images, Snapshot};
 use crate::step::sideband as step_sideband;
 use crate::step::tracee::Tracee;
 use crate::step::{check_executable, regs_map, resolve, StartAt, StepError};
@@ -30,10 +30,27 @@ pub struct Moment {
     pub memory: Snapshot,
 }
 
+/// A change of the memory map, with the whole map after it.
+#[derive(Debug, Clone)]
+pub struct MapStop {
+    /// The change (its position is found later, from the trace offset of the stop).
+    pub change: MapChange,
+    /// The map after it.
+    pub after: Vec<Mapping>,
+}
+
 /// A program under ptrace, for the msr backend.
 pub struct PtraceTarget {
     tracee: Tracee,
     running: bool,
+    /// Between a system-call-entry stop and its exit stop, with the call's number.
+    in_syscall: Option<u64>,
+    /// The memory map as last read.
+    current_map: Vec<Mapping>,
+    /// The changes of the map while tracing, in order.
+    pub changes: Vec<MapStop>,
+    /// The images its code may run from, noted at the start, at each change and at the end.
+    pub images: Images,
     /// A signal to deliver when it next continues.
     pending: Option<Signal>,
     /// When tracing started.
@@ -58,7 +75,9 @@ impl PtraceTarget {
         let tracee = Tracee::spawn(&program, args, aslr)?;
         ptrace::setoptions(
             tracee.pid,
-            ptrace::Options::PTRACE_O_EXITKILL | ptrace::Options::PTRACE_O_TRACEEXIT,
+            ptrace::Options::PTRACE_O_EXITKILL
+                | ptrace::Options::PTRACE_O_TRACEEXIT
+                | ptrace::Options::PTRACE_O_TRACESYSGOOD,
         )
         .map_err(|e| StepError::Ptrace(format!("PTRACE_SETOPTIONS: {e}")))?;
         super::linux::pin(tracee.pid, cpu).map_err(StepError::Ptrace)?;
@@ -66,6 +85,10 @@ impl PtraceTarget {
         Ok(Self {
             tracee,
             running: false,
+            in_syscall: None,
+            current_map: Vec::new(),
+            changes: Vec::new(),
+            images: Images::default(),
             pending: None,
             start: None,
             end: None,
@@ -88,9 +111,20 @@ impl PtraceTarget {
         })
     }
 
-    /// The images of a map, with the vDSO's bytes.
-    pub fn images(&self, maps: &[Mapping]) -> Images {
-        step_sideband::images_from_maps(&self.tracee, maps)
+    /// At a system-call stop: at the exit of one that changed the map, the change.
+    fn syscall_stop(&mut self) -> Result<Option<MapChange>, StepError> {
+        let Some(nr) = self.in_syscall.take() else {
+            self.in_syscall = Some(self.tracee.regs()?.orig_rax);
+            return Ok(None);
+        };
+        if !nr::changes_map(nr) {
+            return Ok(None);
+        }
+        let now = self.tracee.maps()?;
+        // The position is not known here; it comes from the trace offset of this stop.
+        let change = diff(&self.current_map, &now, 0, nr);
+        self.current_map = now;
+        Ok(change)
     }
 
     fn ended(&self, status: WaitStatus) -> Option<EndState> {
@@ -130,12 +164,14 @@ impl Target for PtraceTarget {
         }
     }
 
-    fn run(&mut self, slice: Duration) -> Result<Option<EndState>, StepError> {
+    fn run(&mut self, slice: Duration) -> Result<Ran, StepError> {
         let pid = self.tracee.pid;
         let until = Instant::now() + slice;
         loop {
             if !self.running {
-                ptrace::cont(pid, self.pending.take()).map_err(|e| StepError::Ptrace(format!("PTRACE_CONT: {e}")))?;
+                // Stops at every system call's entry and exit, to see map changes.
+                ptrace::syscall(pid, self.pending.take())
+                    .map_err(|e| StepError::Ptrace(format!("PTRACE_SYSCALL: {e}")))?;
                 self.running = true;
             }
             let status =
@@ -144,13 +180,26 @@ impl Target for PtraceTarget {
                 WaitStatus::StillAlive => {
                     let left = until.saturating_duration_since(Instant::now());
                     if left.is_zero() {
-                        return Ok(None);
+                        return Ok(Ran::Slice);
                     }
                     std::thread::sleep(left.min(Duration::from_millis(1)));
                 }
+                WaitStatus::PtraceSyscall(_) => {
+                    self.running = false;
+                    if let Some(change) = self.syscall_stop()? {
+                        self.images.note(&change.added);
+                        self.changes.push(MapStop {
+                            change,
+                            after: self.current_map.clone(),
+                        });
+                        return Ok(Ran::Sideband);
+                    }
+                }
                 WaitStatus::PtraceEvent(_, _, event) if event == ptrace::Event::PTRACE_EVENT_EXIT as i32 => {
                     self.running = false;
-                    self.end = Some(self.moment()?);
+                    let end = self.moment()?;
+                    self.images.note(&end.maps);
+                    self.end = Some(end);
                 }
                 WaitStatus::Stopped(_, signal) => {
                     self.running = false;
@@ -173,7 +222,7 @@ impl Target for PtraceTarget {
                 }
                 other => {
                     if let Some(end) = self.ended(other) {
-                        return Ok(Some(end));
+                        return Ok(Ran::Ended(end));
                     }
                     self.running = false;
                 }
@@ -182,7 +231,10 @@ impl Target for PtraceTarget {
     }
 
     fn starting(&mut self) -> Result<(), StepError> {
-        self.start = Some(self.moment()?);
+        let start = self.moment()?;
+        self.images = step_sideband::images_from_maps(&self.tracee, &start.maps);
+        self.current_map = start.maps.clone();
+        self.start = Some(start);
         Ok(())
     }
 
@@ -211,14 +263,28 @@ mod tests {
         let first = t.next_ip().expect("ip");
         t.step().expect("step");
         assert_ne!(t.next_ip().expect("ip"), first, "one instruction executed");
+        t.starting().expect("start state");
         let end = loop {
-            if let Some(end) = t.run(Duration::from_millis(5)).expect("run") {
-                break end;
+            match t.run(Duration::from_millis(5)).expect("run") {
+                Ran::Ended(end) => break end,
+                Ran::Sideband | Ran::Slice => {}
             }
         };
         assert_eq!(end, EndState::Exited { code: 7 });
         let at_exit = t.end.expect("exit stop seen");
         assert!(at_exit.registers.contains_key("rip"));
         assert!(at_exit.maps.iter().any(|m| m.path.as_deref() == Some("[stack]")));
+        // The dynamic loader mapped the C library: changes, each seen at its system call.
+        assert!(!t.changes.is_empty());
+        for stop in &t.changes {
+            assert!(stop.change.added.iter().all(|m| stop.after.contains(m)), "{stop:?}");
+            assert!(["mmap", "mprotect", "munmap", "brk", "mremap"].contains(&stop.change.syscall.as_str()));
+        }
+        assert!(t.changes.iter().any(|s| s
+            .change
+            .added
+            .iter()
+            .any(|m| m.path.as_deref().is_some_and(|p| p.contains("libc")))));
+        assert!(t.images.files().any(|(p, _)| p.contains("libc")), "noted as an image");
     }
 }

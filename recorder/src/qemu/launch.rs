@@ -229,6 +229,7 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
         syscalls: report.syscalls,
         modules: Vec::new(),
         gaps: Vec::new(),
+        from_trace: None,
         trace,
         instructions: report.instructions,
         truth,

@@ -430,6 +430,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
         syscalls,
         modules: Vec::new(),
         gaps: Vec::new(),
+        from_trace: None,
         trace: model.take_output(),
         instructions: count,
         truth,

@@ -8,15 +8,18 @@
 //! history as runs of sequential instructions plus events, pushed into a [`FlowSink`].
 //!
 //! Files: `block` (decoded, cached basic blocks), `source` (packet lookahead without the
-//! timing packets), `timing` (TSC and cycles, errata E6/E7), `decoder` (the walk).
+//! timing packets), `timing` (TSC and cycles, errata E6/E7), `decoder` (the walk),
+//! `positions` (trace offsets to positions).
 
 mod block;
 mod decoder;
+mod positions;
 mod source;
 mod timing;
 
 pub use block::{decode_insn, Block, BlockCache, BlockError, Terminator};
 pub use decoder::{FlowConfig, FlowDecoder};
+pub use positions::OffsetPositions;
 pub use timing::Timing;
 
 use std::fmt;

@@ -16,7 +16,7 @@ use rtit_replay_core::regs::{ctl, msr};
 use super::collect::{Collector, WrapMode, PATTERN};
 use super::device::{MsrError, Msrs, OutputRegion};
 use super::program::{ProgramError, Unit};
-use super::session::{record, SessionError, SessionOptions, Target, Traced};
+use super::session::{record, Ran, SessionError, SessionOptions, Target, Traced};
 use super::sim::{Access, Shared, SimMachine, SimMsrs, SimRegion, SimTarget};
 use crate::model::{CpuState, Input, ModelError, ModelOptions, RtitConfig, UnitModel};
 use crate::script::{self, Plan, Recorded};
@@ -28,7 +28,7 @@ const PHYS: u64 = 0x8000_0000;
 
 /// Three nested loops around an indirect call (to one of two functions, each with a
 /// data-dependent branch); ends in exit().
-fn program() -> (AddressSpace, u64, Plan) {
+fn program() -> (AddressSpace, u64, Plan, Vec<u8>) {
     type Built = (Vec<u8>, u64, u64, u64, [u64; 2]);
     let build = || -> Result<Built, IcedError> {
         let mut a = CodeAssembler::new(64)?;
@@ -80,16 +80,16 @@ fn program() -> (AddressSpace, u64, Plan) {
     };
     let (code, start, exit, call, targets) = build().expect("assembles");
     let mut space = AddressSpace::new();
-    space.add(Image::from_raw("loops", BASE, code)).expect("image");
+    space.add(Image::from_raw("loops", BASE, code.clone())).expect("image");
     let mut plan = Plan::new(exit);
     plan.loop_count = 16;
     plan.indirect.insert(call, targets.to_vec());
-    (space, start, plan)
+    (space, start, plan, code)
 }
 
 /// The program's run as an input stream, and the instructions the target configuration traces.
-fn workload() -> (AddressSpace, u64, Vec<Input>, Vec<u64>) {
-    let (space, start, plan) = program();
+fn workload() -> (AddressSpace, u64, Vec<Input>, Vec<u64>, Vec<u8>) {
+    let (space, start, plan, code) = program();
     let mut model = UnitModel::new(CpuState::user(start, TARGET_CR3), ModelOptions::default());
     model.program(&RtitConfig::user_process(TARGET_CR3)).expect("program");
     let mut rec = Recorded {
@@ -97,7 +97,7 @@ fn workload() -> (AddressSpace, u64, Vec<Input>, Vec<u64>) {
         inputs: Vec::new(),
     };
     let truth = script::run(&space, start, &plan, &mut rec);
-    (space, start, rec.inputs, truth.ips)
+    (space, start, rec.inputs, truth.ips, code)
 }
 
 struct Rig {
@@ -106,10 +106,12 @@ struct Rig {
     target: SimTarget,
     space: AddressSpace,
     truth: Vec<u64>,
+    /// The program's code, at `BASE`.
+    code: Vec<u8>,
 }
 
 fn rig(region_size: usize, chunk: usize) -> Rig {
-    let (space, start, inputs, truth) = workload();
+    let (space, start, inputs, truth, code) = workload();
     let machine = SimMachine::new(PHYS, 8 << 20);
     // The region in the middle of the memory, aligned to its size.
     let at = 4 << 20;
@@ -126,6 +128,7 @@ fn rig(region_size: usize, chunk: usize) -> Rig {
         target,
         space,
         truth,
+        code,
     }
 }
 
@@ -393,7 +396,7 @@ fn a_panic_while_tracing_still_turns_tracing_off() {
         fn step(&mut self) -> Result<(), Self::Error> {
             self.0.step()
         }
-        fn run(&mut self, _: Duration) -> Result<Option<EndState>, Self::Error> {
+        fn run(&mut self, _: Duration) -> Result<Ran, Self::Error> {
             panic!("boom")
         }
         fn kill(&mut self) {}
@@ -501,7 +504,9 @@ fn a_tail_too_short_to_prove_no_wrap_counts_as_a_wrap() {
     region.fill(0, 100, 0x02);
     c.drain(&mut region, 100);
     assert_eq!(c.wraps, 1);
-    let (trace, gaps) = c.finish();
-    assert_eq!(trace.len(), 100);
-    assert_eq!(gaps.len(), 1);
+    let kept = c.finish();
+    assert_eq!(kept.trace.len(), 100);
+    assert_eq!(kept.gaps.len(), 1);
 }
+
+mod positions;
