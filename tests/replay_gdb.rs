@@ -393,12 +393,14 @@ fn plain_gdb_finds_the_program_and_its_libraries() {
 }
 
 /// The driver stand-in: examples/c/module/modload.c loads drvmod.o (ET_REL) the way the
-/// kernel loads a module and calls into it; the recording traces only the object's text
-/// (`--filter`), keeps the object with its section addresses (`--module`), and gdb steps
-/// through its functions by source line after the `add-symbol-file` that `monitor info` prints.
+/// kernel loads a module and calls into it; the recording traces only the object's text and
+/// the loader's `drv_log` that it calls (`--filter` twice), keeps the object with its section
+/// addresses (`--module`) and the address of `drv_log`, which the object uses but does not
+/// define (`--kallsyms`, as a module uses the kernel's symbols); gdb steps through its
+/// functions by source line after the `add-symbol-file` that `monitor info` prints.
 #[test]
 fn a_loaded_relocatable_object_is_debugged_with_add_symbol_file() {
-    use object::{Object, ObjectSection};
+    use object::{Object, ObjectSection, ObjectSymbol};
     let dir = scratch("module");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/c/module");
     let (loader, obj) = (dir.join("modload"), dir.join("drvmod.o"));
@@ -415,29 +417,35 @@ fn a_loaded_relocatable_object_is_debugged_with_add_symbol_file() {
         .section_by_name(".text")
         .expect(".text")
         .size();
-    let filter = format!("0x20000000-{:#x}", 0x2000_0000 + text);
+    let loader_bytes = std::fs::read(&loader).expect("loader");
+    let loader_elf = object::File::parse(&*loader_bytes).expect("ELF");
+    let log = loader_elf
+        .symbols()
+        .find(|s| s.name() == Ok("drv_log"))
+        .expect("drv_log");
+    let (log_start, log_end) = (log.address(), log.address() + log.size());
+    let filters = [
+        format!("0x20000000-{:#x}", 0x2000_0000 + text),
+        format!("{log_start:#x}-{log_end:#x}"),
+    ];
     let (out, sys) = (dir.join("rec"), dir.join("sys"));
     let status = Command::new(env!("CARGO_BIN_EXE_rtit"))
-        .args([
-            "record",
-            "--backend",
-            "step",
-            "--truth",
-            "--start",
-            "main",
-            "--filter",
-            &filter,
-        ])
+        .args(["record", "--backend", "step", "--truth", "--start", "main"])
+        .args(["--filter", &filters[0], "--filter", &filters[1]])
         .args(["--module", "drvmod", "--module-root"])
         .arg(&sys)
         .arg("--module-file")
         .arg(&obj)
+        .arg("--kallsyms")
+        .arg(sys.join("kallsyms"))
         .arg("--out")
         .arg(&out)
         .arg("--")
         .args([&loader, &obj, &sys])
-        .arg("5")
+        // Round 19 fails and calls drv_log.
+        .arg("20")
         .stdout(Stdio::null())
+        .stderr(Stdio::null())
         .status()
         .expect("rtit record");
     assert!(status.success());
@@ -449,11 +457,35 @@ fn a_loaded_relocatable_object_is_debugged_with_add_symbol_file() {
         .find(|i| i.kind == rtit_replay_core::recording::ImageKind::Relocatable)
         .expect("the object is in the recording");
     assert_eq!(module.sections.get(".text"), Some(&0x2000_0000));
+    assert_eq!(
+        module.externals.get("drv_log"),
+        Some(&log_start),
+        "the external symbol's address, from the loader's kallsyms"
+    );
     let truth = rec.truth().expect("truth").expect("truth");
     assert!(
-        truth.iter().all(|&ip| (0x2000_0000..0x2000_0000 + text).contains(&ip)),
-        "only its text traced"
+        truth
+            .iter()
+            .all(|&ip| (0x2000_0000..0x2000_0000 + text).contains(&ip) || (log_start..log_end).contains(&ip)),
+        "only its text and drv_log traced"
     );
+    assert!(truth.contains(&log_start), "drv_log was called");
+    // The direct call into drv_log decodes only with the relocation the loader applied.
+    let listed = Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .args(["insns", "--json"])
+        .arg(&rec.dir)
+        .output()
+        .expect("rtit insns");
+    let ips: Vec<u64> = String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .filter_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("JSON");
+            assert_ne!(v["event"], "error", "{v}");
+            v.get("i")?;
+            u64::from_str_radix(v["ip"].as_str()?.trim_start_matches("0x"), 16).ok()
+        })
+        .collect();
+    assert!(ips == truth, "decoded {} instructions, {} ran", ips.len(), truth.len());
     let add = module.add_symbol_file_command(&rec.dir).expect("a command");
 
     let server = Server::start(&rec);

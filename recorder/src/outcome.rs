@@ -31,6 +31,8 @@ pub struct Module {
     pub file: std::path::PathBuf,
     /// Section name → address.
     pub sections: BTreeMap<String, u64>,
+    /// The symbols it uses but does not define, with their addresses (from kallsyms).
+    pub externals: BTreeMap<String, u64>,
 }
 
 /// What a recording run produced.
@@ -70,6 +72,8 @@ pub struct Outcome {
     pub syscalls: Vec<rtit_replay_core::syscall::SyscallRecord>,
     /// What the writer must find by decoding the trace (the hardware backend counts nothing).
     pub from_trace: Option<FromTrace>,
+    /// With kernel tracing: the run-time address of the kernel's `_text` (kallsyms).
+    pub kernel_text: Option<u64>,
 }
 
 /// What a backend that only sees trace offsets leaves to the writer, which decodes the trace

@@ -123,6 +123,7 @@ fn copy_image(
         build_id,
         sha256: hash,
         sections: Default::default(),
+        externals: Default::default(),
     })
 }
 
@@ -184,6 +185,7 @@ fn write_into(tmp: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, Wr
         let load = module.sections.values().copied().min().unwrap_or(0);
         let mut record = copy_image(tmp, &path, &bytes, load, ImageKind::Relocatable)?;
         record.sections = module.sections.clone();
+        record.externals = module.externals.clone();
         images.push(record);
     }
 
@@ -246,6 +248,7 @@ fn write_into(tmp: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, Wr
         trace_bytes: outcome.trace.len() as u64,
         gaps: outcome.gaps.clone(),
         instructions: outcome.instructions,
+        kernel_text: outcome.kernel_text,
         images,
         registers_start: outcome.registers_start.clone(),
         registers_end: outcome.registers_end.clone(),

@@ -90,6 +90,26 @@ pub mod hex {
         }
     }
 
+    /// The same for an optional address.
+    pub mod option {
+        use serde::{Deserialize, Deserializer, Serializer};
+
+        /// Serializes as a hex string (`None` is skipped by the field's attributes, or null).
+        pub fn serialize<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+            match v {
+                Some(x) => s.serialize_str(&format!("{x:#x}")),
+                None => s.serialize_none(),
+            }
+        }
+
+        /// Deserializes a hex string or null.
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+            Option::<String>::deserialize(d)?
+                .map(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).map_err(serde::de::Error::custom))
+                .transpose()
+        }
+    }
+
     /// The same for a list.
     pub mod vec {
         use serde::{Deserialize, Deserializer, Serializer};
@@ -181,6 +201,15 @@ pub struct ImageRecord {
         with = "hex::map"
     )]
     pub sections: std::collections::BTreeMap<String, u64>,
+    /// For a relocatable object: the addresses of the symbols it uses but does not define
+    /// (a module's kernel functions, from kallsyms), so its relocations against them are
+    /// applied as the kernel applied them.
+    #[serde(
+        default,
+        skip_serializing_if = "std::collections::BTreeMap::is_empty",
+        with = "hex::map"
+    )]
+    pub externals: std::collections::BTreeMap<String, u64>,
 }
 
 impl ImageRecord {
@@ -276,6 +305,10 @@ pub struct Manifest {
     pub gaps: Vec<TraceGap>,
     /// Instructions traced.
     pub instructions: u64,
+    /// With kernel tracing: the run-time address of the kernel's `_text` (from kallsyms), the
+    /// base its KASLR slide is measured from.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "hex::option")]
+    pub kernel_text: Option<u64>,
     /// Image copies.
     pub images: Vec<ImageRecord>,
     /// Registers when tracing started and when it ended (name → value).
@@ -482,8 +515,10 @@ impl Recording {
                     Image::from_elf(&name, bytes, bias)?
                 }
                 ImageKind::Relocatable => {
-                    let sections = &image.sections;
-                    Image::relocatable_from_bytes(&name, bytes, &|s| sections.get(s).copied(), &|_| None)?
+                    let (sections, externals) = (&image.sections, &image.externals);
+                    Image::relocatable_from_bytes(&name, bytes, &|s| sections.get(s).copied(), &|s| {
+                        externals.get(s).copied()
+                    })?
                 }
             };
             space.add(loaded)?;

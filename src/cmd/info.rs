@@ -30,6 +30,9 @@ pub fn run(args: &InfoArgs) -> Result<()> {
     println!("instructions  {}", m.instructions);
     println!("trace         {} bytes", m.trace_bytes);
     println!("started at    {:#x}", m.start_ip);
+    if let Some(text) = m.kernel_text {
+        println!("kernel _text  {text:#x} (kallsyms)");
+    }
     let bits = [
         (ctl::USER, "User"),
         (ctl::OS, "OS"),

@@ -10,6 +10,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use rtit_recorder::model::{ModelOptions, RtitConfig};
+use rtit_recorder::msr::kernel;
 use rtit_recorder::qemu::{self, launch::QemuOptions};
 use rtit_recorder::step::{self, StartAt, StepOptions};
 use rtit_recorder::writer::{self, Meta};
@@ -136,6 +137,16 @@ pub struct RecordArgs {
     /// msr backend: trace the module's `.init.text` too (a second IP range).
     #[arg(long)]
     init_text: bool,
+    /// The kernel's symbol list: a module's external symbols and, with `--kernel`, the
+    /// run-time `_text` come from it (root sees the addresses).
+    #[arg(long, value_name = "FILE", default_value = rtit_recorder::msr::kernel::KALLSYMS)]
+    kallsyms: PathBuf,
+    /// msr backend with `--kernel`: the running kernel's vmlinux, copied so replay decodes
+    /// kernel code (default: the first of /usr/lib/debug/boot/vmlinux-REL,
+    /// /usr/lib/debug/lib/modules/REL/vmlinux, /boot/vmlinux-REL,
+    /// /lib/modules/REL/build/vmlinux).
+    #[arg(long, value_name = "FILE")]
+    vmlinux: Option<PathBuf>,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM [ARGS]...")]
     command: Vec<OsString>,
@@ -230,9 +241,31 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
     });
     let module = || {
         args.module.as_deref().map(|name| {
-            rtit_recorder::msr::module::module(name, &args.module_root, args.module_file.as_deref())
+            rtit_recorder::msr::module::module(name, &args.module_root, args.module_file.as_deref(), &args.kallsyms)
                 .map_err(anyhow::Error::msg)
         })
+    };
+    if args.kernel && backend != Backend::Msr {
+        bail!("--kernel needs --backend msr (only the hardware traces ring 0)");
+    }
+    if backend == Backend::Msr {
+        // Not an RTIT machine: say so first, in one line.
+        rtit_recorder::msr::detect::check_cpu(&writer::cpu_info()).map_err(anyhow::Error::msg)?;
+    }
+    // Checked before the run: a recording of kernel code without them would not decode.
+    let kernel = if args.kernel {
+        let kallsyms = kernel::Kallsyms::read(&args.kallsyms).map_err(anyhow::Error::msg)?;
+        let found = kernel::sideband(&kallsyms, args.vmlinux.as_deref()).map_err(anyhow::Error::msg)?;
+        if found.vmlinux.is_none() {
+            let searched: Vec<String> = found.searched.iter().map(|p| p.display().to_string()).collect();
+            eprintln!(
+                "rtit: no vmlinux ({} do not exist): kernel code outside modules will not decode; give one with --vmlinux",
+                searched.join(", ")
+            );
+        }
+        Some(found)
+    } else {
+        None
     };
     let mut outcome = match backend {
         Backend::Msr => {
@@ -297,6 +330,12 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
     if backend != Backend::Msr {
         // The program loaded the object itself: its sections are listed by now.
         outcome.modules.extend(module().transpose()?);
+    }
+    if let Some(kernel) = kernel {
+        outcome.kernel_text = Some(kernel.text);
+        if let Some((path, load)) = &kernel.vmlinux {
+            outcome.images.add(&path.display().to_string(), *load);
+        }
     }
     let meta = Meta {
         command: args.command.iter().map(|a| a.to_string_lossy().into_owned()).collect(),

@@ -241,6 +241,9 @@ impl MonitorCmd for ReplayTarget {
                     m.trace_bytes
                 );
                 outputln!(out, "ended     {:?}", m.end);
+                if let Some(text) = m.kernel_text {
+                    outputln!(out, "kernel    _text at {text:#x} (kallsyms)");
+                }
                 outputln!(out, "decode errors {}", s.errors().count());
                 if !m.gaps.is_empty() {
                     let lost: u64 = m.gaps.iter().filter_map(|g| g.lost_bytes).sum();

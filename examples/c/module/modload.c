@@ -4,7 +4,9 @@
  * does, and calls its drv_main().
  *
  *   modload OBJECT SYSROOT [ROUNDS]   writes SYSROOT/NAME/sections/<section> ("0x...")
+ *                                     and SYSROOT/kallsyms (the symbols it exports)
  *
+ * The object may call the functions of `exports` below, as a module calls the kernel's.
  * Build: gcc -O1 -g -static -o modload modload.c; gcc -c -O1 -g -fno-pic drvmod.c */
 #define _GNU_SOURCE
 #include <elf.h>
@@ -20,6 +22,19 @@
 #define MOD_SIZE (1UL << 20)
 
 static void die(const char *what) { fprintf(stderr, "modload: %s\n", what); exit(2); }
+
+/* What the "kernel" exports to the object. */
+__attribute__((noinline)) void drv_log(int round) { fprintf(stderr, "drvmod: round %d failed\n", round); }
+
+static const struct { const char *name; void *addr; } exports[] = { { "drv_log", (void *)drv_log } };
+#define NEXPORTS (sizeof exports / sizeof exports[0])
+
+static uint64_t exported(const char *name)
+{
+    for (size_t i = 0; i < NEXPORTS; i++)
+        if (!strcmp(exports[i].name, name)) return (uint64_t)exports[i].addr;
+    return 0;
+}
 
 static unsigned char *read_file(const char *path, size_t *size)
 {
@@ -94,6 +109,7 @@ int main(int argc, char **argv)
             uint64_t S;
             if (s->st_shndx == SHN_ABS) S = s->st_value;
             else if (s->st_shndx != SHN_UNDEF && addr[s->st_shndx]) S = addr[s->st_shndx] + s->st_value;
+            else if (s->st_shndx == SHN_UNDEF && exported(strtab + s->st_name)) S = exported(strtab + s->st_name);
             else { fprintf(stderr, "modload: unresolved symbol %s\n", strtab + s->st_name); return 2; }
             uint64_t P = addr[sh[i].sh_info] + r[k].r_offset;
             int64_t v = (int64_t)(S + r[k].r_addend);
@@ -125,6 +141,15 @@ int main(int argc, char **argv)
         fprintf(f, "0x%016lx\n", (unsigned long)addr[i]);
         fclose(f);
     }
+
+    /* SYSROOT/kallsyms, as /proc/kallsyms lists the kernel's symbols. */
+    char ks[4096];
+    snprintf(ks, sizeof ks, "%s/kallsyms", argv[2]);
+    FILE *k = fopen(ks, "w");
+    if (!k) die("cannot write the symbol list");
+    for (size_t i = 0; i < NEXPORTS; i++)
+        fprintf(k, "%016lx T %s\n", (unsigned long)exports[i].addr, exports[i].name);
+    fclose(k);
 
     int (*drv_main)(int) = NULL;
     for (size_t k = 0; k < nsyms; k++)

@@ -7,12 +7,14 @@
 //! [`sim`], built on the unit model. Files: `detect` (is this an RTIT machine, §1.2, §3.1),
 //! `program` (the one checked MSR write and the sequences of chapter 3 and appendix B),
 //! `collect` (copying out of the circular region, wrap detection, gaps), `cr3` (finding the
-//! target's CR3), `session` (one recording), `module` (kernel modules and their sections).
+//! target's CR3), `session` (one recording), `module` (kernel modules and their sections), `kernel`
+//! (kallsyms and vmlinux).
 
 pub mod collect;
 pub mod cr3;
 pub mod detect;
 pub mod device;
+pub mod kernel;
 pub mod linux;
 pub mod module;
 pub mod program;

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use object::{Object, ObjectSection};
 
+use super::kernel::{undefined_symbols, Kallsyms};
 use crate::outcome::Module;
 
 /// Where the kernel lists loaded modules.
@@ -58,17 +59,24 @@ pub fn module_file(name: &str) -> Result<PathBuf, String> {
     Ok(path)
 }
 
-/// A module: its file and section addresses.
-pub fn module(name: &str, root: &Path, file: Option<&Path>) -> Result<Module, String> {
+/// A module: its file, section addresses, and the addresses of the symbols it uses from
+/// the kernel (from `kallsyms`, read only if it uses any).
+pub fn module(name: &str, root: &Path, file: Option<&Path>, kallsyms: &Path) -> Result<Module, String> {
     let sections = sections(root, name)?;
     let file = match file {
         Some(f) => f.to_path_buf(),
         None => module_file(name)?,
     };
+    let externals = if undefined_symbols(&file)?.is_empty() {
+        BTreeMap::new()
+    } else {
+        Kallsyms::read(kallsyms)?.externals(&file)?
+    };
     Ok(Module {
         name: name.to_string(),
         file,
         sections,
+        externals,
     })
 }
 

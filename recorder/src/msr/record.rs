@@ -108,6 +108,8 @@ pub fn record(mut opts: MsrOptions) -> Result<Outcome, String> {
         from_trace: Some(FromTrace {
             change_offsets: placed.offsets,
         }),
+        // The caller adds the kernel's sideband (`super::kernel`).
+        kernel_text: None,
     })
 }
 

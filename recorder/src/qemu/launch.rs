@@ -230,6 +230,7 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
         modules: Vec::new(),
         gaps: Vec::new(),
         from_trace: None,
+        kernel_text: None,
         trace,
         instructions: report.instructions,
         truth,

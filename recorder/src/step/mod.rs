@@ -431,6 +431,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
         modules: Vec::new(),
         gaps: Vec::new(),
         from_trace: None,
+        kernel_text: None,
         trace: model.take_output(),
         instructions: count,
         truth,

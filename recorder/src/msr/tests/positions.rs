@@ -173,6 +173,7 @@ fn the_writer_counts_the_instructions_and_places_the_map_changes_by_decoding() {
         from_trace: Some(FromTrace {
             change_offsets: offsets,
         }),
+        kernel_text: None,
     };
     let meta = Meta {
         command: vec!["loops".into()],
