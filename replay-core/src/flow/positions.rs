@@ -4,9 +4,9 @@
 //!
 //! An offset is only marked while the target is off the CPU, so the packets before it end in
 //! the FUP/TIP.PGD of the switch away (§4.2.8) and the packets after it start with the PSB
-//! and TIP.PGE of the switch back (§4.2.1, §4.2.7): no instruction falls between. The position of an offset is
-//! therefore that of the first event a packet at or after it tells, or the number of
-//! instructions in the whole history when no packet follows.
+//! and TIP.PGE of the switch back (§4.2.1, §4.2.7): no instruction falls between. The
+//! position of an offset is therefore that of the first event a packet at or after it tells,
+//! or the number of instructions in the whole history when no packet follows.
 
 use super::{FlowEvent, FlowSink};
 
