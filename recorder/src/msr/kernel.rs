@@ -65,10 +65,10 @@ impl Kallsyms {
             .ok_or_else(|| format!("{} has no _text symbol", self.path.display()))
     }
 
-    /// The addresses of the symbols `object` uses but does not define (a module's calls into
-    /// the kernel), so replay applies its relocations as the kernel did.
-    pub fn externals(&self, object: &Path) -> Result<BTreeMap<String, u64>, String> {
-        let needed = undefined_symbols(object)?;
+    /// The addresses of `needed`, the symbols `object` uses but does not define (a module's
+    /// calls into the kernel, [`undefined_symbols`]), so replay applies its relocations as the
+    /// kernel did.
+    pub fn externals(&self, object: &Path, needed: &BTreeSet<String>) -> Result<BTreeMap<String, u64>, String> {
         let missing: Vec<&str> = needed
             .iter()
             .filter(|n| self.get(n).is_none())
@@ -82,10 +82,7 @@ impl Kallsyms {
                 self.path.display()
             ));
         }
-        Ok(needed
-            .into_iter()
-            .filter_map(|n| Some((n.clone(), self.get(&n)?)))
-            .collect())
+        Ok(needed.iter().filter_map(|n| Some((n.clone(), self.get(n)?))).collect())
     }
 }
 

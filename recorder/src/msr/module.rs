@@ -67,10 +67,11 @@ pub fn module(name: &str, root: &Path, file: Option<&Path>, kallsyms: &Path) -> 
         Some(f) => f.to_path_buf(),
         None => module_file(name)?,
     };
-    let externals = if undefined_symbols(&file)?.is_empty() {
+    let needed = undefined_symbols(&file)?;
+    let externals = if needed.is_empty() {
         BTreeMap::new()
     } else {
-        Kallsyms::read(kallsyms)?.externals(&file)?
+        Kallsyms::read(kallsyms)?.externals(&file, &needed)?
     };
     Ok(Module {
         name: name.to_string(),

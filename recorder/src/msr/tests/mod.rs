@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use iced_x86::code_asm::*;
 use iced_x86::BlockEncoderOptions;
-use rtit_replay_core::flow::{decode_insn, EventKind, FlowConfig, FlowDecoder, FlowItem};
+use rtit_replay_core::flow::{decode_insn, EventKind, FlowConfig, FlowDecoder, FlowItem, FlowSink};
 use rtit_replay_core::image::{AddressSpace, Image};
 use rtit_replay_core::recording::EndState;
 use rtit_replay_core::regs::{ctl, msr};
@@ -149,13 +149,18 @@ fn run(r: &mut Rig, wrap: WrapMode) -> Result<Traced, SessionError> {
     record(SimMsrs(r.machine.clone()), &mut r.region, &mut r.target, &options(wrap))
 }
 
-/// The decoded history: instruction addresses, and the events with their positions.
-fn decode(space: &AddressSpace, t: &Traced) -> (Vec<u64>, Vec<(u64, EventKind)>) {
+/// Decodes what the session traced, with its gaps, into `sink`.
+fn decode_into(space: &AddressSpace, t: &Traced, sink: &mut impl FlowSink) {
     let gaps: Vec<(usize, Option<u64>)> = t.gaps.iter().map(|g| (g.offset as usize, g.lost_bytes)).collect();
-    let mut items = Vec::new();
     FlowDecoder::new(&t.trace, FlowConfig::from_rtit_ctl(t.config.ctl), space)
         .with_gaps(&gaps)
-        .decode(&mut items);
+        .decode(sink);
+}
+
+/// The decoded history: instruction addresses, and the events with their positions.
+fn decode(space: &AddressSpace, t: &Traced) -> (Vec<u64>, Vec<(u64, EventKind)>) {
+    let mut items = Vec::new();
+    decode_into(space, t, &mut items);
     let mut ips = Vec::new();
     let mut events = Vec::new();
     for item in items {

@@ -47,12 +47,9 @@ fn a_draining_flight_recorder_keeps_the_newest_region_full_from_a_psb() {
 
 /// Where the sideband stops are in the decoded history.
 fn stop_positions(space: &AddressSpace, t: &Traced) -> (u64, Vec<u64>) {
-    let gaps: Vec<(usize, Option<u64>)> = t.gaps.iter().map(|g| (g.offset as usize, g.lost_bytes)).collect();
     let offsets: Vec<u64> = t.marks.iter().flatten().copied().collect();
     let mut sink = OffsetPositions::new(&offsets);
-    FlowDecoder::new(&t.trace, FlowConfig::from_rtit_ctl(t.config.ctl), space)
-        .with_gaps(&gaps)
-        .decode(&mut sink);
+    decode_into(space, t, &mut sink);
     sink.finish()
 }
 
