@@ -20,10 +20,17 @@
 //! A terminator is emitted only once its packet agreed with it, so an inconsistency never
 //! leaves an invented instruction behind. After an error the decoder waits for the next IP it
 //! can trust: FUP.PGE, FUP.BuffOvf or a TIP (after FUP.FAR, the TIP that follows it).
+//!
+//! Bounded by the trace: a walk that comes back to a block it entered since the trace last
+//! said anything is an error at the next packet's offset (`spin`), so the history decoded
+//! from any trace is at most three times the images' blocks per packet or TNT bit it holds.
+//! Past the last packet the walk goes on only with the recording's [`TraceEnd`] (the bits
+//! left in RTIT_TNT_BUFF), and only to the instruction count the recorder saw.
 
 use super::block::{BlockCache, BlockError, NO_BLOCK};
 use super::source::Source;
-use super::{EventKind, FlowEvent, FlowSink, Timing};
+use super::spin::Spin;
+use super::{EventKind, FlowEvent, FlowSink, Timing, TraceEnd};
 use crate::cofi::{Cofi, FarKind};
 use crate::image::AddressSpace;
 use crate::packet::{Decoded, DecoderConfig, FupEvent, Packet};
@@ -114,6 +121,13 @@ pub struct FlowDecoder<'a> {
     position: u64,
     /// A run not yet handed to the sink, extended while the history stays sequential.
     run: Option<(u64, u64, u64)>,
+    /// Catches a walk that the trace can never end.
+    spin: Spin,
+    /// What the recording says about the end of the trace, until the last packet is used.
+    end: Option<TraceEnd>,
+    /// Past the last packet: walking on to `limit` instructions with the end's TNT bits.
+    tail: bool,
+    limit: u64,
 }
 
 impl<'a> FlowDecoder<'a> {
@@ -136,7 +150,19 @@ impl<'a> FlowDecoder<'a> {
             last_call_block: NO_BLOCK,
             position: 0,
             run: None,
+            spin: Spin::default(),
+            end: None,
+            tail: false,
+            limit: u64::MAX,
         }
+    }
+
+    /// What the recording says about the end of the trace: past the last packet, the
+    /// decoder uses the TNT bits left in RTIT_TNT_BUFF and stops at exactly the instruction
+    /// count the recorder saw (or earlier, where a branch would need a packet).
+    pub fn with_end(mut self, end: Option<TraceEnd>) -> Self {
+        self.end = end;
+        self
     }
 
     /// Trace bytes were lost before each of `gaps` (offset of the first byte after, bytes lost
@@ -294,6 +320,7 @@ impl<'a> FlowDecoder<'a> {
                     self.tnt_left = u32::from(tnt.count());
                     self.tnt_bits = u64::from(tnt.header());
                 }
+                None if self.begin_tail() && self.tnt_left > 0 => {}
                 _ => return Err(self.unexpected(ip, "a conditional branch needs a TNT bit", d)),
             }
         }
@@ -325,13 +352,10 @@ impl<'a> FlowDecoder<'a> {
     /// or not (a TIP).
     fn return_target(&mut self, ip: u64) -> Step<u64> {
         let compressed = self.tnt_left > 0
-            || matches!(
-                self.peek()?,
-                Some(Decoded {
-                    packet: Packet::Tnt(_),
-                    ..
-                })
-            );
+            || match self.peek()? {
+                Some(d) => matches!(d.packet, Packet::Tnt(_)),
+                None => self.begin_tail() && self.tnt_left > 0,
+            };
         if !compressed {
             return self.take_tip(ip, "return");
         }
@@ -346,6 +370,43 @@ impl<'a> FlowDecoder<'a> {
                 Err(Failure::new(Some(ip), self.offset(), message))
             }
         }
+    }
+
+    /// The trace has no packet left. With the recording's end, the walk goes on: the TNT
+    /// bits RTIT_TNT_BUFF still held become pending, and the history stops at the count the
+    /// recorder saw. Returns whether the walk is past the last packet with an end to reach.
+    #[cold]
+    fn begin_tail(&mut self) -> bool {
+        if let Some(end) = self.end.take() {
+            self.tail = true;
+            self.limit = end.instructions;
+            if let Some(tnt) = end.tnt_buff {
+                if self.tnt_left == 0 {
+                    self.tnt_left = u32::from(tnt.count());
+                    self.tnt_bits = u64::from(tnt.header());
+                }
+            }
+        }
+        self.tail
+    }
+
+    /// An error for a walk that entered a block again with the trace standing still.
+    #[cold]
+    fn spinning(&mut self, ip: u64) -> Box<Failure> {
+        let d = self.peek().ok().flatten();
+        let next = d.map_or_else(
+            || "the end of the trace".to_string(),
+            |d| format!("{} at offset {:#x}", d.packet.name(), d.offset),
+        );
+        let pending = match self.tnt_left {
+            0 => String::new(),
+            n => format!(" with {n} TNT bits pending"),
+        };
+        let message = format!(
+            "the code loops through {ip:#x} with no branch the trace could describe, and what the trace says next ({next}{pending}) never fits in it: the trace does not match the code"
+        );
+        let offset = self.offset();
+        Failure::new(Some(ip), offset, message)
     }
 
     // ---- states ----
@@ -428,6 +489,7 @@ impl<'a> FlowDecoder<'a> {
     fn boundary(&mut self, ip: u64, sink: &mut impl FlowSink) -> Boundary {
         let d = match self.peek() {
             Ok(Some(d)) => d,
+            Ok(None) if self.begin_tail() => return Boundary::Walk,
             Ok(None) => {
                 self.state = State::Done;
                 return Boundary::Leave;
@@ -514,6 +576,21 @@ impl<'a> FlowDecoder<'a> {
                     return self.fail(sink, *f);
                 }
             };
+            if self.tail {
+                // Past the last packet: the history ends at the recorder's count.
+                let left = self.limit.saturating_sub(self.position);
+                let len = u64::from(self.spaces[self.current].2.block(id).len());
+                if left <= len {
+                    if left > 0 {
+                        self.emit(ip, left, 0, sink);
+                    }
+                    self.state = State::Done;
+                    return;
+                }
+            } else if self.spin.loops((self.source.taken, self.tnt_left), id) {
+                let f = self.spinning(ip);
+                return self.fail(sink, *f);
+            }
             let cache = &self.spaces[self.current].2;
             let block = cache.block(id);
             let term = block.term;

@@ -8,13 +8,14 @@
 //! history as runs of sequential instructions plus events, pushed into a [`FlowSink`].
 //!
 //! Files: `block` (decoded, cached basic blocks), `source` (packet lookahead without the
-//! timing packets), `timing` (TSC and cycles, errata E6/E7), `decoder` (the walk),
-//! `positions` (trace offsets to positions).
+//! timing packets), `timing` (TSC and cycles, errata E6/E7), `decoder` (the walk), `spin`
+//! (catching a walk the trace can never end), `positions` (trace offsets to positions).
 
 mod block;
 mod decoder;
 mod positions;
 mod source;
+mod spin;
 mod timing;
 
 pub use block::{decode_insn, Block, BlockCache, BlockError, Terminator};
@@ -23,6 +24,20 @@ pub use positions::OffsetPositions;
 pub use timing::Timing;
 
 use std::fmt;
+
+use crate::packet::Tnt;
+
+/// What a trace's bytes leave unsaid at its end, from the recording: the TNT bits still in
+/// RTIT_TNT_BUFF when tracing stopped (clearing TriggerEn need not write them out, §4.2.8;
+/// software reads them with RDMSR, §4.2.2), and how many instructions ran while traced. With
+/// it the decoder walks on past the last packet, using those bits, to exactly that count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceEnd {
+    /// The partial TNT left in RTIT_TNT_BUFF (`None`: empty, the register read 1).
+    pub tnt_buff: Option<Tnt>,
+    /// Instructions the recorder saw retire while tracing.
+    pub instructions: u64,
+}
 
 /// What happened between instructions.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,6 +10,8 @@ pub(crate) struct Source<'a> {
     decoder: PacketDecoder<'a>,
     peeked: Option<Result<Decoded, DecodeError>>,
     pub timing: Timing,
+    /// Items taken so far: the flow decoder's measure of progress through the trace.
+    pub taken: u64,
 }
 
 impl<'a> Source<'a> {
@@ -18,6 +20,7 @@ impl<'a> Source<'a> {
             decoder: PacketDecoder::new(trace, config),
             peeked: None,
             timing: Timing::default(),
+            taken: 0,
         }
     }
 
@@ -39,6 +42,7 @@ impl<'a> Source<'a> {
     /// Takes the next flow-significant packet (or decode error).
     #[inline]
     pub fn next(&mut self) -> Option<Result<Decoded, DecodeError>> {
+        self.taken += 1;
         match self.peeked.take() {
             Some(item) => Some(item),
             None => self.pull(),

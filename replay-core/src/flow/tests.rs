@@ -278,3 +278,114 @@ fn pip_switches_between_address_spaces() {
     );
     assert_eq!(kinds(&items)[1], EventKind::Disabled { ip: Some(0x1006) });
 }
+
+/// ```text
+/// 2000: 74 02   je 2004
+/// 2002: eb fe   jmp 2002      (for (;;);)
+/// 2004: e8 fb ff ff ff   call 2004   (recursion with no branch between: never ends)
+/// 2009: 0f 05   syscall
+/// ```
+fn spin_space() -> AddressSpace {
+    let code = [0x74, 0x02, 0xeb, 0xfe, 0xe8, 0xfb, 0xff, 0xff, 0xff, 0x0f, 0x05];
+    let mut s = AddressSpace::new();
+    s.add(Image::from_raw("spin", 0x2000, code.to_vec())).expect("add");
+    s
+}
+
+fn decode_in(space: &AddressSpace, t: &Trace) -> Vec<FlowItem> {
+    let mut items = Vec::new();
+    FlowDecoder::new(&t.bytes, FlowConfig::default(), space).decode(&mut items);
+    items
+}
+
+fn instructions(items: &[FlowItem]) -> u64 {
+    items
+        .iter()
+        .map(|i| match i {
+            FlowItem::Run { count, .. } => *count,
+            FlowItem::Event(_) => 0,
+        })
+        .sum()
+}
+
+/// A wrong TNT bit sends the walk into `for (;;);` (or into a recursion that needs nothing
+/// from the trace) while the next packet binds elsewhere: an error at that packet's offset,
+/// a short history, and decoding goes on from the next IP the trace gives.
+#[test]
+fn a_walk_the_trace_can_never_end_is_an_error_at_the_next_packet() {
+    let space = spin_space();
+    for (bit, what) in [(false, "jmp 2002"), (true, "call 2004")] {
+        let t = Trace::new()
+            .fup(FupEvent::PacketGenEnable, 0x2000)
+            .tnt(&[bit])
+            .fup(FupEvent::PacketGenDisable, 0x200b);
+        let pgd_offset = PSB_BYTES.len() + 3 + 1;
+        let items = decode_in(&space, &t);
+        let k = kinds(&items);
+        assert!(
+            matches!(&k[1], EventKind::Error { message, .. } if message.contains("loops") && message.contains("pgd")),
+            "{what}: {k:?}"
+        );
+        let error_offset = items.iter().find_map(|i| match i {
+            FlowItem::Event(e) if matches!(e.kind, EventKind::Error { .. }) => Some(e.offset),
+            _ => None,
+        });
+        assert_eq!(
+            error_offset,
+            Some(pgd_offset),
+            "{what}: the offset of the packet that never binds"
+        );
+        assert!(instructions(&items) < 10, "{what}: {items:?}");
+    }
+    // A real spin: the interrupt's FUP binds inside the loop on its first pass.
+    let t = Trace::new()
+        .fup(FupEvent::PacketGenEnable, 0x2000)
+        .tnt(&[false])
+        .fup(FupEvent::PacketGenDisable, 0x2002);
+    let items = decode_in(&space, &t);
+    assert_eq!(
+        kinds(&items),
+        [
+            EventKind::Enabled { ip: 0x2000 },
+            EventKind::Disabled { ip: Some(0x2002) }
+        ]
+    );
+    assert_eq!(items[1], run(0x2000, 1));
+}
+
+/// The trace ends with bits still in RTIT_TNT_BUFF and more instructions than its packets
+/// show (tracing was stopped without FUP.PGD, §4.2.8): with the recording's end the decoder
+/// uses those bits and stops at exactly the recorder's count; never past a branch that needs
+/// a packet.
+#[test]
+fn past_the_last_packet_the_end_of_the_trace_gives_the_bits_and_the_count() {
+    let space = space();
+    let t = Trace::new().fup(FupEvent::PacketGenEnable, 0x1000);
+    let with_end = |tnt: &[bool], instructions: u64| {
+        let end = TraceEnd {
+            tnt_buff: Tnt::from_bits(tnt),
+            instructions,
+        };
+        let mut items = Vec::new();
+        FlowDecoder::new(&t.bytes, FlowConfig::default(), &space)
+            .with_end(Some(end))
+            .decode(&mut items);
+        instructions_of(&items)
+    };
+    fn instructions_of(items: &[FlowItem]) -> Vec<FlowItem> {
+        items
+            .iter()
+            .filter(|i| matches!(i, FlowItem::Run { .. }))
+            .cloned()
+            .collect()
+    }
+    // Without the end: nothing after the last packet is known.
+    assert_eq!(instructions_of(&decode_in(&space, &t)), []);
+    // nop; je (not taken); nop; nop — stops at the count.
+    assert_eq!(with_end(&[false], 4), [run(0x1000, 4)]);
+    assert_eq!(with_end(&[false], 3), [run(0x1000, 3)]);
+    // Taken: nop; je 1005; then `jmp rax` needs a TIP: the history stops before it.
+    assert_eq!(with_end(&[true], 10), [run(0x1000, 2)]);
+    // No bits left but a count: up to the branch that needs one.
+    assert_eq!(with_end(&[], 10), [run(0x1000, 1)]);
+}
