@@ -14,8 +14,6 @@
 use std::collections::HashSet;
 use std::path::Path;
 use std::process::Command;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 
 use criterion::{criterion_main, Criterion};
 use rtit_recorder::model::{ModelOptions, RtitConfig};
@@ -45,7 +43,7 @@ fn recording() -> Recording {
         config: RtitConfig::user_process(0),
         model: ModelOptions::default(),
         truth: false,
-        interrupted: Arc::new(AtomicBool::new(false)),
+        interrupted: rtit_recorder::interrupt::Interrupt::new(),
         progress: None,
     })
     .expect("record");

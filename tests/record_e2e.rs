@@ -5,6 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use nix::sys::signal::Signal;
+
 use rtit_replay_core::recording::{EndState, Recording};
 use serde_json::Value;
 
@@ -243,36 +245,52 @@ fn bad_programs_are_one_line_errors_and_leave_nothing_behind() {
     }
 }
 
+/// SIGINT and SIGTERM stop a step recording: a valid recording that names the signal, the
+/// exit status 128 + signal, and a history that decodes to exactly the instructions the
+/// recorder counted (the last branches' bits come from RTIT_TNT_BUFF, not a packet).
 #[test]
-fn sigint_leaves_a_valid_recording_marked_interrupted() {
-    let dir = scratch("spin");
-    let exe = compile_test_program("spin", &dir);
-    let out = dir.join("rec");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rtit"))
-        .args([
-            "record",
-            "--backend",
-            "step",
-            "--start",
-            "main",
-            "--out",
-            s(&out),
-            "--",
-            s(&exe),
-        ])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("rtit record");
-    std::thread::sleep(std::time::Duration::from_millis(700));
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).expect("SIGINT");
-    let status = child.wait().expect("rtit record ends");
-    assert_eq!(status.code(), Some(130));
-    let rec = Recording::open(&out).expect("a valid recording");
-    assert_eq!(rec.manifest.end, EndState::Interrupted);
-    assert!(rec.manifest.instructions > 100, "it traced the loop for a while");
-    let decoded = rtit(&["insns", "--json", "--range", "0..5", s(&out)]);
-    assert!(decoded.status.success());
+fn a_signal_leaves_a_valid_recording_marked_interrupted_with_its_name() {
+    for (signal, status) in [(Signal::SIGINT, 130), (Signal::SIGTERM, 143)] {
+        let dir = scratch(&format!("spin-{signal}"));
+        let exe = compile_test_program("spin", &dir);
+        let out = dir.join("rec");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_rtit"))
+            .args([
+                "record",
+                "--backend",
+                "step",
+                "--start",
+                "main",
+                "--out",
+                s(&out),
+                "--",
+                s(&exe),
+            ])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("rtit record");
+        std::thread::sleep(std::time::Duration::from_millis(700));
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        nix::sys::signal::kill(pid, signal).expect("signal");
+        let exit = child.wait().expect("rtit record ends");
+        assert_eq!(exit.code(), Some(status), "{signal}");
+        let rec = Recording::open(&out).expect("a valid recording");
+        assert_eq!(
+            rec.manifest.end,
+            EndState::Interrupted {
+                signal: Some(signal.as_str().to_string())
+            }
+        );
+        let expected = rec.manifest.instructions;
+        assert!(expected > 100, "it traced the loop for a while");
+        let info = rtit(&["info", "--decode", s(&out)]);
+        let text = String::from_utf8_lossy(&info.stdout);
+        assert!(info.status.success(), "{text}{}", String::from_utf8_lossy(&info.stderr));
+        assert!(
+            text.contains(&format!("decoded       {expected} instructions, 0 errors")),
+            "{signal}: every instruction the recorder counted, no more, no fewer:\n{text}"
+        );
+    }
 }
 
 #[test]
@@ -297,7 +315,8 @@ fn execve_stops_the_recording() {
     assert!(matches!(&rec.manifest.end, EndState::Unsupported { reason } if reason.contains("execve")));
 }
 
-/// `--filter` on fib only: every decoded instruction is in fib, and they are the truth.
+/// `--filter` on fib only: every decoded instruction is in fib, they are the truth, and the
+/// manifest counts exactly them.
 #[test]
 fn an_ip_filter_on_one_function() {
     use object::{Object, ObjectSymbol};
@@ -317,9 +336,10 @@ fn an_ip_filter_on_one_function() {
     assert!(truth
         .iter()
         .all(|&ip| ip >= fib.address() && ip < fib.address() + fib.size()));
-    assert!(
-        truth.len() < rec.manifest.instructions as usize,
-        "main, printf and exit are left out"
+    assert_eq!(
+        truth.len() as u64,
+        rec.manifest.instructions,
+        "the manifest counts what the trace holds: main, printf and exit are left out"
     );
 }
 

@@ -8,9 +8,11 @@
 //! - [`qemu`]: the qemu backend's shared half: the retirement engine the QEMU plugin drives,
 //!   the guest memory map, and launching `qemu-x86_64` with the plugin;
 //! - [`outcome`], [`sideband`], [`writer`], [`complete`]: what any backend produced, writing
-//!   it, and finding by decoding what the hardware backend could not count.
+//!   it, and finding by decoding what the hardware backend could not count;
+//! - [`interrupt`]: a signal's request to stop recording, shared with the backends.
 
 pub mod complete;
+pub mod interrupt;
 pub mod model;
 pub mod msr;
 pub mod outcome;

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use rtit_replay_core::recording::{EndState, Maps, TraceGap};
+use rtit_replay_core::recording::{ChildProcess, EndState, Maps, TraceEndRecord, TraceGap};
 
 use crate::model::RtitConfig;
 use crate::sideband::{Images, Snapshot};
@@ -74,6 +74,12 @@ pub struct Outcome {
     pub from_trace: Option<FromTrace>,
     /// With kernel tracing: the run-time address of the kernel's `_text` (kallsyms).
     pub kernel_text: Option<u64>,
+    /// RTIT_TNT_BUFF when tracing stopped, where the backend knows `instructions` exactly.
+    pub trace_end: Option<TraceEndRecord>,
+    /// Processes the program created, which ran unrecorded.
+    pub children: Vec<ChildProcess>,
+    /// What the backend warned about, for the manifest.
+    pub warnings: Vec<String>,
 }
 
 /// What a backend that only sees trace offsets leaves to the writer, which decodes the trace

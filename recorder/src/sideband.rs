@@ -42,6 +42,19 @@ pub mod nr {
     pub const fn changes_map(nr: u64) -> bool {
         matches!(nr, MMAP | MPROTECT | MUNMAP | BRK | MREMAP)
     }
+
+    /// The call's name if it creates a process (not a thread): fork, vfork, or clone and
+    /// clone3 without CLONE_THREAD (`clone_flags`: clone's first argument, or the flags
+    /// clone3's argument structure starts with).
+    pub const fn creates_process(nr: u64, clone_flags: u64) -> Option<&'static str> {
+        match nr {
+            FORK => Some("fork"),
+            VFORK => Some("vfork"),
+            CLONE if clone_flags & CLONE_THREAD == 0 => Some("clone"),
+            CLONE3 if clone_flags & CLONE_THREAD == 0 => Some("clone3"),
+            _ => None,
+        }
+    }
 }
 
 /// The images the traced code may run from: every file mapped executable, with the address

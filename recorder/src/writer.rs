@@ -253,6 +253,9 @@ fn write_into(tmp: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, Wr
         registers_start: outcome.registers_start.clone(),
         registers_end: outcome.registers_end.clone(),
         end: outcome.end.clone(),
+        trace_end: outcome.trace_end,
+        children: outcome.children.clone(),
+        warnings: outcome.warnings.clone(),
     };
     let path = tmp.join(files::MANIFEST);
     let text = serde_json::to_vec_pretty(&manifest).map_err(|e| io(&path)(e.into()))?;

@@ -13,9 +13,9 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use crate::flow::{decode_insn, EventKind, FlowDecoder, FlowEvent};
+use crate::flow::{decode_insn, EventKind, FlowEvent};
 use crate::image::AddressSpace;
-use crate::recording::{files, EndState, MemoryRegion, Recording, RecordingError};
+use crate::recording::{EndState, Recording, RecordingError};
 use crate::state::{self, Known, Reg, State, Values};
 use crate::timeline::Timeline;
 
@@ -39,14 +39,15 @@ pub enum Stop {
 /// Registers by name at one position.
 pub type Registers = BTreeMap<String, u64>;
 
-/// Memory regions of a snapshot: (start, bytes).
-type Snapshot = Vec<(u64, Vec<u8>)>;
-
 /// A replay session.
 pub struct Session {
     recording: Recording,
     space: AddressSpace,
-    ips: Vec<u64>,
+    /// The instruction at each position: those that retired, then the faulting one if a
+    /// fault ended the run. Shared with the state layer.
+    ips: Arc<[u64]>,
+    /// How many of `ips` retired.
+    retired: u64,
     /// The instruction that faulted and the signal, for a run a fault ended.
     fault: Option<(u64, i32)>,
     position: u64,
@@ -54,24 +55,12 @@ pub struct Session {
     values: Values,
     /// The state at the position asked last (gdb asks many questions at one stop).
     known: Option<(u64, Known)>,
-}
-
-fn load_snapshot(rec: &Recording, file: &str, regions: &[MemoryRegion]) -> Snapshot {
-    let Ok(bytes) = std::fs::read(rec.dir.join(file)) else {
-        return Vec::new();
-    };
-    regions
-        .iter()
-        .filter_map(|r| {
-            let len = (r.mapping.end - r.mapping.start) as usize;
-            let from = r.file_offset as usize;
-            Some((r.mapping.start, bytes.get(from..from + len)?.to_vec()))
-        })
-        .collect()
+    /// Why the recording is incomplete, when opened with `partial`.
+    incomplete: Option<RecordingError>,
 }
 
 /// A state with a snapshot's registers and memory.
-fn snapshot_state(registers: &BTreeMap<String, String>, memory: &Snapshot) -> State {
+fn snapshot_state(registers: &BTreeMap<String, String>, memory: &[(u64, Vec<u8>)]) -> State {
     let mut st = State::unknown();
     state::set_named(&mut st, registers);
     for (start, bytes) in memory {
@@ -80,20 +69,20 @@ fn snapshot_state(registers: &BTreeMap<String, String>, memory: &Snapshot) -> St
     st
 }
 
-/// The state layer's inputs from a recording and its decoded history.
+/// The state layer's inputs from a recording and its decoded history (`ips`: every position,
+/// the faulting instruction last when `fault`).
 fn values_inputs(
     recording: &Recording,
-    ips: &[u64],
-    fault: Option<u64>,
+    ips: Arc<[u64]>,
+    fault: bool,
     events: &[FlowEvent],
 ) -> Result<state::Inputs, RecordingError> {
-    let mut all = ips.to_vec();
-    all.extend(fault);
+    let retired = ips.len() as u64 - u64::from(fault);
     let hard = events
         .iter()
         .filter(|e| !matches!(e.kind, EventKind::Enabled { .. } | EventKind::Disabled { .. }))
         // A fault ends the history: its event only says the last instruction did not run.
-        .filter(|e| !(fault.is_some() && e.position == ips.len() as u64))
+        .filter(|e| !(fault && e.position == retired))
         .map(|e| e.position)
         .collect();
     let soft = events
@@ -102,19 +91,20 @@ fn values_inputs(
         .map(|e| e.position)
         .collect();
     let map_changes = recording
-        .maps()
-        .map(|m| m.changes.iter().map(|c| (c.position, state::maps::effect(c))).collect())
-        .unwrap_or_default();
+        .maps()?
+        .changes
+        .iter()
+        .map(|c| (c.position, state::maps::effect(c)))
+        .collect();
     let m = &recording.manifest;
-    let index = recording.memory_index().unwrap_or_default();
-    let start_memory = load_snapshot(recording, files::MEMORY_START, &index.start);
+    let start_memory = recording.snapshot(false)?;
     let ended = matches!(m.end, EndState::Exited { .. } | EndState::Signaled { .. });
-    let end = ended.then(|| {
-        let end_memory = load_snapshot(recording, files::MEMORY_END, &index.end);
-        snapshot_state(&m.registers_end, &end_memory)
-    });
+    let end = match ended {
+        true => Some(snapshot_state(&m.registers_end, &recording.snapshot(true)?)),
+        false => None,
+    };
     Ok(state::Inputs {
-        ips: Arc::from(all),
+        ips,
         hard_barriers: hard,
         soft_barriers: soft,
         map_changes,
@@ -124,34 +114,64 @@ fn values_inputs(
     })
 }
 
+/// Every position's instruction from the runs of a timeline: each run is sequential from its
+/// first address. A run cut short by an undecodable instruction ends there (the decoder
+/// reported it). Runs repeat (loops), so each distinct run is decoded once and copied after.
+fn expand(timeline: &Timeline, space: &AddressSpace) -> Vec<u64> {
+    /// Distinct runs' addresses kept for copying, at most (beyond it, runs are walked).
+    const POOL: usize = 1 << 24;
+    let mut ips = Vec::with_capacity(timeline.len() as usize);
+    let mut next: rustc_hash::FxHashMap<u64, u64> = Default::default();
+    let mut seen: rustc_hash::FxHashMap<(u64, u64), (usize, usize)> = Default::default();
+    let mut pool: Vec<u64> = Vec::new();
+    for (_, first, count) in timeline.runs() {
+        if let Some(&(at, n)) = seen.get(&(first, count)) {
+            ips.extend_from_slice(&pool[at..at + n]);
+            continue;
+        }
+        let from = ips.len();
+        let mut ip = first;
+        for _ in 0..count {
+            ips.push(ip);
+            let n = match next.get(&ip) {
+                Some(&n) => n,
+                None => match decode_insn(space, ip) {
+                    Ok(insn) => *next.entry(ip).or_insert(insn.next_ip()),
+                    Err(_) => break,
+                },
+            };
+            ip = n;
+        }
+        if pool.len() < POOL {
+            seen.insert((first, count), (pool.len(), ips.len() - from));
+            pool.extend_from_slice(&ips[from..]);
+        }
+    }
+    ips
+}
+
 impl Session {
-    /// Decodes a recording and starts at position 0.
+    /// Decodes a recording and starts at position 0. An incomplete recording (a trace cut
+    /// short, fewer instructions than the manifest counts) is refused.
     pub fn open(recording: Recording) -> Result<Self, RecordingError> {
+        Self::open_with(recording, false)
+    }
+
+    /// [`Self::open`]; with `partial`, an incomplete recording is opened with what it holds
+    /// and [`Self::incomplete`] says what is missing.
+    pub fn open_with(recording: Recording, partial: bool) -> Result<Self, RecordingError> {
         let space = recording.address_space()?;
         let trace = recording.trace()?;
         let mut timeline = Timeline::new();
         let gaps = recording.gaps();
-        FlowDecoder::new(&trace, recording.flow_config(), &space)
-            .with_gaps(&gaps)
-            .decode(&mut timeline);
-        // Every position's instruction: each run is sequential from its first address. A
-        // run cut short by an undecodable instruction ends there (the decoder reported it).
-        let mut ips = Vec::with_capacity(timeline.len() as usize);
-        let mut next: rustc_hash::FxHashMap<u64, u64> = Default::default();
-        for (_, first, count) in timeline.runs() {
-            let mut ip = first;
-            for _ in 0..count {
-                ips.push(ip);
-                let n = match next.get(&ip) {
-                    Some(&n) => n,
-                    None => match decode_insn(&space, ip) {
-                        Ok(insn) => *next.entry(ip).or_insert(insn.next_ip()),
-                        Err(_) => break,
-                    },
-                };
-                ip = n;
-            }
-        }
+        recording.decoder(&trace, &space, &gaps).decode(&mut timeline);
+        let incomplete = match recording.check_complete(trace.len(), timeline.len()) {
+            Ok(()) => None,
+            Err(e) if partial => Some(e),
+            Err(e) => return Err(e),
+        };
+        let mut ips = expand(&timeline, &space);
+        let retired = ips.len() as u64;
         let m = &recording.manifest;
         let fault = match &m.end {
             EndState::Signaled {
@@ -161,7 +181,9 @@ impl Session {
                 .map(|ip| (ip, *signal)),
             _ => None,
         };
-        let inputs = values_inputs(&recording, &ips, fault.map(|f| f.0), timeline.events())?;
+        ips.extend(fault.map(|f| f.0));
+        let ips: Arc<[u64]> = Arc::from(ips);
+        let inputs = values_inputs(&recording, ips.clone(), fault.is_some(), timeline.events())?;
         Ok(Self {
             values: Values::new(space.clone(), inputs),
             known: None,
@@ -169,9 +191,16 @@ impl Session {
             recording,
             space,
             ips,
+            retired,
             fault,
             position: 0,
+            incomplete,
         })
+    }
+
+    /// What an incomplete recording opened with `partial` is missing.
+    pub fn incomplete(&self) -> Option<&RecordingError> {
+        self.incomplete.as_ref()
     }
 
     /// The recording.
@@ -186,7 +215,7 @@ impl Session {
 
     /// Number of positions.
     pub fn len(&self) -> u64 {
-        self.ips.len() as u64 + u64::from(self.fault.is_some())
+        self.ips.len() as u64
     }
 
     /// Whether the history is empty.
@@ -211,11 +240,7 @@ impl Session {
 
     /// The address of the instruction at a position.
     pub fn ip_at(&self, position: u64) -> Option<u64> {
-        match self.ips.get(position as usize) {
-            Some(&ip) => Some(ip),
-            None if position == self.ips.len() as u64 => self.fault.map(|(ip, _)| ip),
-            None => None,
-        }
+        self.ips.get(position as usize).copied()
     }
 
     /// The current program counter.
@@ -231,7 +256,7 @@ impl Session {
     /// How arriving at `position` going forwards is reported.
     fn arrived(&self, position: u64) -> Option<Stop> {
         match self.fault {
-            Some((_, signal)) if position == self.ips.len() as u64 => Some(Stop::Signal(signal)),
+            Some((_, signal)) if position == self.retired => Some(Stop::Signal(signal)),
             _ => None,
         }
     }
@@ -258,7 +283,7 @@ impl Session {
     /// `interrupted` is polled now and then.
     pub fn continue_forward(&mut self, breakpoints: &HashSet<u64>, mut interrupted: impl FnMut() -> bool) -> Stop {
         let mut p = self.position + 1;
-        while p < self.ips.len() as u64 {
+        while p < self.retired {
             if breakpoints.contains(&self.ips[p as usize]) {
                 self.position = p;
                 return Stop::Breakpoint;
@@ -275,7 +300,7 @@ impl Session {
 
     /// Backwards to the previous position whose instruction is a breakpoint, or to position 0.
     pub fn continue_backward(&mut self, breakpoints: &HashSet<u64>, mut interrupted: impl FnMut() -> bool) -> Stop {
-        let mut p = self.position.min(self.ips.len() as u64);
+        let mut p = self.position.min(self.retired);
         while p > 0 {
             p -= 1;
             if breakpoints.contains(&self.ips[p as usize]) {

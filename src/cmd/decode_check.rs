@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use anyhow::Result;
-use rtit_replay_core::flow::{EventKind, FlowDecoder, FlowEvent, FlowSink};
+use rtit_replay_core::flow::{EventKind, FlowEvent, FlowSink};
 use rtit_replay_core::recording::Recording;
 
 /// What decoding a trace met.
@@ -38,16 +38,15 @@ impl FlowSink for Tally {
     }
 }
 
-/// Decodes `rec` and prints one summary line (and the first errors, if any).
-pub fn run(rec: &Recording) -> Result<()> {
+/// Decodes `rec` and prints one summary line (and the first errors, if any). An incomplete
+/// recording is an error after the summary, unless `partial`.
+pub fn run(rec: &Recording, partial: bool) -> Result<()> {
     let space = rec.address_space()?;
     let trace = rec.trace()?;
     let mut tally = Tally::default();
     let started = Instant::now();
     let gaps = rec.gaps();
-    FlowDecoder::new(&trace, rec.flow_config(), &space)
-        .with_gaps(&gaps)
-        .decode(&mut tally);
+    rec.decoder(&trace, &space, &gaps).decode(&mut tally);
     let secs = started.elapsed().as_secs_f64().max(1e-9);
     println!(
         "decoded       {} instructions, {} errors, {} gaps, {} interrupts in {:.1} ms ({:.1} M instructions/s, {:.1} MiB/s of trace)",
@@ -62,5 +61,5 @@ pub fn run(rec: &Recording) -> Result<()> {
     for e in &tally.first_errors {
         println!("  {e}");
     }
-    Ok(())
+    super::recordings::complete_or_partial(rec, trace.len(), tally.instructions, partial)
 }

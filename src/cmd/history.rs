@@ -28,6 +28,9 @@ pub struct TraceArgs {
     /// The trace was written with RTIT_CTL.Cycle_Acc set.
     #[arg(long)]
     cycle_accurate: bool,
+    /// Use what an incomplete recording holds (a trace cut short), with a warning.
+    #[arg(long)]
+    partial: bool,
 }
 
 /// A decoded history with its address space.
@@ -51,17 +54,23 @@ fn split_at_address(spec: &str) -> Result<(&Path, Option<u64>)> {
 impl TraceArgs {
     /// Loads the images and decodes the trace.
     pub fn load(&self) -> Result<History> {
-        let (mut space, trace, mut config, gaps) = match &self.source {
+        let (mut space, trace, mut config, gaps, rec) = match &self.source {
             Some(file) if !file.is_dir() => {
                 if self.images.is_empty() && self.raw.is_empty() {
                     bail!("no code to decode a raw trace against: give --image FILE[@ADDR] or --raw FILE@ADDR");
                 }
                 let trace = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
-                (AddressSpace::new(), trace, FlowConfig::default(), Vec::new())
+                (AddressSpace::new(), trace, FlowConfig::default(), Vec::new(), None)
             }
             dir => {
                 let rec = super::recordings::open(dir.as_deref())?;
-                (rec.address_space()?, rec.trace()?, rec.flow_config(), rec.gaps())
+                (
+                    rec.address_space()?,
+                    rec.trace()?,
+                    rec.flow_config(),
+                    rec.gaps(),
+                    Some(rec),
+                )
             }
         };
         for spec in &self.images {
@@ -80,9 +89,21 @@ impl TraceArgs {
             config.packets = DecoderConfig { cycle_accurate: true };
         }
         let mut items = Vec::new();
+        let end = rec.as_ref().and_then(|r| r.trace_end());
         FlowDecoder::new(&trace, config, &space)
             .with_gaps(&gaps)
+            .with_end(end)
             .decode(&mut items);
+        if let Some(rec) = &rec {
+            let decoded = items
+                .iter()
+                .map(|i| match i {
+                    FlowItem::Run { count, .. } => *count,
+                    FlowItem::Event(_) => 0,
+                })
+                .sum();
+            super::recordings::complete_or_partial(rec, trace.len(), decoded, self.partial)?;
+        }
         Ok(History { space, items })
     }
 }

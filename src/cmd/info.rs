@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
+use rtit_replay_core::recording::files;
 use rtit_replay_core::regs::ctl;
 
 use super::recordings;
@@ -17,6 +18,9 @@ pub struct InfoArgs {
     /// Also decode the whole trace and report instructions, errors and gaps, and the speed.
     #[arg(long)]
     decode: bool,
+    /// Report an incomplete recording (a trace cut short) as a warning, not an error.
+    #[arg(long)]
+    partial: bool,
 }
 
 /// Runs `rtit info`.
@@ -26,7 +30,7 @@ pub fn run(args: &InfoArgs) -> Result<()> {
     println!("recording     {}", rec.dir.display());
     println!("command       {}", m.command.join(" "));
     println!("backend       {}", m.backend);
-    println!("ended         {}", recordings::describe_end(&m.end));
+    println!("ended         {}", m.end);
     println!("instructions  {}", m.instructions);
     println!("trace         {} bytes", m.trace_bytes);
     println!("started at    {:#x}", m.start_ip);
@@ -59,11 +63,14 @@ pub fn run(args: &InfoArgs) -> Result<()> {
             "  {:#014x}  {}  ({})",
             image.load_address,
             image.path,
-            &image.sha256[..16]
+            image.sha256.get(..16).unwrap_or(&image.sha256)
         );
     }
-    if args.decode {
-        super::decode_check::run(&rec)?;
+    // A trace shorter than the manifest says is decoded too, so the report says how much of
+    // the history is there.
+    let trace_len = std::fs::metadata(rec.dir.join(files::TRACE)).map_or(0, |m| m.len());
+    if args.decode || trace_len != m.trace_bytes {
+        super::decode_check::run(&rec, args.partial)?;
     }
     Ok(())
 }

@@ -4,8 +4,6 @@ use anyhow::{Context, Result};
 use clap::Args;
 use rtit_replay_core::recording::{default_root, Recording};
 
-use super::recordings;
-
 /// Arguments of `rtit ls`.
 #[derive(Debug, Args)]
 pub struct LsArgs {}
@@ -33,7 +31,7 @@ pub fn run(_args: &LsArgs) -> Result<()> {
                 "{name:<24} {:>12} insns  {:<40} {}",
                 rec.manifest.instructions,
                 rec.manifest.command.join(" "),
-                recordings::describe_end(&rec.manifest.end)
+                rec.manifest.end
             ),
             Err(e) => println!("{name:<24} unreadable: {e}"),
         }

@@ -3,12 +3,11 @@
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
+use rtit_recorder::interrupt::Interrupt;
 use rtit_recorder::model::{ModelOptions, RtitConfig};
 use rtit_recorder::msr::kernel;
 use rtit_recorder::qemu::{self, launch::QemuOptions};
@@ -16,6 +15,7 @@ use rtit_recorder::step::{self, StartAt, StepOptions};
 use rtit_recorder::writer::{self, Meta};
 use rtit_replay_core::recording::{default_root, EndState};
 use rtit_replay_core::regs::{ctl, events, EventId};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 /// Trace backends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -227,10 +227,14 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
     let (backend, why) = choose(args.backend);
     eprintln!("rtit: recording with {why}");
 
-    let interrupted = Arc::new(AtomicBool::new(false));
-    let flag = interrupted.clone();
-    // A second ^C while stopping goes unheard, so the recording still gets written.
-    let _ = ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed));
+    // SIGINT (^C), SIGTERM and SIGHUP stop recording: the backend ends the program, and the
+    // recording is written, naming the signal. Another one while stopping goes unheard, so
+    // the recording still gets written.
+    let interrupted = Interrupt::new();
+    for signal in [SIGINT, SIGTERM, SIGHUP] {
+        signal_hook::flag::register_usize(signal, interrupted.cell(), signal as usize)
+            .with_context(|| format!("cannot handle signal {signal}"))?;
+    }
     let progress: Option<Box<dyn FnMut(u64)>> = std::io::stderr().is_terminal().then(|| {
         let started = Instant::now();
         Box::new(move |n: u64| {
@@ -297,7 +301,7 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
                 module,
                 module_ranges,
                 lock_dir: PathBuf::from("/run"),
-                interrupted,
+                interrupted: interrupted.clone(),
             };
             match rtit_recorder::msr::record::record(opts) {
                 Ok(outcome) => outcome,
@@ -310,7 +314,7 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
             start,
             config,
             truth: args.truth,
-            interrupted,
+            interrupted: interrupted.clone(),
         })?,
         _ => step::record(StepOptions {
             program: PathBuf::from(program),
@@ -320,7 +324,7 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
             config,
             model: ModelOptions::default(),
             truth: args.truth,
-            interrupted,
+            interrupted: interrupted.clone(),
             progress,
         })?,
     };
@@ -360,7 +364,7 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
     Ok(match &manifest.end {
         EndState::Exited { code } => *code as u8,
         EndState::Signaled { signal, .. } => 128 + *signal as u8,
-        EndState::Interrupted => 130,
+        EndState::Interrupted { .. } => 128 + interrupted.signal().unwrap_or(SIGINT) as u8,
         EndState::Unsupported { reason } => {
             eprintln!("rtit: {reason}");
             1

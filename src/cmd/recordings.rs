@@ -3,7 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use rtit_replay_core::recording::{default_root, EndState, Recording};
+use rtit_replay_core::recording::RecordingError;
+use rtit_replay_core::recording::{default_root, Recording};
 
 /// The recording at `arg`, or the latest under the default root.
 pub fn open(arg: Option<&Path>) -> Result<Recording> {
@@ -23,21 +24,16 @@ pub fn open(arg: Option<&Path>) -> Result<Recording> {
     Recording::open(&dir).with_context(|| format!("cannot open the recording {}", dir.display()))
 }
 
-/// One line about how a run ended.
-pub fn describe_end(end: &EndState) -> String {
-    match end {
-        EndState::Exited { code } => format!("exited with status {code}"),
-        EndState::Signaled { name, address, ip, .. } => {
-            let mut s = format!("killed by {name}");
-            if let Some(ip) = ip {
-                s += &format!(" at {ip}");
-            }
-            if let Some(a) = address {
-                s += &format!(" (address {a})");
-            }
-            s
+/// Whether `rec`'s trace (`trace_len` bytes, `decoded` instructions) holds everything the
+/// recorder wrote down. If not: an error, or with `partial` a warning on stderr, so what is
+/// there can be used knowingly.
+pub fn complete_or_partial(rec: &Recording, trace_len: usize, decoded: u64, partial: bool) -> Result<()> {
+    match rec.check_complete(trace_len, decoded) {
+        Ok(()) => Ok(()),
+        Err(e @ RecordingError::Incomplete { .. }) if partial => {
+            eprintln!("rtit: warning: {e}");
+            Ok(())
         }
-        EndState::Interrupted => "interrupted (rtit record received SIGINT)".to_string(),
-        EndState::Unsupported { reason } => format!("stopped: {reason}"),
+        Err(e) => Err(e.into()),
     }
 }

@@ -30,13 +30,19 @@ pub struct ReplayArgs {
     /// The gdb to start.
     #[arg(long, default_value = "gdb")]
     gdb: PathBuf,
+    /// Replay what an incomplete recording holds (a trace cut short), with a warning.
+    #[arg(long)]
+    partial: bool,
 }
 
 /// Runs `rtit replay`.
 pub fn run(args: &ReplayArgs) -> Result<()> {
     let rec = recordings::open(args.recording.as_deref())?;
     let exe = rtit_stub::files::executable(&rec).map(|i| rec.dir.join(&i.file));
-    let session = Session::open(rec.clone()).context("cannot decode the recording")?;
+    let session = Session::open_with(rec.clone(), args.partial).context("cannot replay the recording")?;
+    if let Some(e) = session.incomplete() {
+        eprintln!("rtit: warning: {e}");
+    }
     let errors = session.errors().count();
     if errors > 0 {
         eprintln!("rtit: the trace has {errors} decode errors; `monitor info` and `rtit insns` show them");

@@ -240,7 +240,7 @@ impl MonitorCmd for ReplayTarget {
                     m.instructions,
                     m.trace_bytes
                 );
-                outputln!(out, "ended     {:?}", m.end);
+                outputln!(out, "ended     {}", m.end);
                 if let Some(text) = m.kernel_text {
                     outputln!(out, "kernel    _text at {text:#x} (kallsyms)");
                 }

@@ -457,6 +457,8 @@ impl Plugin {
             end,
             stats: self.engine.stats,
             notes: std::mem::take(&mut self.notes),
+            tnt_buff: self.start_ip.map(|_| self.engine.tnt_buff()),
+            children: Vec::new(),
         };
         let out = Path::new(&self.args.out);
         let tmp = out.join(format!("{}.tmp", files::REPORT));

@@ -91,6 +91,10 @@ impl UnitModel {
 
     /// Feeds a retired instruction.
     pub fn retire(&mut self, r: &Retired) {
+        // The decoder sees it if it starts with PacketEn set and no overflow drops its packets.
+        if self.packet_en() && self.overflow.is_none() {
+            self.traced += 1;
+        }
         let nlip = r.nlip();
         let (op, transfer) = match r.cofi {
             Cofi::Far(_) => (Op::Far { fup_ip: nlip }, true),

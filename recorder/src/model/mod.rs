@@ -135,6 +135,9 @@ pub struct UnitModel {
     out: Output,
     clock: Clock,
     options: ModelOptions,
+    /// Instructions retired with PacketEn set outside a buffer overflow: those a decoder
+    /// reconstructs from the trace (a recording's instruction count).
+    traced: u64,
 }
 
 impl UnitModel {
@@ -152,6 +155,7 @@ impl UnitModel {
             out: Output::new(options.cyc_one_short, options.psb_clear_delay.min(4)),
             clock: Clock::new(options.tsc, options.cycles_per_op),
             options,
+            traced: 0,
         }
     }
 
@@ -185,6 +189,12 @@ impl UnitModel {
     /// Takes the bytes written so far (the unit keeps its state).
     pub fn take_output(&mut self) -> Vec<u8> {
         self.out.take_bytes()
+    }
+
+    /// Instructions retired with PacketEn set and their packets not lost to an overflow:
+    /// exactly the instructions the trace holds.
+    pub fn traced(&self) -> u64 {
+        self.traced
     }
 
     /// The CPU state the model tracks.

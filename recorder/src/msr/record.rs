@@ -2,8 +2,6 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::Duration;
 
 use rtit_replay_core::recording::{Mapping, Maps};
@@ -42,7 +40,7 @@ pub struct MsrOptions {
     /// Where lock files go (`/run`).
     pub lock_dir: PathBuf,
     /// Set on SIGINT/SIGTERM.
-    pub interrupted: Arc<AtomicBool>,
+    pub interrupted: crate::interrupt::Interrupt,
 }
 
 /// Records with the hardware. Every failure is one line naming what is wrong.
@@ -88,6 +86,13 @@ pub fn record(mut opts: MsrOptions) -> Result<Outcome, String> {
         start.memory = Default::default();
     }
     Ok(Outcome {
+        // The hardware counts nothing: the writer decodes the trace for the count, which is
+        // then exact by construction. Tracing stops while the target is off the CPU (after
+        // the FUP.PGD of its switch away, which flushes the TNT bits), so nothing is left in
+        // RTIT_TNT_BUFF to record.
+        trace_end: None,
+        children: Vec::new(),
+        warnings: Vec::new(),
         trace: traced.trace,
         // The writer counts them by decoding (`from_trace`).
         instructions: 0,

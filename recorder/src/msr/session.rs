@@ -7,8 +7,6 @@
 //! went out before that FUP.PGD, and pausing and resuming lose nothing. Resuming sends a PSB
 //! (TriggerEn 0 → 1).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use rtit_replay_core::recording::{EndState, TraceGap};
@@ -61,7 +59,7 @@ pub struct SessionOptions {
     /// How long the target runs between drains (in [`WrapMode::Drain`]).
     pub slice: Duration,
     /// Set by a signal handler: stop and keep what was recorded.
-    pub interrupted: Arc<AtomicBool>,
+    pub interrupted: crate::interrupt::Interrupt,
 }
 
 /// What the unit recorded.
@@ -169,9 +167,9 @@ fn run<M: Msrs, R: OutputRegion, T: Target>(
     let mut marks = Vec::new();
     unit.start(&config, region)?;
     let end = loop {
-        if opts.interrupted.load(Ordering::Relaxed) {
+        if opts.interrupted.is_set() {
             target.kill();
-            break EndState::Interrupted;
+            break opts.interrupted.end_state();
         }
         let ran = target.run(opts.slice).map_err(target_err)?;
         let sideband = match ran {

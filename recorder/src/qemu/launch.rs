@@ -5,11 +5,9 @@ use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 use nix::sys::signal::Signal;
-use rtit_replay_core::recording::{EndState, MemoryRegion};
+use rtit_replay_core::recording::{EndState, MemoryRegion, TraceEndRecord};
 
 use super::report::{files, Args, PluginEnd, Report};
 use crate::model::RtitConfig;
@@ -80,8 +78,8 @@ pub struct QemuOptions {
     pub config: RtitConfig,
     /// Keep every retired instruction address.
     pub truth: bool,
-    /// Set (by a SIGINT handler) when recording was interrupted.
-    pub interrupted: Arc<AtomicBool>,
+    /// Set by a signal handler when recording was interrupted.
+    pub interrupted: crate::interrupt::Interrupt,
 }
 
 /// `qemu-x86_64` on PATH, if any.
@@ -224,8 +222,11 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
     for (path, load) in &report.images {
         images.add(path, *load);
     }
-    let end = end_state(&report.end, status, opts.interrupted.load(Ordering::Relaxed));
+    let end = end_state(&report.end, status, &opts.interrupted);
     Ok(Outcome {
+        trace_end: report.tnt_buff.map(|tnt_buff| TraceEndRecord { tnt_buff }),
+        children: report.children,
+        warnings: Vec::new(),
         syscalls: report.syscalls,
         modules: Vec::new(),
         gaps: Vec::new(),
@@ -248,9 +249,9 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
 }
 
 /// How the run ended, from the plugin's view and QEMU's exit status.
-fn end_state(end: &PluginEnd, status: std::process::ExitStatus, interrupted: bool) -> EndState {
+fn end_state(end: &PluginEnd, status: std::process::ExitStatus, interrupted: &crate::interrupt::Interrupt) -> EndState {
     match end {
-        _ if interrupted => EndState::Interrupted,
+        _ if interrupted.is_set() => interrupted.end_state(),
         PluginEnd::Exited { code } => EndState::Exited { code: *code },
         PluginEnd::Stopped { reason } => EndState::Unsupported { reason: reason.clone() },
         PluginEnd::Died { fault_ip } => {

@@ -162,6 +162,12 @@ pub struct Report {
     /// The system calls while tracing: number, arguments, result and the memory written.
     #[serde(default)]
     pub syscalls: Vec<rtit_replay_core::syscall::SyscallRecord>,
+    /// RTIT_TNT_BUFF when tracing stopped (absent if tracing never started).
+    #[serde(default)]
+    pub tnt_buff: Option<u64>,
+    /// Processes the program created, which ran unrecorded.
+    #[serde(default)]
+    pub children: Vec<rtit_replay_core::recording::ChildProcess>,
 }
 
 #[cfg(test)]

@@ -22,15 +22,14 @@ pub(crate) mod tracee;
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 use iced_x86::{Decoder, DecoderOptions};
 use nix::sys::ptrace;
 use nix::sys::signal::Signal;
 use nix::sys::wait::{waitpid, WaitStatus};
 use rtit_replay_core::cofi::{classify, Cofi, FarKind};
-use rtit_replay_core::recording::{EndState, Maps};
+use rtit_replay_core::recording::{ChildProcess, EndState, Maps, TraceEndRecord};
+use rtit_replay_core::regs::msr;
 use rtit_replay_core::syscall::SyscallRecord;
 
 use crate::model::{CpuState, Input, ModelError, ModelOptions, Retired, RtitConfig, UnitModel};
@@ -96,8 +95,8 @@ pub struct StepOptions {
     pub model: ModelOptions,
     /// Keep every retired instruction address.
     pub truth: bool,
-    /// Set (by a SIGINT handler) to stop recording.
-    pub interrupted: Arc<AtomicBool>,
+    /// Set by a signal handler to stop recording.
+    pub interrupted: crate::interrupt::Interrupt,
     /// Called every 2^16 instructions with the count so far.
     pub progress: Option<Box<dyn FnMut(u64)>>,
 }
@@ -143,12 +142,14 @@ struct Recorder<'a> {
     tracee: Tracee,
     model: UnitModel,
     cache: HashMap<u64, Insn>,
-    count: u64,
+    /// Instructions retired, traced or not (for the progress line).
+    retired: u64,
     truth: Option<Truth>,
     maps: Maps,
     current_map: Vec<rtit_replay_core::recording::Mapping>,
     images: Images,
     syscalls: Vec<SyscallRecord>,
+    children: Vec<ChildProcess>,
     progress: Option<Box<dyn FnMut(u64) + 'a>>,
 }
 
@@ -163,10 +164,10 @@ impl Recorder<'_> {
                 t.ips.push(ip);
             }
         }
-        self.count += 1;
-        if self.count & 0xffff == 0 {
+        self.retired += 1;
+        if self.retired & 0xffff == 0 {
             if let Some(p) = &mut self.progress {
-                p(self.count);
+                p(self.retired);
             }
         }
         let nlip = ip + u64::from(insn.len);
@@ -195,9 +196,29 @@ impl Recorder<'_> {
         Ok(())
     }
 
+    /// The process a system call at `position` created, if it created one (its child runs
+    /// untraced: rtit follows one process).
+    fn child(&self, syscall: u64, position: u64, before: &Regs, after: &Regs) -> Option<ChildProcess> {
+        let flags = match syscall {
+            nr::CLONE3 => {
+                let mut b = [0u8; 8];
+                self.tracee.read(before.rdi, &mut b);
+                u64::from_le_bytes(b)
+            }
+            _ => before.rdi,
+        };
+        let name = nr::creates_process(syscall, flags)?;
+        let pid = after.rax as i64;
+        (pid > 0).then(|| ChildProcess {
+            position,
+            syscall: name.to_string(),
+            pid: Some(pid),
+        })
+    }
+
     fn map_changed(&mut self, syscall: u64) -> Result<(), StepError> {
         let now = self.tracee.maps()?;
-        if let Some(change) = shared::diff(&self.current_map, &now, self.count, syscall) {
+        if let Some(change) = shared::diff(&self.current_map, &now, self.model.traced(), syscall) {
             self.images.note(&change.added);
             self.maps.changes.push(change);
         }
@@ -272,7 +293,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
         tracee,
         model,
         cache: HashMap::new(),
-        count: 0,
+        retired: 0,
         truth: opts.truth.then(Truth::default),
         maps: Maps {
             initial: initial.clone(),
@@ -281,6 +302,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
         current_map: initial,
         images,
         syscalls: Vec::new(),
+        children: Vec::new(),
         progress: opts.progress,
     };
     let pid = rec.tracee.pid;
@@ -291,12 +313,12 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
     let mut fault: Option<(Signal, u64, u64)> = None;
     let mut memory_end = Snapshot::default();
     let end = loop {
-        if opts.interrupted.load(Ordering::Relaxed) {
+        if opts.interrupted.is_set() {
             regs_end = regs;
             memory_end = sideband::snapshot(&rec.tracee, &rec.current_map);
             let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
             let _ = waitpid(pid, None);
-            break EndState::Interrupted;
+            break opts.interrupted.end_state();
         }
         let ip = regs.rip;
         let insn = decode(&rec.tracee, &mut rec.cache, ip);
@@ -362,11 +384,14 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
                     let r = Retired::new(KERNEL + 0x40, 3, Cofi::Far(FarKind::Iret), new.rip).to_cpl(3);
                     rec.model.apply(&Input::Retire(r));
                 } else if !(insn.rep && new.rip == ip) {
-                    let position = rec.count;
+                    let position = rec.model.traced();
                     rec.retire(ip, insn, new.rip, &regs, syscall_nr)?;
                     if syscall_nr != u64::MAX {
                         let r = syscall_log::record(&rec.tracee, position, ip, syscall_nr, &regs, &new);
                         rec.syscalls.push(r);
+                        if let Some(child) = rec.child(syscall_nr, position, &regs, &new) {
+                            rec.children.push(child);
+                        }
                     }
                 }
                 regs = new;
@@ -419,21 +444,27 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
     };
     let Recorder {
         mut model,
-        count,
         truth,
         maps,
         images,
         syscalls,
+        children,
         ..
     } = rec;
+    // What the unit still holds: tracing stops here without a FUP.PGD when the program did
+    // not end by itself (§4.2.8), so the last branches' bits are only in RTIT_TNT_BUFF.
+    let tnt_buff = model.rdmsr(msr::TNT_BUFF)?;
     Ok(Outcome {
         syscalls,
         modules: Vec::new(),
         gaps: Vec::new(),
         from_trace: None,
         kernel_text: None,
+        trace_end: Some(TraceEndRecord { tnt_buff }),
+        children,
+        warnings: Vec::new(),
+        instructions: model.traced(),
         trace: model.take_output(),
-        instructions: count,
         truth,
         memory_start,
         memory_end,

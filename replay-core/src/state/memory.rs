@@ -100,10 +100,28 @@ impl Memory {
         }
     }
 
-    /// Makes `len` bytes at `addr` unknown.
+    /// Makes `len` bytes at `addr` unknown. Costs what the pages it touches cost: a range
+    /// with more pages than are known (a huge mapping gone, a system call's length argument)
+    /// visits the known pages, not the range.
     pub fn forget(&mut self, addr: u64, len: u64) {
-        let mut a = addr;
         let end = addr.saturating_add(len);
+        if len / PAGE > self.pages.len() as u64 {
+            let touched: Vec<u64> = self
+                .pages
+                .keys()
+                .copied()
+                .filter(|&p| p * PAGE < end && (p + 1).saturating_mul(PAGE) > addr)
+                .collect();
+            for p in touched {
+                self.forget_within(addr.max(p * PAGE), end.min((p + 1).saturating_mul(PAGE)));
+            }
+            return;
+        }
+        self.forget_within(addr, end);
+    }
+
+    fn forget_within(&mut self, addr: u64, end: u64) {
+        let mut a = addr;
         while a < end {
             let p = a / PAGE;
             let page_end = (p + 1).saturating_mul(PAGE).min(end);
@@ -191,5 +209,21 @@ mod tests {
         m.forget_all();
         assert_eq!(m.pages(), 0);
         assert_eq!(m.read(0x1000, 1, &space), Some(vec![1]));
+    }
+
+    #[test]
+    fn forgetting_a_huge_range_visits_only_the_known_pages() {
+        let mut m = Memory::new();
+        m.write(0x1000, &[1, 2, 3]);
+        m.write(0x7fff_0000_0ffe, &[4, 5, 6, 7]);
+        // A terabyte-sized unmapping that clips the second write.
+        m.forget(0x7fff_0000_1000, 1 << 40);
+        let space = AddressSpace::new();
+        assert_eq!(m.read(0x1000, 3, &space), Some(vec![1, 2, 3]));
+        assert_eq!(m.read(0x7fff_0000_0ffe, 2, &space), Some(vec![4, 5]));
+        assert_eq!(m.read(0x7fff_0000_1000, 1, &space), None);
+        // The whole address space.
+        m.forget(0, u64::MAX);
+        assert_eq!(m.pages(), 0);
     }
 }

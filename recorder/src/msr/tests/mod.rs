@@ -2,8 +2,6 @@
 //! wrap and drain, and cleanup on errors. The target is a real (assembled) program walked by
 //! the scripted CPU; its truth is every instruction the unit should trace.
 
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::Duration;
 
 use iced_x86::code_asm::*;
@@ -141,7 +139,7 @@ fn options(wrap: WrapMode) -> SessionOptions {
         },
         wrap,
         slice: Duration::from_millis(1),
-        interrupted: Arc::new(AtomicBool::new(false)),
+        interrupted: crate::interrupt::Interrupt::new(),
     }
 }
 

@@ -171,6 +171,9 @@ fn the_writer_counts_the_instructions_and_places_the_map_changes_by_decoding() {
             change_offsets: offsets,
         }),
         kernel_text: None,
+        trace_end: None,
+        children: Vec::new(),
+        warnings: Vec::new(),
     };
     let meta = Meta {
         command: vec!["loops".into()],

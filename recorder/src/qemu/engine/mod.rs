@@ -102,7 +102,6 @@ pub struct Engine {
     pending: Option<Pending>,
     kernel: Kernel,
     last_syscall: Option<(u64, u64)>,
-    count: u64,
     truth: Option<Vec<u64>>,
     handlers: FxHashSet<u64>,
     ended: bool,
@@ -123,7 +122,6 @@ impl Engine {
             pending: None,
             kernel: Kernel::User,
             last_syscall: None,
-            count: 0,
             truth: truth.then(Vec::new),
             handlers: FxHashSet::default(),
             ended: false,
@@ -153,9 +151,19 @@ impl Engine {
         self.handlers.insert(address);
     }
 
-    /// Instructions retired into the model so far: the position of what happens now.
+    /// Instructions the trace holds so far (retired with PacketEn set, not lost to an
+    /// overflow): the position of what happens now.
     pub fn position(&self) -> u64 {
-        self.count
+        self.model.as_ref().map_or(0, UnitModel::traced)
+    }
+
+    /// RTIT_TNT_BUFF as software reads it when tracing stops (1: empty), for the recording's
+    /// end of trace.
+    pub fn tnt_buff(&mut self) -> u64 {
+        self.model
+            .as_mut()
+            .and_then(|m| m.rdmsr(rtit_replay_core::regs::msr::TNT_BUFF).ok())
+            .unwrap_or(1)
     }
 
     /// The position and address of the last traced system call instruction (taken).
@@ -406,7 +414,6 @@ impl Engine {
                 t.push(insn.ip);
             }
         }
-        self.count += 1;
         let mut r = Retired::new(insn.ip, insn.len, insn.cofi, next);
         if let Some(cpl) = cpl {
             r = r.to_cpl(cpl);

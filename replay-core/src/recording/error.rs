@@ -1,0 +1,63 @@
+//! A failure to read a recording, and the two ways every file is read.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use crate::image::ImageError;
+
+/// A failure to read a recording.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RecordingError {
+    /// A file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        source: Arc<std::io::Error>,
+    },
+    /// Not a recording, or a damaged one.
+    #[error("{path}: {message}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The trace holds less than the recorder wrote down: cut short (a full disk, a killed
+    /// copy) or damaged. What is there can still be used, when asked for explicitly.
+    #[error(
+        "{path}: the recording is incomplete: the trace ends at byte {trace_len} of {trace_bytes}, the manifest expects {expected} instructions, decoded {decoded} (use --partial to use what is there)"
+    )]
+    Incomplete {
+        /// The recording.
+        path: String,
+        /// Bytes in trace.rtit.
+        trace_len: u64,
+        /// Bytes the manifest says the trace has.
+        trace_bytes: u64,
+        /// Instructions the manifest says ran.
+        expected: u64,
+        /// Instructions decoded from the trace.
+        decoded: u64,
+    },
+    /// An image of the recording failed to load.
+    #[error(transparent)]
+    Image(#[from] ImageError),
+}
+
+pub(super) fn read(path: &Path) -> Result<Vec<u8>, RecordingError> {
+    std::fs::read(path).map_err(|source| RecordingError::Io {
+        path: path.display().to_string(),
+        source: Arc::new(source),
+    })
+}
+
+pub(super) fn json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, RecordingError> {
+    serde_json::from_slice(&read(path)?).map_err(|e| RecordingError::Invalid {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })
+}

@@ -1,0 +1,322 @@
+//! The recording format, version 1, and its reader.
+//!
+//! A recording is a directory:
+//! ```text
+//! manifest.json   what was recorded, how, and how it ended (Manifest)
+//! trace.rtit      the raw packet bytes, exactly as the RTIT unit (or its model) wrote them
+//! maps.json       the memory map at the start and every change, with its trace position
+//! images/         copies of every executed ELF image and the vDSO, named by content
+//! memory-start.bin, memory-end.bin + memory.json   bounded stack and writable-data snapshots
+//! truth.bin       (with `rtit record --truth`) every retired instruction address, u64 LE
+//! truth-regs.jsonl (with --truth) registers at sampled positions
+//! syscalls.jsonl  (optional) each system call's result and the memory it wrote
+//! ```
+//! The writer creates it under a temporary name and renames it when complete, so a directory
+//! with a manifest is a finished recording (possibly marked interrupted).
+
+mod error;
+pub mod hex;
+mod manifest;
+mod validate;
+
+pub use error::RecordingError;
+pub use manifest::*;
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::flow::{FlowConfig, FlowDecoder, TraceEnd};
+use crate::image::{AddressSpace, Image};
+use crate::packet::Tnt;
+use error::{json, read};
+
+/// The `format` field of every manifest.
+pub const FORMAT: &str = "rtit-recording";
+/// The version this code writes. Version 2 counts only the instructions the trace holds
+/// (not those an IP filter left out) and adds the end of the trace; version 1 recordings are
+/// read, and their counts are taken as approximate.
+pub const VERSION: u32 = 2;
+/// The oldest version this code reads.
+pub const OLDEST_VERSION: u32 = 1;
+/// File names inside a recording.
+pub mod files {
+    /// The manifest.
+    pub const MANIFEST: &str = "manifest.json";
+    /// The packet bytes.
+    pub const TRACE: &str = "trace.rtit";
+    /// The memory map and its changes.
+    pub const MAPS: &str = "maps.json";
+    /// Image copies.
+    pub const IMAGES: &str = "images";
+    /// Retired instruction addresses (optional).
+    pub const TRUTH: &str = "truth.bin";
+    /// Registers at sampled positions (optional, with the truth).
+    pub const TRUTH_REGS: &str = "truth-regs.jsonl";
+    /// System calls the recorder logged (optional), one JSON record per line.
+    pub const SYSCALLS: &str = "syscalls.jsonl";
+    /// Memory snapshot index.
+    pub const MEMORY: &str = "memory.json";
+    /// Writable memory when tracing started.
+    pub const MEMORY_START: &str = "memory-start.bin";
+    /// Writable memory at the end.
+    pub const MEMORY_END: &str = "memory-end.bin";
+}
+
+/// Where recordings go unless told otherwise: `$RTIT_DIR`, else `$XDG_DATA_HOME/rtit`, else
+/// `~/.local/share/rtit`.
+pub fn default_root() -> PathBuf {
+    if let Some(dir) = std::env::var_os("RTIT_DIR") {
+        return PathBuf::from(dir);
+    }
+    if let Some(data) = std::env::var_os("XDG_DATA_HOME") {
+        return PathBuf::from(data).join("rtit");
+    }
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
+    home.join(".local/share/rtit")
+}
+
+/// An opened recording.
+#[derive(Debug, Clone)]
+pub struct Recording {
+    /// Its directory.
+    pub dir: PathBuf,
+    /// Its manifest.
+    pub manifest: Manifest,
+}
+
+impl Recording {
+    /// Whether `dir` holds a recording (a manifest).
+    pub fn is_recording(dir: &Path) -> bool {
+        dir.join(files::MANIFEST).is_file()
+    }
+
+    /// Opens the recording in `dir`, checking its format and version.
+    pub fn open(dir: &Path) -> Result<Self, RecordingError> {
+        let path = dir.join(files::MANIFEST);
+        if !path.is_file() {
+            return Err(RecordingError::Invalid {
+                path: dir.display().to_string(),
+                message: "not a recording (no manifest.json)".to_string(),
+            });
+        }
+        let manifest: Manifest = json(&path)?;
+        if manifest.format != FORMAT || !(OLDEST_VERSION..=VERSION).contains(&manifest.version) {
+            return Err(RecordingError::Invalid {
+                path: path.display().to_string(),
+                message: format!(
+                    "format {} version {} (this rtit reads {FORMAT} versions {OLDEST_VERSION} to {VERSION})",
+                    manifest.format, manifest.version
+                ),
+            });
+        }
+        validate::manifest(&path, &manifest)?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            manifest,
+        })
+    }
+
+    /// The packet bytes.
+    pub fn trace(&self) -> Result<Vec<u8>, RecordingError> {
+        let path = self.dir.join(files::TRACE);
+        let bytes = read(&path)?;
+        validate::trace(&path, &bytes)?;
+        Ok(bytes)
+    }
+
+    /// The memory map and its changes.
+    pub fn maps(&self) -> Result<Maps, RecordingError> {
+        let path = self.dir.join(files::MAPS);
+        let maps = json(&path)?;
+        validate::maps(&path, &maps)?;
+        Ok(maps)
+    }
+
+    /// What the trace's bytes leave unsaid at its end, for the flow decoder: the bits left
+    /// in RTIT_TNT_BUFF and the instruction count (absent for a recorder that could not know
+    /// them).
+    pub fn trace_end(&self) -> Option<TraceEnd> {
+        let end = self.manifest.trace_end?;
+        Some(TraceEnd {
+            tnt_buff: Tnt::from_header(end.tnt_buff as u8),
+            instructions: self.manifest.instructions,
+        })
+    }
+
+    /// A flow decoder of `trace` (this recording's) set up as the recording needs: packet
+    /// format, lost stretches (`gaps`, from [`Self::gaps`]) and the end of the trace.
+    pub fn decoder<'a>(
+        &self,
+        trace: &'a [u8],
+        space: &'a AddressSpace,
+        gaps: &'a [(usize, Option<u64>)],
+    ) -> FlowDecoder<'a> {
+        FlowDecoder::new(trace, self.flow_config(), space)
+            .with_gaps(gaps)
+            .with_end(self.trace_end())
+    }
+
+    /// Whether the trace holds everything the recorder wrote down: all its bytes, and exactly
+    /// the instructions the manifest counts (`decoded`). A version 1 recording's count may be
+    /// a few instructions off (its recorder did not keep the end of the trace), so only its
+    /// bytes are checked.
+    pub fn check_complete(&self, trace_len: usize, decoded: u64) -> Result<(), RecordingError> {
+        let m = &self.manifest;
+        let counted = m.version < 2 || decoded == m.instructions;
+        if trace_len as u64 == m.trace_bytes && counted {
+            return Ok(());
+        }
+        Err(RecordingError::Incomplete {
+            path: self.dir.display().to_string(),
+            trace_len: trace_len as u64,
+            trace_bytes: m.trace_bytes,
+            expected: m.instructions,
+            decoded,
+        })
+    }
+
+    /// The gaps of the trace as the flow decoder takes them
+    /// ([`crate::flow::FlowDecoder::with_gaps`]).
+    pub fn gaps(&self) -> Vec<(usize, Option<u64>)> {
+        self.manifest
+            .gaps
+            .iter()
+            .map(|g| (usize::try_from(g.offset).unwrap_or(usize::MAX), g.lost_bytes))
+            .collect()
+    }
+
+    /// The flow decoder configuration the trace needs.
+    pub fn flow_config(&self) -> FlowConfig {
+        FlowConfig::from_rtit_ctl(self.manifest.rtit.ctl)
+    }
+
+    /// The address space of every image copy at its load address.
+    pub fn address_space(&self) -> Result<AddressSpace, RecordingError> {
+        let mut space = AddressSpace::new();
+        for image in &self.manifest.images {
+            let path = self.dir.join(&image.file);
+            let bytes = read(&path)?;
+            validate::image_bytes(&path, image, &bytes)?;
+            let name = image.path.clone();
+            let loaded = match image.kind {
+                ImageKind::Elf | ImageKind::Vdso => {
+                    let bias = image
+                        .load_address
+                        .wrapping_sub(crate::image::lowest_vaddr(&name, &bytes)?);
+                    Image::from_elf(&name, bytes, bias)?
+                }
+                ImageKind::Relocatable => {
+                    let (sections, externals) = (&image.sections, &image.externals);
+                    Image::relocatable_from_bytes(&name, bytes, &|s| sections.get(s).copied(), &|s| {
+                        externals.get(s).copied()
+                    })?
+                }
+            };
+            space.add(loaded)?;
+        }
+        Ok(space)
+    }
+
+    /// Where the memory snapshots' bytes come from.
+    pub fn memory_index(&self) -> Result<MemoryIndex, RecordingError> {
+        json(&self.dir.join(files::MEMORY))
+    }
+
+    /// A memory snapshot's regions with their bytes: `end` false for the start snapshot,
+    /// true for the end one. A recording without snapshots has none.
+    pub fn snapshot(&self, end: bool) -> Result<Vec<(u64, Vec<u8>)>, RecordingError> {
+        let index_path = self.dir.join(files::MEMORY);
+        if !index_path.exists() {
+            return Ok(Vec::new());
+        }
+        let index = self.memory_index()?;
+        let (which, file, regions) = match end {
+            false => ("start", files::MEMORY_START, &index.start),
+            true => ("end", files::MEMORY_END, &index.end),
+        };
+        if regions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let bytes = read(&self.dir.join(file))?;
+        validate::snapshot(&index_path, which, regions, file, bytes.len() as u64)?;
+        Ok(regions
+            .iter()
+            .map(|r| {
+                let from = r.file_offset as usize;
+                let len = (r.mapping.end - r.mapping.start) as usize;
+                (r.mapping.start, bytes[from..from + len].to_vec())
+            })
+            .collect())
+    }
+
+    /// The retired instruction addresses `rtit record --truth` wrote, if any.
+    pub fn truth(&self) -> Result<Option<Vec<u64>>, RecordingError> {
+        let path = self.dir.join(files::TRUTH);
+        if !path.exists() {
+            return Ok(None);
+        }
+        let bytes = read(&path)?;
+        if bytes.len() % 8 != 0 {
+            return Err(RecordingError::Invalid {
+                path: path.display().to_string(),
+                message: format!(
+                    "{} bytes: not a whole number of 8-byte addresses (cut at byte {})",
+                    bytes.len(),
+                    bytes.len() / 8 * 8
+                ),
+            });
+        }
+        Ok(Some(
+            bytes
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                .collect(),
+        ))
+    }
+
+    /// The system calls the recorder logged (none if it logged none).
+    pub fn syscalls(&self) -> Result<Vec<crate::syscall::SyscallRecord>, RecordingError> {
+        let path = self.dir.join(files::SYSCALLS);
+        if !path.exists() {
+            return Ok(Vec::new());
+        }
+        let records = json_lines(&path)?;
+        validate::syscalls(&path, &records)?;
+        Ok(records)
+    }
+
+    /// The registers `rtit record --truth` sampled: (position, name → value), if any.
+    pub fn truth_registers(&self) -> Result<Option<Vec<TruthSample>>, RecordingError> {
+        let path = self.dir.join(files::TRUTH_REGS);
+        if !path.exists() {
+            return Ok(None);
+        }
+        json_lines(&path).map(Some)
+    }
+}
+
+/// A file of one JSON value per line (blank lines skipped); an error names the line.
+fn json_lines<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, RecordingError> {
+    let text = read(path)?;
+    String::from_utf8_lossy(&text)
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str(l).map_err(|e| RecordingError::Invalid {
+                path: path.display().to_string(),
+                message: format!("line {}: {e}", i + 1),
+            })
+        })
+        .collect()
+}
+
+/// One line of `truth-regs.jsonl`: the registers before the instruction at a position.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TruthSample {
+    /// The position.
+    pub position: u64,
+    /// Name → value (hex).
+    pub registers: std::collections::BTreeMap<String, String>,
+}

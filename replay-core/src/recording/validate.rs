@@ -1,0 +1,174 @@
+//! Every file of a recording is checked as it is read, so a recording copied from elsewhere,
+//! damaged or half-written is refused with what is wrong and where (file, field, byte offset)
+//! instead of misleading the decoder or reading outside the recording's directory.
+
+use std::path::{Component, Path};
+
+use sha2::{Digest, Sha256};
+
+use super::{ImageRecord, Manifest, Maps, MemoryRegion, RecordingError};
+use crate::packet::PSB_BYTES;
+use crate::syscall::SyscallRecord;
+
+fn invalid(path: &Path, message: String) -> RecordingError {
+    RecordingError::Invalid {
+        path: path.display().to_string(),
+        message,
+    }
+}
+
+fn is_hex_value(v: &str) -> bool {
+    let digits = v.strip_prefix("0x").unwrap_or(v);
+    !digits.is_empty() && digits.len() <= 16 && digits.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// A path inside the recording: relative, and made of plain names only (no `..`, no root).
+pub(super) fn inside(file: &str) -> bool {
+    let p = Path::new(file);
+    !file.is_empty() && p.components().all(|c| matches!(c, Component::Normal(_)))
+}
+
+/// The manifest's fields, beyond what parsing checks.
+pub(super) fn manifest(path: &Path, m: &Manifest) -> Result<(), RecordingError> {
+    for (i, image) in m.images.iter().enumerate() {
+        let at = |what: &str| format!("images[{i}] ({}): {what}", image.path);
+        if !inside(&image.file) {
+            let what = format!(
+                "file `{}` is not a file inside the recording (no absolute paths, no `..`)",
+                image.file
+            );
+            return Err(invalid(path, at(&what)));
+        }
+        if image.sha256.len() != 64 || !image.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            let what = format!("sha256 `{}` is not 64 hexadecimal digits", image.sha256);
+            return Err(invalid(path, at(&what)));
+        }
+    }
+    for (name, regs) in [
+        ("registers_start", &m.registers_start),
+        ("registers_end", &m.registers_end),
+    ] {
+        if let Some((reg, value)) = regs.iter().find(|(_, v)| !is_hex_value(v)) {
+            return Err(invalid(
+                path,
+                format!("{name}.{reg}: `{value}` is not a hexadecimal value"),
+            ));
+        }
+    }
+    if let Some(end) = &m.trace_end {
+        if !(1..=0x7f).contains(&end.tnt_buff) {
+            let what = format!(
+                "trace_end.tnt_buff {:#x} is not an RTIT_TNT_BUFF value (1, or TNT bits behind a leading 1 in bits 6:0, §3.3.13)",
+                end.tnt_buff
+            );
+            return Err(invalid(path, what));
+        }
+    }
+    let mut last = 0;
+    for (i, gap) in m.gaps.iter().enumerate() {
+        if gap.offset < last || gap.offset > m.trace_bytes {
+            let what = format!(
+                "gaps[{i}].offset {} is out of order or past the trace's {} bytes",
+                gap.offset, m.trace_bytes
+            );
+            return Err(invalid(path, what));
+        }
+        last = gap.offset;
+    }
+    Ok(())
+}
+
+/// An image copy's bytes against the hash the recorder wrote.
+pub(super) fn image_bytes(path: &Path, image: &ImageRecord, bytes: &[u8]) -> Result<(), RecordingError> {
+    let found: String = Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect();
+    if !found.eq_ignore_ascii_case(&image.sha256) {
+        let what = format!(
+            "its contents do not match the manifest (sha256 {found}, expected {}): the copy of {} was changed or damaged",
+            image.sha256, image.path
+        );
+        return Err(invalid(path, what));
+    }
+    Ok(())
+}
+
+/// The trace's own framing: it starts at a PSB (the unit writes one when tracing starts,
+/// §4.2.1, and a kept region is cut at one).
+pub(super) fn trace(path: &Path, bytes: &[u8]) -> Result<(), RecordingError> {
+    if !bytes.is_empty() && !bytes.starts_with(&PSB_BYTES[..PSB_BYTES.len().min(bytes.len())]) {
+        let what = format!(
+            "byte 0: expected a PSB ({:02x?}), found {:02x?}: not the start of an RTIT trace",
+            PSB_BYTES,
+            &bytes[..bytes.len().min(PSB_BYTES.len())]
+        );
+        return Err(invalid(path, what));
+    }
+    Ok(())
+}
+
+/// Every mapping's range.
+pub(super) fn maps(path: &Path, maps: &Maps) -> Result<(), RecordingError> {
+    let initial = maps.initial.iter().map(|m| ("initial".to_string(), m));
+    let changes = maps.changes.iter().enumerate().flat_map(|(i, c)| {
+        let added = c.added.iter().map(move |m| (format!("changes[{i}].added"), m));
+        let removed = c.removed.iter().map(move |m| (format!("changes[{i}].removed"), m));
+        added.chain(removed)
+    });
+    for (at, m) in initial.chain(changes) {
+        if m.start > m.end {
+            let what = format!("{at}: mapping {:#x}-{:#x} ends before it starts", m.start, m.end);
+            return Err(invalid(path, what));
+        }
+    }
+    Ok(())
+}
+
+/// A snapshot's regions (`which`: "start" or "end") against the file holding their bytes.
+pub(super) fn snapshot(
+    index: &Path,
+    which: &str,
+    regions: &[MemoryRegion],
+    file: &str,
+    file_len: u64,
+) -> Result<(), RecordingError> {
+    for (i, r) in regions.iter().enumerate() {
+        let len = r.mapping.end.checked_sub(r.mapping.start);
+        let end = len.and_then(|n| r.file_offset.checked_add(n));
+        if !end.is_some_and(|e| e <= file_len) {
+            let what = format!(
+                "{which}[{i}] ({:#x}-{:#x} at byte {}) runs past the {file_len} bytes of {file}",
+                r.mapping.start, r.mapping.end, r.file_offset
+            );
+            return Err(invalid(index, what));
+        }
+    }
+    Ok(())
+}
+
+/// Each system call record's memory contents.
+pub(super) fn syscalls(path: &Path, records: &[SyscallRecord]) -> Result<(), RecordingError> {
+    for (i, r) in records.iter().enumerate() {
+        if let Some(w) = r.writes.iter().find(|w| w.data().is_none()) {
+            let what = format!(
+                "record {} (position {}): the bytes written at {:#x} are not hexadecimal pairs",
+                i + 1,
+                r.position,
+                w.address
+            );
+            return Err(invalid(path, what));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_relative_names_are_inside() {
+        assert!(inside("images/libc.so.6-0011223344556677"));
+        for bad in ["", "/etc/passwd", "../x", "images/../../x", "images/./x/.."] {
+            assert!(!inside(bad), "{bad}");
+        }
+    }
+}
