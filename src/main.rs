@@ -37,8 +37,24 @@ enum Command {
     CheckValues(cmd::check_values::CheckValuesArgs),
 }
 
+/// A command that prints a listing ends quietly when its reader goes away (`rtit insns | head`),
+/// killed by SIGPIPE as `ls` or `grep` are (status 141 in a shell), instead of Rust's default
+/// of ignoring SIGPIPE, which turns the next `println!` into a panic. Not for `record` and
+/// `replay`, which write to pipes and sockets that may close while they go on.
+fn die_quietly_on_a_closed_stdout() {
+    #[allow(unsafe_code)]
+    // SAFETY: restoring the default action of SIGPIPE at start-up, before any other thread
+    // exists; no handler is installed.
+    unsafe {
+        let _ = nix::sys::signal::signal(nix::sys::signal::Signal::SIGPIPE, nix::sys::signal::SigHandler::SigDfl);
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Record(_) | Command::Replay(_)) {
+        die_quietly_on_a_closed_stdout();
+    }
     let result = match cli.command {
         Command::Record(args) => match cmd::record::run(&args) {
             Ok(status) => return ExitCode::from(status),

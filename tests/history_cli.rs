@@ -182,6 +182,55 @@ fn calls_shows_segments_by_depth() {
     );
 }
 
+/// A stripped program: functions are told apart by their entries (the calls' targets), not
+/// one line per instruction; `--range` cuts the history and keeps the depths.
+#[test]
+fn calls_groups_stripped_code_by_function_entry_and_takes_a_range() {
+    let f = fixture(7);
+    let stripped = f.exe.with_file_name("nested-7-stripped");
+    let status = Command::new("strip")
+        .arg("-o")
+        .arg(&stripped)
+        .arg(&f.exe)
+        .status()
+        .expect("strip (binutils, with gcc)");
+    assert!(status.success());
+    let segments = json_lines(&rtit(&["calls", "--json", "--image", s(&stripped), s(&f.trace)]));
+    let names: Vec<&str> = segments.iter().map(|s| s["function"].as_str().expect("name")).collect();
+    let entry = |name: &str| format!("?? (nested-7-stripped+{:#x})", f.symbols[name] - 0x400000);
+    let (outer, inner) = (entry("outer"), entry("inner"));
+    // As with symbols, but the tail jump to `done` stays in _start's segment.
+    assert_eq!(names.len(), 1 + 8 * 4, "{names:?}");
+    for (i, name) in names.iter().enumerate().skip(1) {
+        let want = match (i - 1) % 4 {
+            0 | 2 => &outer,
+            1 => &inner,
+            _ => &names[0].to_string(),
+        };
+        assert_eq!(name, want, "segment {i}: {names:?}");
+    }
+    let total: u64 = segments.iter().map(|s| s["count"].as_u64().expect("count")).sum();
+    assert_eq!(total, f.truth.len() as u64);
+    // A range: only its positions, each counted once, depths those of the whole history.
+    let ranged = json_lines(&rtit(&[
+        "calls",
+        "--json",
+        "--range",
+        "27..60",
+        "--image",
+        s(&f.exe),
+        s(&f.trace),
+    ]));
+    let counted: u64 = ranged.iter().map(|s| s["count"].as_u64().expect("count")).sum();
+    assert_eq!(counted, 33);
+    assert_eq!(ranged[0]["first"].as_u64(), Some(27));
+    assert_eq!(ranged.last().and_then(|s| s["last"].as_u64()), Some(59));
+    assert!(
+        ranged.iter().any(|s| s["function"] == "inner" && s["depth"] == 2),
+        "{ranged:?}"
+    );
+}
+
 #[test]
 fn missing_code_and_bad_arguments_are_clear_errors() {
     let f = fixture(6);

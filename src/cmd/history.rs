@@ -2,6 +2,7 @@
 //! command line, decoded into the history, and that history one instruction at a time.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -37,6 +38,22 @@ pub struct TraceArgs {
 pub struct History {
     pub space: AddressSpace,
     pub items: Vec<FlowItem>,
+}
+
+/// `A..B` positions on the command line; either side may be left out.
+pub fn parse_range(spec: &str) -> Result<Range<u64>> {
+    let Some((a, b)) = spec.split_once("..") else {
+        bail!("--range {spec}: expected A..B")
+    };
+    let num = |s: &str, default: u64| -> Result<u64> {
+        if s.is_empty() {
+            Ok(default)
+        } else {
+            s.parse()
+                .with_context(|| format!("--range {spec}: `{s}` is not a position"))
+        }
+    };
+    Ok(num(a, 0)?..num(b, u64::MAX)?)
 }
 
 fn split_at_address(spec: &str) -> Result<(&Path, Option<u64>)> {
@@ -126,7 +143,7 @@ pub enum Entry<'a> {
 
 impl History {
     /// The history one instruction at a time; `range` selects positions.
-    pub fn entries(&self, range: std::ops::Range<u64>) -> impl Iterator<Item = Result<Entry<'_>>> + '_ {
+    pub fn entries(&self, range: Range<u64>) -> impl Iterator<Item = Result<Entry<'_>>> + '_ {
         let mut cache: HashMap<u64, (Instruction, Cofi)> = HashMap::new();
         let mut position = 0u64;
         self.items.iter().flat_map(move |item| -> Vec<Result<Entry<'_>>> {

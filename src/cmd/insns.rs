@@ -2,15 +2,14 @@
 //! disassembly, like GDB's `record instruction-history` and libipt's ptxed; or JSON lines.
 
 use std::io::{self, BufWriter, Write};
-use std::ops::Range;
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use clap::{Args, ValueEnum};
 use iced_x86::{Formatter, GasFormatter, IntelFormatter};
 use rtit_replay_core::flow::{EventKind, FlowEvent};
 use serde::Serialize;
 
-use super::history::{Entry, TraceArgs};
+use super::history::{parse_range, Entry, TraceArgs};
 
 /// Disassembly syntax.
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -35,21 +34,6 @@ pub struct InsnsArgs {
     /// Disassembly syntax.
     #[arg(long, value_enum, default_value = "intel")]
     syntax: Syntax,
-}
-
-fn parse_range(spec: &str) -> Result<Range<u64>> {
-    let Some((a, b)) = spec.split_once("..") else {
-        bail!("--range {spec}: expected A..B")
-    };
-    let num = |s: &str, default: u64| -> Result<u64> {
-        if s.is_empty() {
-            Ok(default)
-        } else {
-            s.parse()
-                .with_context(|| format!("--range {spec}: `{s}` is not a position"))
-        }
-    };
-    Ok(num(a, 0)?..num(b, u64::MAX)?)
 }
 
 #[derive(Serialize)]
