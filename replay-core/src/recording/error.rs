@@ -28,9 +28,7 @@ pub enum RecordingError {
     },
     /// The trace holds less than the recorder wrote down: cut short (a full disk, a killed
     /// copy) or damaged. What is there can still be used, when asked for explicitly.
-    #[error(
-        "{path}: the recording is incomplete: the trace ends at byte {trace_len} of {trace_bytes}, the manifest expects {expected} instructions, decoded {decoded} (use --partial to use what is there)"
-    )]
+    #[error("{path}: the recording is incomplete: {} (use --partial to use what is there)", shortfall(*trace_len, *trace_bytes, *expected, *decoded))]
     Incomplete {
         /// The recording.
         path: String,
@@ -60,4 +58,14 @@ pub(super) fn json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, Recor
         path: path.display().to_string(),
         message: e.to_string(),
     })
+}
+
+/// What an incomplete recording lacks, in words: where its trace ends and what it decodes to.
+fn shortfall(trace_len: u64, trace_bytes: u64, expected: u64, decoded: u64) -> String {
+    let counts = format!("the manifest expects {expected} instructions, decoded {decoded}");
+    if trace_len == trace_bytes {
+        format!("the trace's {trace_len} bytes decode to fewer or other instructions than were recorded: {counts}")
+    } else {
+        format!("the trace ends at byte {trace_len} of {trace_bytes}, {counts}")
+    }
 }

@@ -95,10 +95,11 @@ pub(super) fn image_bytes(path: &Path, image: &ImageRecord, bytes: &[u8]) -> Res
 /// §4.2.1, and a kept region is cut at one).
 pub(super) fn trace(path: &Path, bytes: &[u8]) -> Result<(), RecordingError> {
     if !bytes.is_empty() && !bytes.starts_with(&PSB_BYTES[..PSB_BYTES.len().min(bytes.len())]) {
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<Vec<_>>().join(" ");
         let what = format!(
-            "byte 0: expected a PSB ({:02x?}), found {:02x?}: not the start of an RTIT trace",
-            PSB_BYTES,
-            &bytes[..bytes.len().min(PSB_BYTES.len())]
+            "byte 0: expected a PSB ({}), found {}: not the start of an RTIT trace",
+            hex(&PSB_BYTES),
+            hex(&bytes[..bytes.len().min(PSB_BYTES.len())])
         );
         return Err(invalid(path, what));
     }
