@@ -4,6 +4,7 @@
 //! reports errors.
 
 mod cmd;
+mod plugin;
 
 use std::process::ExitCode;
 

@@ -49,13 +49,17 @@ fn choose(backend: Backend) -> (Backend, String) {
             Backend::Step,
             "the step backend (ptrace single-stepping), as asked".into(),
         ),
-        Backend::Qemu => (
-            Backend::Qemu,
-            "the qemu backend (QEMU user mode with the rtit plugin), as asked".into(),
-        ),
+        Backend::Qemu => {
+            // The backend says what is missing if this fails.
+            let _ = crate::plugin::ensure();
+            (
+                Backend::Qemu,
+                "the qemu backend (QEMU user mode with the rtit plugin), as asked".into(),
+            )
+        }
         Backend::Msr => (Backend::Msr, "the msr backend (the RTIT hardware), as asked".into()),
-        Backend::Auto => match (qemu::launch::find_qemu(), qemu::launch::find_plugin()) {
-            (Some(q), Some(_)) => (
+        Backend::Auto => match (qemu::launch::find_qemu(), crate::plugin::ensure()) {
+            (Some(q), Ok(_)) => (
                 Backend::Qemu,
                 format!("the qemu backend: {hardware}, and {} is installed", q.display()),
             ),
@@ -63,13 +67,7 @@ fn choose(backend: Backend) -> (Backend, String) {
                 Backend::Step,
                 format!("the step backend (slow): {hardware}, and qemu-x86_64 is not installed"),
             ),
-            (Some(_), None) => (
-                Backend::Step,
-                format!(
-                    "the step backend (slow): {hardware}, and the QEMU plugin {} is not built",
-                    qemu::launch::PLUGIN_FILE
-                ),
-            ),
+            (Some(_), Err(why)) => (Backend::Step, format!("the step backend (slow): {hardware}, and {why}")),
         },
     }
 }

@@ -15,30 +15,40 @@ use rtit_replay_core::packet::{DecoderConfig, Tnt};
 
 /// tests/programs/guarded_spin.S at 0x401000, then `jmp rax; call rax; ret`.
 const FIXED: [u8; 54] = [
-    0xb9, 0x28, 0x00, 0x00, 0x00, 0x31, 0xc0, 0x81, 0xf9, 0xe8, 0x03, 0x00, 0x00, 0x74, 0x12, 0xe8, 0x0f, 0x00,
-    0x00, 0x00, 0xff, 0xc9, 0x75, 0xef, 0xb8, 0x3c, 0x00, 0x00, 0x00, 0x31, 0xff, 0x0f, 0x05, 0xeb, 0xfe, 0xf7,
-    0xc1, 0x01, 0x00, 0x00, 0x00, 0x75, 0x03, 0x01, 0xc8, 0xc3, 0x29, 0xc8, 0xc3, 0xff, 0xe0, 0xff, 0xd0, 0xc3,
+    0xb9, 0x28, 0x00, 0x00, 0x00, 0x31, 0xc0, 0x81, 0xf9, 0xe8, 0x03, 0x00, 0x00, 0x74, 0x12, 0xe8, 0x0f, 0x00, 0x00,
+    0x00, 0xff, 0xc9, 0x75, 0xef, 0xb8, 0x3c, 0x00, 0x00, 0x00, 0x31, 0xff, 0x0f, 0x05, 0xeb, 0xfe, 0xf7, 0xc1, 0x01,
+    0x00, 0x00, 0x00, 0x75, 0x03, 0x01, 0xc8, 0xc3, 0x29, 0xc8, 0xc3, 0xff, 0xe0, 0xff, 0xd0, 0xc3,
 ];
 
 /// Decodes one input and checks the decoder's promises; panics if one is broken.
 pub fn check(data: &[u8]) {
-    let Some((&flags, mut rest)) = data.split_first() else { return };
+    let Some((&flags, mut rest)) = data.split_first() else {
+        return;
+    };
     let mut end = None;
     if flags & 1 != 0 {
-        let Some((head, tail)) = rest.split_first_chunk::<3>() else { return };
+        let Some((head, tail)) = rest.split_first_chunk::<3>() else {
+            return;
+        };
         end = Some(TraceEnd {
             tnt_buff: Tnt::from_header(head[0] & 0x7f),
             instructions: u64::from(u16::from_le_bytes([head[1], head[2]])),
         });
         rest = tail;
     }
-    let Some((&code_len, rest)) = rest.split_first() else { return };
+    let Some((&code_len, rest)) = rest.split_first() else {
+        return;
+    };
     let code_len = usize::from(code_len).min(rest.len());
     let (code, trace) = rest.split_at(code_len);
     let mut space = AddressSpace::new();
-    space.add(Image::from_raw("fixed", 0x401000, FIXED.to_vec())).expect("fixed image");
+    space
+        .add(Image::from_raw("fixed", 0x401000, FIXED.to_vec()))
+        .expect("fixed image");
     if !code.is_empty() {
-        space.add(Image::from_raw("input", 0x1000, code.to_vec())).expect("input image");
+        space
+            .add(Image::from_raw("input", 0x1000, code.to_vec()))
+            .expect("input image");
     }
     let code_bytes = (FIXED.len() + code.len()) as u64;
     for cycle_accurate in [false, true] {
@@ -58,6 +68,10 @@ pub fn check(data: &[u8]) {
             }
         }
         let bound = (8 * trace.len() as u64 + 2) * 3 * code_bytes + end.map_or(0, |e| e.instructions);
-        assert!(instructions <= bound, "{instructions} instructions from {} trace bytes", trace.len());
+        assert!(
+            instructions <= bound,
+            "{instructions} instructions from {} trace bytes",
+            trace.len()
+        );
     }
 }
