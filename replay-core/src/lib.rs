@@ -9,7 +9,7 @@
 //! - [`image`]: the address space: ELF images at their addresses, symbols, source lines;
 //! - [`flow`]: the reconstruction of every executed instruction from packets and images;
 //! - [`timeline`]: that history indexed by position (first cut);
-//! - [`recording`]: the recording format and its reader;
+//! - [`recording`]: the recording format and its reader ([`hex`]: addresses as hex strings);
 //! - [`state`]: registers and memory at a position, known or unknown (forward and backward
 //!   semantics from the snapshots, checkpoints);
 //! - [`syscall`]: what system calls do to user state, and the recorders' log of them;
@@ -21,6 +21,7 @@
 
 pub mod cofi;
 pub mod flow;
+pub mod hex;
 pub mod image;
 pub mod ip;
 pub mod packet;

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::recording::hex;
+use crate::hex;
 
 /// System call numbers the table and the engine name.
 pub mod nr {

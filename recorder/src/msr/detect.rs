@@ -8,7 +8,7 @@ use rtit_replay_core::recording::CpuInfo;
 use rtit_replay_core::regs::msr;
 
 use super::device::Msrs;
-use super::linux::LinuxMsrs;
+use super::linux::{msr_device, LinuxMsrs};
 
 /// The cores with RTIT (§1.2): family, model, stepping, microarchitecture.
 pub const RTIT_CPUS: [(u32, u32, u32, &str); 7] = [
@@ -39,11 +39,6 @@ pub fn check_cpu(cpu: &CpuInfo) -> Result<&'static str, String> {
                 cpu.family, cpu.model, cpu.stepping
             )
         })
-}
-
-/// The MSR device of logical processor `cpu`.
-pub fn msr_device(cpu: usize) -> String {
-    format!("/dev/cpu/{cpu}/msr")
 }
 
 /// Checks everything the msr backend needs on logical processor `cpu`, in order: the CPU

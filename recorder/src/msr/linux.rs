@@ -17,6 +17,11 @@ use nix::unistd::Pid;
 
 use super::device::{MsrError, Msrs, OutputRegion};
 
+/// The MSR device of logical processor `cpu`.
+pub fn msr_device(cpu: usize) -> String {
+    format!("/dev/cpu/{cpu}/msr")
+}
+
 /// The MSR device of one logical processor.
 pub struct LinuxMsrs {
     cpu: usize,
@@ -26,10 +31,7 @@ pub struct LinuxMsrs {
 impl LinuxMsrs {
     /// Opens `/dev/cpu/CPU/msr` for reading and writing.
     pub fn open(cpu: usize) -> std::io::Result<Self> {
-        let file = File::options()
-            .read(true)
-            .write(true)
-            .open(super::detect::msr_device(cpu))?;
+        let file = File::options().read(true).write(true).open(msr_device(cpu))?;
         Ok(Self { cpu, file })
     }
 

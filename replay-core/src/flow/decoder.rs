@@ -28,6 +28,7 @@
 //! left in RTIT_TNT_BUFF), and only to the instruction count the recorder saw.
 
 use super::block::{BlockCache, BlockError, NO_BLOCK};
+use super::failure::{Failure, Step};
 use super::source::Source;
 use super::spin::Spin;
 use super::{EventKind, FlowEvent, FlowSink, Timing, TraceEnd};
@@ -52,7 +53,7 @@ impl FlowConfig {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
+pub(super) enum State {
     /// Waiting for FUP.PGE.
     Disabled,
     /// After an error: waiting for an IP to trust.
@@ -64,7 +65,7 @@ enum State {
 }
 
 /// What happened at an instruction boundary.
-enum Boundary {
+pub(super) enum Boundary {
     /// Nothing binds here: walk the block.
     Walk,
     /// The history continues at this IP.
@@ -73,61 +74,30 @@ enum Boundary {
     Leave,
 }
 
-/// A disagreement between trace and code: where, and what. With `end`, the trace simply
-/// ended where a branch needed a packet (tracing was stopped without FUP.PGD): no error.
-struct Failure {
-    ip: Option<u64>,
-    offset: usize,
-    message: String,
-    end: bool,
-    /// Trace data was lost here (a recorded gap), this many bytes if known.
-    lost: Option<Option<u64>>,
-    /// The failure is the source's next item (a decode error), left there by `peek` so that
-    /// a caller that only looks ahead cannot drop it; `fail` consumes it.
-    from_source: bool,
-}
-
-impl Failure {
-    #[cold]
-    fn new(ip: Option<u64>, offset: usize, message: String) -> Box<Self> {
-        Box::new(Self {
-            ip,
-            offset,
-            message,
-            end: false,
-            lost: None,
-            from_source: false,
-        })
-    }
-}
-
-/// Failures are boxed: they are rare, and a small `Result` stays in registers on the hot path.
-type Step<T> = Result<T, Box<Failure>>;
-
 /// Decodes a trace against an address space (or several, switched by PIP).
 pub struct FlowDecoder<'a> {
-    source: Source<'a>,
-    spaces: Vec<(Option<u64>, &'a AddressSpace, BlockCache)>,
-    current: usize,
-    state: State,
+    pub(super) source: Source<'a>,
+    pub(super) spaces: Vec<(Option<u64>, &'a AddressSpace, BlockCache)>,
+    pub(super) current: usize,
+    pub(super) state: State,
     /// Pending TNT bits: the `tnt_left` low bits of `tnt_bits`, oldest highest.
-    tnt_bits: u64,
-    tnt_left: u32,
+    pub(super) tnt_bits: u64,
+    pub(super) tnt_left: u32,
     /// The decoder's RTIT_LAST_CALL_NLIP: kept across PSBs (§3.3.9), cleared by FUP.BuffOvf.
-    last_call_nlip: Option<u64>,
+    pub(super) last_call_nlip: Option<u64>,
     /// The block whose call set `last_call_nlip`: its unused fall-through link leads to the
     /// block a return to that NLIP lands in.
-    last_call_block: u32,
-    position: u64,
+    pub(super) last_call_block: u32,
+    pub(super) position: u64,
     /// A run not yet handed to the sink, extended while the history stays sequential.
-    run: Option<(u64, u64, u64)>,
+    pub(super) run: Option<(u64, u64, u64)>,
     /// Catches a walk that the trace can never end.
-    spin: Spin,
+    pub(super) spin: Spin,
     /// What the recording says about the end of the trace, until the last packet is used.
-    end: Option<TraceEnd>,
+    pub(super) end: Option<TraceEnd>,
     /// Past the last packet: walking on to `limit` instructions with the end's TNT bits.
-    tail: bool,
-    limit: u64,
+    pub(super) tail: bool,
+    pub(super) limit: u64,
 }
 
 impl<'a> FlowDecoder<'a> {
@@ -197,7 +167,7 @@ impl<'a> FlowDecoder<'a> {
     // ---- output ----
 
     #[inline]
-    fn emit(&mut self, ip: u64, count: u64, end: u64, sink: &mut impl FlowSink) {
+    pub(super) fn emit(&mut self, ip: u64, count: u64, end: u64, sink: &mut impl FlowSink) {
         self.position += count;
         match &mut self.run {
             Some((_, n, e)) if *e == ip => {
@@ -213,13 +183,13 @@ impl<'a> FlowDecoder<'a> {
         }
     }
 
-    fn flush(&mut self, sink: &mut impl FlowSink) {
+    pub(super) fn flush(&mut self, sink: &mut impl FlowSink) {
         if let Some((ip, n, _)) = self.run.take() {
             sink.run(ip, n);
         }
     }
 
-    fn event(&mut self, sink: &mut impl FlowSink, offset: usize, kind: EventKind) {
+    pub(super) fn event(&mut self, sink: &mut impl FlowSink, offset: usize, kind: EventKind) {
         self.flush(sink);
         sink.event(FlowEvent {
             kind,
@@ -229,7 +199,7 @@ impl<'a> FlowDecoder<'a> {
     }
 
     #[cold]
-    fn fail(&mut self, sink: &mut impl FlowSink, f: Failure) {
+    pub(super) fn fail(&mut self, sink: &mut impl FlowSink, f: Failure) {
         if f.from_source {
             self.source.next();
         }
@@ -249,317 +219,6 @@ impl<'a> FlowDecoder<'a> {
         // The decoder's own RTIT_LAST_CALL_NLIP does not survive lost data.
         self.last_call_nlip = None;
         self.state = State::Lost;
-    }
-
-    // ---- packets ----
-
-    /// The next flow packet, with FUP.PCC (information only) and PIP (switching the address
-    /// space) taken on the way.
-    fn peek(&mut self) -> Step<Option<Decoded>> {
-        loop {
-            match self.source.peek() {
-                None => return Ok(None),
-                Some(Err(e)) => {
-                    let (offset, message) = (e.offset, e.kind.to_string());
-                    let lost = match e.kind {
-                        crate::packet::DecodeErrorKind::Lost { bytes } => Some(bytes),
-                        _ => None,
-                    };
-                    let mut f = Failure::new(None, offset, message);
-                    f.lost = lost;
-                    f.from_source = true;
-                    return Err(f);
-                }
-                Some(Ok(d)) => match d.packet {
-                    Packet::Fup(FupEvent::PeriodicCycleCount, _) => {
-                        self.source.next();
-                    }
-                    Packet::Pip(pip) => {
-                        self.source.next();
-                        self.switch_space(pip.cr3);
-                    }
-                    _ => return Ok(Some(*d)),
-                },
-            }
-        }
-    }
-
-    fn switch_space(&mut self, cr3: u64) {
-        if let Some(i) = self.spaces.iter().position(|(c, ..)| *c == Some(cr3)) {
-            self.current = i;
-            // Block ids belong to one space's cache.
-            self.last_call_block = NO_BLOCK;
-        }
-    }
-
-    fn offset(&mut self) -> usize {
-        self.source.offset()
-    }
-
-    #[cold]
-    fn unexpected(&mut self, ip: u64, wanted: &str, found: Option<Decoded>) -> Box<Failure> {
-        let offset = found.map_or_else(|| self.offset(), |d| d.offset);
-        let name = found.map_or("the end of the trace", |d| d.packet.name());
-        let mut f = Failure::new(
-            Some(ip),
-            offset,
-            format!("{wanted} at {ip:#x}, but the trace has {name}"),
-        );
-        f.end = found.is_none();
-        f
-    }
-
-    /// The next TNT bit, for the branch at `ip`.
-    #[inline]
-    fn take_bit(&mut self, ip: u64) -> Step<bool> {
-        if self.tnt_left == 0 {
-            let d = self.peek()?;
-            match d.map(|d| d.packet) {
-                Some(Packet::Tnt(tnt)) => {
-                    self.source.next();
-                    self.tnt_left = u32::from(tnt.count());
-                    self.tnt_bits = u64::from(tnt.header());
-                }
-                None if self.begin_tail() && self.tnt_left > 0 => {}
-                _ => return Err(self.unexpected(ip, "a conditional branch needs a TNT bit", d)),
-            }
-        }
-        self.tnt_left -= 1;
-        Ok((self.tnt_bits >> self.tnt_left) & 1 == 1)
-    }
-
-    /// The TIP for the indirect branch at `ip`.
-    fn take_tip(&mut self, ip: u64, what: &str) -> Step<u64> {
-        if self.tnt_left != 0 {
-            let message = format!("{} TNT bits left over at the {what} at {ip:#x}", self.tnt_left);
-            return Err(Failure::new(Some(ip), self.offset(), message));
-        }
-        let d = self.peek()?;
-        match d {
-            Some(Decoded {
-                packet: Packet::Tip(_),
-                ip: Some(target),
-                ..
-            }) => {
-                self.source.next();
-                Ok(target)
-            }
-            _ => Err(self.unexpected(ip, &format!("the {what} needs a TIP"), d)),
-        }
-    }
-
-    /// Where the near RET at `ip` goes: compressed (a taken TNT bit: to the last call's NLIP)
-    /// or not (a TIP).
-    fn return_target(&mut self, ip: u64) -> Step<u64> {
-        let compressed = self.tnt_left > 0
-            || match self.peek()? {
-                Some(d) => matches!(d.packet, Packet::Tnt(_)),
-                None => self.begin_tail() && self.tnt_left > 0,
-            };
-        if !compressed {
-            return self.take_tip(ip, "return");
-        }
-        if !self.take_bit(ip)? {
-            let message = format!("a not-taken TNT bit for the return at {ip:#x}");
-            return Err(Failure::new(Some(ip), self.offset(), message));
-        }
-        match self.last_call_nlip {
-            Some(nlip) => Ok(nlip),
-            None => {
-                let message = format!("a compressed return at {ip:#x} with no call seen to return to");
-                Err(Failure::new(Some(ip), self.offset(), message))
-            }
-        }
-    }
-
-    /// The trace has no packet left. With the recording's end, the walk goes on: the TNT
-    /// bits RTIT_TNT_BUFF still held become pending, and the history stops at the count the
-    /// recorder saw. Returns whether the walk is past the last packet with an end to reach.
-    #[cold]
-    fn begin_tail(&mut self) -> bool {
-        if let Some(end) = self.end.take() {
-            self.tail = true;
-            self.limit = end.instructions;
-            if let Some(tnt) = end.tnt_buff {
-                if self.tnt_left == 0 {
-                    self.tnt_left = u32::from(tnt.count());
-                    self.tnt_bits = u64::from(tnt.header());
-                }
-            }
-        }
-        self.tail
-    }
-
-    /// An error for a walk that entered a block again with the trace standing still.
-    #[cold]
-    fn spinning(&mut self, ip: u64) -> Box<Failure> {
-        let d = self.peek().ok().flatten();
-        let next = d.map_or_else(
-            || "the end of the trace".to_string(),
-            |d| format!("{} at offset {:#x}", d.packet.name(), d.offset),
-        );
-        let pending = match self.tnt_left {
-            0 => String::new(),
-            n => format!(" with {n} TNT bits pending"),
-        };
-        let message = if self.tail {
-            // A program stopped inside `for (;;);` ran that loop many times with nothing in
-            // the trace to count them by; the history cannot hold them as runs, and a count
-            // that is wrong must not make it try.
-            format!(
-                "the trace ends in a loop through {ip:#x} that needs nothing from the trace; the recorder counted {} instructions, the history stops after its first pass",
-                self.limit
-            )
-        } else {
-            format!(
-                "the code loops through {ip:#x} with no branch the trace could describe, and what the trace says next ({next}{pending}) never fits in it: the trace does not match the code"
-            )
-        };
-        let offset = self.offset();
-        Failure::new(Some(ip), offset, message)
-    }
-
-    // ---- states ----
-
-    /// Disabled or lost: read packets until the history can continue.
-    fn idle(&mut self, sink: &mut impl FlowSink) {
-        let lost = self.state == State::Lost;
-        let d = match self.peek() {
-            Ok(Some(d)) => d,
-            Ok(None) => {
-                self.state = State::Done;
-                return;
-            }
-            Err(f) => return self.fail(sink, *f),
-        };
-        self.source.next();
-        match (d.packet, d.ip) {
-            (Packet::Fup(FupEvent::PacketGenEnable, _), Some(ip)) => {
-                self.event(sink, d.offset, EventKind::Enabled { ip });
-                self.state = State::Tracing(ip);
-            }
-            // Lost: tracing is now known to be off. Disabled: an extra FUP.PGD (errata E2).
-            (Packet::Fup(FupEvent::PacketGenDisable, _), _) if lost => self.state = State::Disabled,
-            (Packet::Fup(FupEvent::PacketGenDisable, _), _) => {}
-            (Packet::Fup(FupEvent::BufferOverflow, _), Some(ip)) => self.gap(sink, d.offset, ip),
-            (Packet::Tip(_), Some(ip)) if lost => {
-                self.event(sink, d.offset, EventKind::Enabled { ip });
-                self.state = State::Tracing(ip);
-            }
-            (Packet::Tnt(_) | Packet::Fup(FupEvent::FarTransfer, _), _) if lost => {}
-            (Packet::TraceStop, _) => self.stop(sink, d.offset),
-            (packet, _) if !lost => {
-                let message = format!("{} while tracing is disabled", packet.name());
-                let f = Failure::new(None, d.offset, message);
-                self.fail(sink, *f);
-            }
-            _ => {}
-        }
-    }
-
-    fn gap(&mut self, sink: &mut impl FlowSink, offset: usize, ip: u64) {
-        self.event(sink, offset, EventKind::Gap { ip });
-        self.last_call_nlip = None;
-        self.tnt_left = 0;
-        self.state = State::Tracing(ip);
-        // Errata E5: a TIP right after FUP.BuffOvf with the same IP is spurious.
-        if let Ok(Some(Decoded {
-            packet: Packet::Tip(_),
-            ip: Some(t),
-            ..
-        })) = self.peek()
-        {
-            if t == ip {
-                self.source.next();
-            }
-        }
-    }
-
-    fn stop(&mut self, sink: &mut impl FlowSink, offset: usize) {
-        self.event(sink, offset, EventKind::Stop);
-        self.source.timing.restarted();
-        self.tnt_left = 0;
-        self.state = State::Disabled;
-    }
-
-    /// Tracing stopped with FUP.PGD at `ip`; a TIP right after it (a far transfer that kept
-    /// ContextEn, table 19 row 30) is consumed with it.
-    fn disabled(&mut self, sink: &mut impl FlowSink, offset: usize, ip: u64) {
-        self.event(sink, offset, EventKind::Disabled { ip: Some(ip) });
-        if let Ok(Some(Decoded {
-            packet: Packet::Tip(_), ..
-        })) = self.peek()
-        {
-            self.source.next();
-        }
-        self.state = State::Disabled;
-    }
-
-    /// What binds at the boundary before `ip`, with no TNT bit pending.
-    fn boundary(&mut self, ip: u64, sink: &mut impl FlowSink) -> Boundary {
-        let d = match self.peek() {
-            Ok(Some(d)) => d,
-            Ok(None) if self.begin_tail() => return Boundary::Walk,
-            Ok(None) => {
-                self.state = State::Done;
-                return Boundary::Leave;
-            }
-            Err(f) => {
-                self.fail(sink, *f);
-                return Boundary::Leave;
-            }
-        };
-        let Some(fup_ip) = d.ip else {
-            match d.packet {
-                Packet::TraceStop => {
-                    self.source.next();
-                    self.stop(sink, d.offset);
-                    return Boundary::Leave;
-                }
-                // The next bits: nothing can bind before they are used, so take them now
-                // and skip the boundary checks until they are.
-                Packet::Tnt(tnt) => {
-                    self.source.next();
-                    self.tnt_left = u32::from(tnt.count());
-                    self.tnt_bits = u64::from(tnt.header());
-                }
-                _ => {}
-            }
-            return Boundary::Walk;
-        };
-        match d.packet {
-            Packet::Fup(FupEvent::BufferOverflow, _) => {
-                self.source.next();
-                self.gap(sink, d.offset, fup_ip);
-                Boundary::Continue(fup_ip)
-            }
-            // Tracing was stopped without FUP.PGD (TriggerEn cleared, §4.2.8) and resumed.
-            Packet::Fup(FupEvent::PacketGenEnable, _) => {
-                self.source.next();
-                self.event(sink, d.offset, EventKind::Disabled { ip: None });
-                self.event(sink, d.offset, EventKind::Enabled { ip: fup_ip });
-                Boundary::Continue(fup_ip)
-            }
-            Packet::Fup(FupEvent::PacketGenDisable, _) if fup_ip == ip => {
-                self.source.next();
-                self.disabled(sink, d.offset, ip);
-                Boundary::Leave
-            }
-            Packet::Fup(FupEvent::FarTransfer, _) if fup_ip == ip => {
-                self.source.next();
-                match self.take_tip(ip, "interrupt or fault") {
-                    Ok(target) => {
-                        self.event(sink, d.offset, EventKind::Interrupt { ip, target });
-                        Boundary::Continue(target)
-                    }
-                    Err(f) => {
-                        self.fail(sink, *f);
-                        Boundary::Leave
-                    }
-                }
-            }
-            _ => Boundary::Walk,
-        }
     }
 
     /// Walks blocks from `ip` until tracing stops, the trace ends or an error.

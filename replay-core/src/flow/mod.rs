@@ -8,11 +8,16 @@
 //! history as runs of sequential instructions plus events, pushed into a [`FlowSink`].
 //!
 //! Files: `block` (decoded, cached basic blocks), `source` (packet lookahead without the
-//! timing packets), `timing` (TSC and cycles, errata E6/E7), `decoder` (the walk), `spin`
-//! (catching a walk the trace can never end), `positions` (trace offsets to positions).
+//! timing packets), `timing` (TSC and cycles, errata E6/E7), `decoder` (the walk),
+//! `packets` (what the walk takes from the trace), `failure` (a disagreement on its way to
+//! the report), `binding` (where asynchronous packets bind), `spin` (catching a walk the trace can never end), `positions` (trace offsets to
+//! positions).
 
+mod binding;
 mod block;
 mod decoder;
+mod failure;
+mod packets;
 mod positions;
 mod source;
 mod spin;

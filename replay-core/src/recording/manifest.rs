@@ -4,7 +4,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::hex;
+use crate::hex;
 
 /// The RTIT registers a trace was written under.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -15,7 +15,7 @@
 //! with a manifest is a finished recording (possibly marked interrupted).
 
 mod error;
-pub mod hex;
+pub use crate::hex;
 mod manifest;
 mod validate;
 
