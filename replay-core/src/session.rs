@@ -165,7 +165,8 @@ impl Session {
         let mut timeline = Timeline::new();
         let gaps = recording.gaps();
         recording.decoder(&trace, &space, &gaps).decode(&mut timeline);
-        let incomplete = match recording.check_complete(trace.len(), timeline.len()) {
+        let ran = timeline.len() + timeline.events().iter().map(FlowEvent::unshown).sum::<u64>();
+        let incomplete = match recording.check_complete(trace.len(), ran) {
             Ok(()) => None,
             Err(e) if partial => Some(e),
             Err(e) => return Err(e),
@@ -251,6 +252,12 @@ impl Session {
     /// Errors the decoder reported while reconstructing the history.
     pub fn errors(&self) -> impl Iterator<Item = &FlowEvent> {
         self.events.iter().filter(|e| matches!(e.kind, EventKind::Error { .. }))
+    }
+
+    /// Where the trace ends in a spin loop (a hang stopped by a signal): the event that says
+    /// how many instructions ran there beyond the history's end.
+    pub fn spinning_at_end(&self) -> Option<&FlowEvent> {
+        self.events.iter().find(|e| matches!(e.kind, EventKind::Spins { .. }))
     }
 
     /// How arriving at `position` going forwards is reported.

@@ -15,6 +15,9 @@ struct Tally {
     gaps: u64,
     errors: u64,
     first_errors: Vec<String>,
+    /// Instructions that ran but are not in the history (a spin at the end).
+    unshown: u64,
+    notes: Vec<String>,
 }
 
 impl FlowSink for Tally {
@@ -26,6 +29,10 @@ impl FlowSink for Tally {
         match event.kind {
             EventKind::Interrupt { .. } => self.interrupts += 1,
             EventKind::Gap { .. } | EventKind::Lost { .. } => self.gaps += 1,
+            EventKind::Spins { instructions, .. } => {
+                self.unshown += instructions;
+                self.notes.push(format!("at position {}: {event}", event.position));
+            }
             EventKind::Error { .. } => {
                 self.errors += 1;
                 if self.first_errors.len() < 5 {
@@ -48,8 +55,12 @@ pub fn run(rec: &Recording, partial: bool) -> Result<()> {
     let gaps = rec.gaps();
     rec.decoder(&trace, &space, &gaps).decode(&mut tally);
     let secs = started.elapsed().as_secs_f64().max(1e-9);
+    let spinning = match tally.unshown {
+        0 => String::new(),
+        n => format!(" (and {n} in a spin loop at the end, not shown)"),
+    };
     println!(
-        "decoded       {} instructions, {} errors, {} gaps, {} interrupts in {:.1} ms ({:.1} M instructions/s, {:.1} MiB/s of trace)",
+        "decoded       {} instructions{spinning}, {} errors, {} gaps, {} interrupts in {:.1} ms ({:.1} M instructions/s, {:.1} MiB/s of trace)",
         tally.instructions,
         tally.errors,
         tally.gaps,
@@ -58,8 +69,8 @@ pub fn run(rec: &Recording, partial: bool) -> Result<()> {
         tally.instructions as f64 / secs / 1e6,
         trace.len() as f64 / secs / (1 << 20) as f64
     );
-    for e in &tally.first_errors {
+    for e in tally.first_errors.iter().chain(&tally.notes) {
         println!("  {e}");
     }
-    super::recordings::complete_or_partial(rec, trace.len(), tally.instructions, partial)
+    super::recordings::complete_or_partial(rec, trace.len(), tally.instructions + tally.unshown, partial)
 }

@@ -112,14 +112,15 @@ impl TraceArgs {
             .with_end(end)
             .decode(&mut items);
         if let Some(rec) = &rec {
-            let decoded = items
+            // Shown and, for a spin at the end, counted.
+            let ran = items
                 .iter()
                 .map(|i| match i {
                     FlowItem::Run { count, .. } => *count,
-                    FlowItem::Event(_) => 0,
+                    FlowItem::Event(e) => e.unshown(),
                 })
                 .sum();
-            super::recordings::complete_or_partial(rec, trace.len(), decoded, self.partial)?;
+            super::recordings::complete_or_partial(rec, trace.len(), ran, self.partial)?;
         }
         Ok(History { space, items })
     }

@@ -61,6 +61,7 @@ fn event_line(e: &FlowEvent) -> EventLine<'_> {
         EventKind::Disabled { ip } => (*ip, None),
         EventKind::Error { ip, message } => (*ip, Some(message.as_str())),
         EventKind::Stop | EventKind::Lost { .. } => (None, None),
+        EventKind::Spins { ip, .. } => (Some(*ip), None),
     };
     EventLine {
         event: e.kind.name(),

@@ -258,6 +258,16 @@ impl<'a> FlowDecoder<'a> {
                 }
             }
             if self.spin.loops((self.source.taken, self.tnt_left), id) {
+                if self.tail {
+                    // Past the last packet, a cycle is where the program was when stopped:
+                    // every remaining instruction is a further pass. Counted, not walked, so
+                    // no count (right or wrong) makes the history circle without bound.
+                    let instructions = self.limit.saturating_sub(self.position);
+                    let offset = self.offset();
+                    self.event(sink, offset, EventKind::Spins { ip, instructions });
+                    self.state = State::Done;
+                    return;
+                }
                 let f = self.spinning(ip);
                 return self.fail(sink, *f);
             }

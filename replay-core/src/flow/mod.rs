@@ -85,6 +85,16 @@ pub enum EventKind {
     },
     /// TraceSTOP: tracing stopped at a TraceStop range (§4.2.11).
     Stop,
+    /// The trace ends while the program spins in a loop through `ip` that needs nothing from
+    /// the trace (a hang in `for (;;);`, stopped by a signal): the recorder counted
+    /// `instructions` more than the history holds, all of them further passes of that loop.
+    /// The history shows one pass; the rest are counted, not shown.
+    Spins {
+        /// An instruction of the loop.
+        ip: u64,
+        /// Instructions that ran after the history's last one.
+        instructions: u64,
+    },
 }
 
 impl EventKind {
@@ -98,6 +108,7 @@ impl EventKind {
             Self::Lost { .. } => "lost",
             Self::Error { .. } => "error",
             Self::Stop => "stop",
+            Self::Spins { .. } => "spins",
         }
     }
 }
@@ -112,6 +123,16 @@ pub struct FlowEvent {
     pub offset: usize,
     /// Instructions executed before it.
     pub position: u64,
+}
+
+impl FlowEvent {
+    /// Instructions that ran but the history does not show (counted by the recorder).
+    pub fn unshown(&self) -> u64 {
+        match self.kind {
+            EventKind::Spins { instructions, .. } => instructions,
+            _ => 0,
+        }
+    }
 }
 
 impl fmt::Display for FlowEvent {
@@ -131,6 +152,10 @@ impl fmt::Display for FlowEvent {
                 write!(f, "{message}")?;
             }
             EventKind::Stop => write!(f, "TraceSTOP")?,
+            EventKind::Spins { ip, instructions } => write!(
+                f,
+                "the program spins in a loop through {ip:#x} that needs nothing from the trace: {instructions} more instructions ran there until the recording stopped (one pass shown)"
+            )?,
         }
         write!(f, " (trace offset {:#x}, position {})", self.offset, self.position)
     }

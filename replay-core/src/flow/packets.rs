@@ -156,19 +156,9 @@ impl FlowDecoder<'_> {
             0 => String::new(),
             n => format!(" with {n} TNT bits pending"),
         };
-        let message = if self.tail {
-            // A program stopped inside `for (;;);` ran that loop many times with nothing in
-            // the trace to count them by; the history cannot hold them as runs, and a count
-            // that is wrong must not make it try.
-            format!(
-                "the trace ends in a loop through {ip:#x} that needs nothing from the trace; the recorder counted {} instructions, the history stops after its first pass",
-                self.limit
-            )
-        } else {
-            format!(
-                "the code loops through {ip:#x} with no branch the trace could describe, and what the trace says next ({next}{pending}) never fits in it: the trace does not match the code"
-            )
-        };
+        let message = format!(
+            "the code loops through {ip:#x} with no branch the trace could describe, and what the trace says next ({next}{pending}) never fits in it: the trace does not match the code"
+        );
         let offset = self.offset();
         Failure::new(Some(ip), offset, message)
     }
