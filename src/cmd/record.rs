@@ -229,10 +229,14 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
 
     // SIGINT (^C), SIGTERM and SIGHUP stop recording: the backend ends the program, and the
     // recording is written, naming the signal. Another one while stopping goes unheard, so
-    // the recording still gets written.
+    // the recording still gets written and names the first.
     let interrupted = Interrupt::new();
     for signal in [SIGINT, SIGTERM, SIGHUP] {
-        signal_hook::flag::register_usize(signal, interrupted.cell(), signal as usize)
+        let handler = interrupted.clone();
+        // SAFETY: the handler does one atomic compare-exchange (`Interrupt::raise`): no
+        // allocation, no lock, so it is async-signal-safe.
+        #[allow(unsafe_code)]
+        unsafe { signal_hook::low_level::register(signal, move || handler.raise(signal)) }
             .with_context(|| format!("cannot handle signal {signal}"))?;
     }
     let progress: Option<Box<dyn FnMut(u64)>> = std::io::stderr().is_terminal().then(|| {
