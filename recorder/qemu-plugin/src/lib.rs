@@ -9,48 +9,20 @@
 #![allow(unsafe_code)]
 
 mod ffi;
+mod shared;
 mod state;
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
-use ffi::{PluginId, QemuInfo, Tb};
+use ffi::{say, PluginId, QemuInfo, Tb};
 use rtit_recorder::qemu::block::{Access, Block};
-use rtit_recorder::qemu::engine::Counts;
 use rtit_recorder::qemu::report::Args;
+use shared::{counts, with_plugin, ACCESSED, PLUGIN, STARTED};
 use state::Plugin;
 
 /// The plugin API version this plugin was written against (QEMU_PLUGIN_VERSION of 7.2).
 #[no_mangle]
 pub static qemu_plugin_version: c_int = 1;
-
-/// Instructions of the running block that started (an inline add before each).
-static STARTED: AtomicU64 = AtomicU64::new(0);
-/// Completed memory accesses of the running block's last instruction (an inline add after
-/// each).
-static ACCESSED: AtomicU64 = AtomicU64::new(0);
-
-static PLUGIN: Mutex<Option<Plugin>> = Mutex::new(None);
-
-fn with_plugin<R>(f: impl FnOnce(&mut Plugin) -> R) -> Option<R> {
-    let mut guard = PLUGIN.lock().unwrap_or_else(|e| e.into_inner());
-    guard.as_mut().map(f)
-}
-
-fn counts(reset: bool) -> Counts {
-    if reset {
-        Counts {
-            started: STARTED.swap(0, Ordering::Relaxed),
-            accessed: ACCESSED.swap(0, Ordering::Relaxed),
-        }
-    } else {
-        Counts {
-            started: STARTED.load(Ordering::Relaxed),
-            accessed: ACCESSED.load(Ordering::Relaxed),
-        }
-    }
-}
 
 extern "C" fn tb_exec(_vcpu: c_uint, userdata: *mut c_void) {
     let counts = counts(true);
@@ -142,13 +114,6 @@ pub extern "C" fn kill(pid: nix::libc::pid_t, sig: c_int) -> c_int {
     }
     // SAFETY: the kill system call with plain integer arguments.
     unsafe { nix::libc::syscall(nix::libc::SYS_kill, pid, sig) as c_int }
-}
-
-fn say(text: &str) {
-    if let Ok(s) = std::ffi::CString::new(format!("rtit plugin: {text}\n")) {
-        // SAFETY: a NUL-terminated string that outlives the call.
-        unsafe { ffi::qemu_plugin_outs(s.as_ptr()) }
-    }
 }
 
 /// QEMU calls this once after loading the plugin. The guest is not loaded yet: the host's

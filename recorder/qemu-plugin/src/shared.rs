@@ -1,0 +1,38 @@
+//! What QEMU's callbacks share: the plugin behind its lock and the inline counters.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use rtit_recorder::qemu::engine::Counts;
+
+use crate::state::Plugin;
+
+/// Instructions of the running block that started (an inline add before each).
+pub static STARTED: AtomicU64 = AtomicU64::new(0);
+/// Completed memory accesses of the running block's last instruction (an inline add after
+/// each).
+pub static ACCESSED: AtomicU64 = AtomicU64::new(0);
+
+/// The plugin; `None` once it has finished.
+pub static PLUGIN: Mutex<Option<Plugin>> = Mutex::new(None);
+
+/// Runs `f` on the plugin, if it has not finished.
+pub fn with_plugin<R>(f: impl FnOnce(&mut Plugin) -> R) -> Option<R> {
+    let mut guard = PLUGIN.lock().unwrap_or_else(|e| e.into_inner());
+    guard.as_mut().map(f)
+}
+
+/// The running block's counters; `reset` starts the next block's.
+pub fn counts(reset: bool) -> Counts {
+    if reset {
+        Counts {
+            started: STARTED.swap(0, Ordering::Relaxed),
+            accessed: ACCESSED.swap(0, Ordering::Relaxed),
+        }
+    } else {
+        Counts {
+            started: STARTED.load(Ordering::Relaxed),
+            accessed: ACCESSED.load(Ordering::Relaxed),
+        }
+    }
+}
