@@ -6,6 +6,8 @@
 //! report into the directory `rtit record` named; `rtit record --backend qemu` runs it.
 //!
 //! Threads are refused: the plugin stops recording at the first `clone` that creates one.
+//! A process the program forks is a copy of QEMU with this plugin in it: it goes inert and
+//! runs unrecorded; the parent notes it.
 #![allow(unsafe_code)]
 
 mod ffi;
@@ -17,7 +19,7 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use ffi::{say, PluginId, QemuInfo, Tb};
 use rtit_recorder::qemu::block::{Access, Block};
 use rtit_recorder::qemu::report::Args;
-use shared::{counts, with_plugin, ACCESSED, PLUGIN, STARTED};
+use shared::{counts, inert, with_plugin, ACCESSED, PLUGIN, STARTED};
 use state::Plugin;
 
 /// The plugin API version this plugin was written against (QEMU_PLUGIN_VERSION of 7.2).
@@ -25,11 +27,17 @@ use state::Plugin;
 pub static qemu_plugin_version: c_int = 1;
 
 extern "C" fn tb_exec(_vcpu: c_uint, userdata: *mut c_void) {
+    if inert() {
+        return;
+    }
     let counts = counts(true);
     with_plugin(|p| p.executed(userdata as usize as u32, counts));
 }
 
 extern "C" fn tb_trans(_id: PluginId, tb: *mut Tb) {
+    if inert() {
+        return;
+    }
     // SAFETY: `tb` is valid during this callback; the instruction handles and their bytes
     // are QEMU's for the same duration, and are only read here.
     unsafe {
@@ -87,15 +95,24 @@ extern "C" fn syscall(
     _a7: u64,
     _a8: u64,
 ) {
+    if inert() {
+        return;
+    }
     let counts = counts(false);
     with_plugin(|p| p.syscall(num as u64, [a1, a2, a3, a4, a5, a6], counts));
 }
 
 extern "C" fn syscall_ret(_id: PluginId, _vcpu: c_uint, num: i64, ret: i64) {
+    if inert() {
+        return;
+    }
     with_plugin(|p| p.syscall_ret(num as u64, ret));
 }
 
 extern "C" fn atexit(_id: PluginId, _userdata: *mut c_void) {
+    if inert() {
+        return;
+    }
     let counts = counts(true);
     let mut guard = PLUGIN.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(mut p) = guard.take() {
@@ -142,6 +159,12 @@ pub unsafe extern "C" fn qemu_plugin_install(
             return -1;
         }
     };
+    // SAFETY: registers a plain function that only stores to an atomic, as a fork child
+    // handler may.
+    if unsafe { nix::libc::pthread_atfork(None, None, Some(shared::forked_child)) } != 0 {
+        say("pthread_atfork failed");
+        return -1;
+    }
     match Plugin::new(args) {
         Ok(p) => *PLUGIN.lock().unwrap_or_else(|e| e.into_inner()) = Some(p),
         Err(e) => {

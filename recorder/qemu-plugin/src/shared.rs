@@ -1,6 +1,7 @@
-//! What QEMU's callbacks share: the plugin behind its lock and the inline counters.
+//! What QEMU's callbacks and a forked child share: the plugin behind its lock, the inline
+//! counters, and whether this process is a child the program forked.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use rtit_recorder::qemu::engine::Counts;
@@ -15,6 +16,10 @@ pub static ACCESSED: AtomicU64 = AtomicU64::new(0);
 
 /// The plugin; `None` once it has finished.
 pub static PLUGIN: Mutex<Option<Plugin>> = Mutex::new(None);
+
+/// Set in a child the program forked (QEMU forks itself for the guest's fork): the child
+/// runs unrecorded and must write nothing into the parent's files.
+pub static INERT: AtomicBool = AtomicBool::new(false);
 
 /// Runs `f` on the plugin, if it has not finished.
 pub fn with_plugin<R>(f: impl FnOnce(&mut Plugin) -> R) -> Option<R> {
@@ -35,4 +40,16 @@ pub fn counts(reset: bool) -> Counts {
             accessed: ACCESSED.load(Ordering::Relaxed),
         }
     }
+}
+
+/// In a forked child, before anything else runs there (`pthread_atfork`): no callback of
+/// the child touches the plugin from then on.
+pub extern "C" fn forked_child() {
+    INERT.store(true, Ordering::Relaxed);
+}
+
+/// Whether this process is a forked child of the recorded one.
+#[inline]
+pub fn inert() -> bool {
+    INERT.load(Ordering::Relaxed)
 }

@@ -20,7 +20,7 @@ use rtit_recorder::qemu::initial::{find_initial_rsp, guest_mappings, name_stack,
 use rtit_recorder::qemu::report::{files, Args, PluginEnd, Report};
 use rtit_recorder::sideband::{parse_map_line, snapshot_with, Images};
 use rtit_recorder::writer::write_snapshot;
-use rtit_replay_core::recording::{MapChange, Mapping, Maps, MemoryRegion};
+use rtit_replay_core::recording::{ChildProcess, MapChange, Mapping, Maps, MemoryRegion};
 use rtit_replay_core::syscall::SyscallRecord;
 
 /// The lowest descriptor the plugin keeps open, far above the program's.
@@ -65,6 +65,8 @@ pub struct Plugin {
     start_ip: Option<u64>,
     exit_code: Option<i32>,
     stop: Option<String>,
+    /// Processes the program created.
+    children: Vec<ChildProcess>,
     notes: Vec<String>,
     flush_check: u32,
 }
@@ -114,6 +116,7 @@ impl Plugin {
             start_ip: None,
             exit_code: None,
             stop: None,
+            children: Vec::new(),
             notes: Vec::new(),
             flush_check: 0,
             args,
@@ -343,7 +346,7 @@ impl Plugin {
             stats: self.engine.stats,
             notes: std::mem::take(&mut self.notes),
             tnt_buff: self.start_ip.map(|_| self.engine.tnt_buff()),
-            children: Vec::new(),
+            children: std::mem::take(&mut self.children),
         };
         let out = Path::new(&self.args.out);
         let tmp = out.join(format!("{}.tmp", files::REPORT));

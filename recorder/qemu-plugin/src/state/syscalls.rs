@@ -1,9 +1,10 @@
 //! The plugin at system calls: what the call wrote (the log), the memory map it changed,
-//! threads and execve (which stop the recording).
+//! threads and execve (which stop the recording), and the processes it created.
 
 use rtit_recorder::outcome::RegisterMap;
 use rtit_recorder::qemu::engine::{Counts, SyscallAction};
 use rtit_recorder::sideband::{diff, nr};
+use rtit_replay_core::recording::ChildProcess;
 use rtit_replay_core::syscall::{effect, Effect, MemoryWrite, SyscallRecord};
 
 use super::Plugin;
@@ -66,13 +67,21 @@ impl Plugin {
         }
     }
 
-    /// A system call returned `ret`: completes its log entry, follows the map.
+    /// A system call returned `ret`: completes its log entry, notes a process it created,
+    /// follows the map. (In the child a fork returns 0 in, nothing runs: it went inert as it
+    /// was forked, see `shared::forked_child`.)
     pub fn syscall_ret(&mut self, number: u64, ret: i64) {
+        let position = self.syscall_record.as_ref().map(|r| r.position);
         if let Some(r) = self.syscall_record.take() {
             let r = self.complete_syscall(r, ret as u64);
             self.syscalls.push(r);
         }
         let Some((n, a)) = self.syscall.take() else { return };
+        if n == number && ret > 0 {
+            if let Some(position) = position {
+                self.note_child(number, a[0], position, ret);
+            }
+        }
         if n != number || !nr::changes_map(number) || (-4095..0).contains(&ret) {
             return;
         }
@@ -125,5 +134,21 @@ impl Plugin {
             _ => {}
         }
         r
+    }
+
+    /// Notes the process that call `number` (first argument `a0`) at `position` created, if
+    /// it created one: QEMU forks itself for it, and the copy runs unrecorded.
+    fn note_child(&mut self, number: u64, a0: u64, position: u64, pid: i64) {
+        let flags = match number {
+            nr::CLONE3 => self.read_u64(a0).unwrap_or(0),
+            _ => a0,
+        };
+        if let Some(name) = nr::creates_process(number, flags) {
+            self.children.push(ChildProcess {
+                position,
+                syscall: name.to_string(),
+                pid: Some(pid),
+            });
+        }
     }
 }
