@@ -109,13 +109,13 @@ pub fn record(opts: QemuOptions) -> Result<Outcome, QemuError> {
     let qemu = find_qemu().ok_or(QemuError::NoQemu)?;
     let plugin = find_plugin().ok_or(QemuError::NoPlugin)?;
     let program = resolve(&opts.program)?;
-    check_executable(&program)?;
+    let warnings = check_executable(&program)?;
     let dir = std::env::temp_dir().join(format!("rtit-qemu-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(io(&dir))?;
     let result = run(&qemu, &plugin, &program, &opts, &dir);
     let _ = std::fs::remove_dir_all(&dir);
-    result
+    result.map(|outcome| Outcome { warnings, ..outcome })
 }
 
 fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Path) -> Result<Outcome, QemuError> {
