@@ -7,19 +7,22 @@
 //!
 //! Threads are refused: the plugin stops recording at the first `clone` that creates one.
 //! A process the program forks is a copy of QEMU with this plugin in it: it goes inert and
-//! runs unrecorded; the parent notes it.
+//! runs unrecorded; the parent notes it. When `rtit record` is asked to stop it tells the
+//! plugin through a pipe, and the plugin ends the recording where the program is.
 #![allow(unsafe_code)]
 
 mod ffi;
 mod shared;
 mod state;
+mod stop;
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::sync::atomic::Ordering;
 
 use ffi::{say, PluginId, QemuInfo, Tb};
 use rtit_recorder::qemu::block::{Access, Block};
 use rtit_recorder::qemu::report::Args;
-use shared::{counts, inert, with_plugin, ACCESSED, PLUGIN, STARTED};
+use shared::{counts, inert, with_plugin, ACCESSED, PLUGIN, STARTED, STOP};
 use state::Plugin;
 
 /// The plugin API version this plugin was written against (QEMU_PLUGIN_VERSION of 7.2).
@@ -31,7 +34,11 @@ extern "C" fn tb_exec(_vcpu: c_uint, userdata: *mut c_void) {
         return;
     }
     let counts = counts(true);
-    with_plugin(|p| p.executed(userdata as usize as u32, counts));
+    let id = userdata as usize as u32;
+    match STOP.load(Ordering::Relaxed) {
+        0 => with_plugin(|p| p.executed(id, counts)),
+        signal => with_plugin(|p| p.interrupt_before(id, counts, signal)),
+    };
 }
 
 extern "C" fn tb_trans(_id: PluginId, tb: *mut Tb) {
@@ -165,13 +172,24 @@ pub unsafe extern "C" fn qemu_plugin_install(
         say("pthread_atfork failed");
         return -1;
     }
+    // The stop thread starts before `Plugin::new` notes QEMU's own memory map (its stack is
+    // QEMU's, not the program's), and waits on the lock held here until the plugin is in
+    // place: from then on, no plugin means a finished one.
+    let mut guard = PLUGIN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(fd) = args.stop {
+        if let Err(e) = stop::start(fd) {
+            say(&e);
+            return -1;
+        }
+    }
     match Plugin::new(args) {
-        Ok(p) => *PLUGIN.lock().unwrap_or_else(|e| e.into_inner()) = Some(p),
+        Ok(p) => *guard = Some(p),
         Err(e) => {
             say(&e);
             return -1;
         }
     }
+    drop(guard);
     ffi::qemu_plugin_register_vcpu_tb_trans_cb(id, tb_trans);
     ffi::qemu_plugin_register_vcpu_syscall_cb(id, syscall);
     ffi::qemu_plugin_register_vcpu_syscall_ret_cb(id, syscall_ret);

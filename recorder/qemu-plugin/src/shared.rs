@@ -1,7 +1,8 @@
-//! What QEMU's callbacks and a forked child share: the plugin behind its lock, the inline
-//! counters, and whether this process is a child the program forked.
+//! What QEMU's callbacks, the stop thread and a forked child share: the plugin behind its
+//! lock, the inline counters, the request to stop, and whether this process is a child the
+//! program forked.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use rtit_recorder::qemu::engine::Counts;
@@ -17,8 +18,13 @@ pub static ACCESSED: AtomicU64 = AtomicU64::new(0);
 /// The plugin; `None` once it has finished.
 pub static PLUGIN: Mutex<Option<Plugin>> = Mutex::new(None);
 
+/// The signal `rtit record` received, once it asks the recording to stop (0: it has not).
+/// The vCPU reads it at every block, before taking the lock.
+pub static STOP: AtomicI32 = AtomicI32::new(0);
+
 /// Set in a child the program forked (QEMU forks itself for the guest's fork): the child
-/// runs unrecorded and must write nothing into the parent's files.
+/// runs unrecorded and must write nothing into the parent's files. Read before taking the
+/// lock, which the child may have inherited held.
 pub static INERT: AtomicBool = AtomicBool::new(false);
 
 /// Runs `f` on the plugin, if it has not finished.

@@ -1,5 +1,6 @@
 //! The plugin's state between callbacks: the retirement engine, the guest's memory map, the
-//! output files, and what the report needs.
+//! output files, and what the report needs; how it ends (the program's end, a stop before
+//! something unsupported, or `rtit record`'s request).
 
 mod syscalls;
 
@@ -17,14 +18,11 @@ use rtit_recorder::qemu::block::Block;
 use rtit_recorder::qemu::engine::{Counts, Engine, Start};
 use rtit_recorder::qemu::guest_maps::GuestMaps;
 use rtit_recorder::qemu::initial::{find_initial_rsp, guest_mappings, name_stack, with_elf_perms};
-use rtit_recorder::qemu::report::{files, Args, PluginEnd, Report};
+use rtit_recorder::qemu::report::{files, Args, PluginEnd, Report, HIGH_FD};
 use rtit_recorder::sideband::{parse_map_line, snapshot_with, Images};
 use rtit_recorder::writer::write_snapshot;
 use rtit_replay_core::recording::{ChildProcess, MapChange, Mapping, Maps, MemoryRegion};
 use rtit_replay_core::syscall::SyscallRecord;
-
-/// The lowest descriptor the plugin keeps open, far above the program's.
-const HIGH_FD: i32 = 1000;
 
 /// Moves `file` to a descriptor at or above [`HIGH_FD`], so that the program's descriptors
 /// are numbered as they would be without the plugin.
@@ -32,6 +30,12 @@ fn high(file: File) -> Result<File, String> {
     let fd = fcntl(file.as_raw_fd(), FcntlArg::F_DUPFD_CLOEXEC(HIGH_FD)).map_err(|e| format!("fcntl: {e}"))?;
     // SAFETY: `fd` is a new descriptor that nothing else owns.
     Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// Ends QEMU after `rtit record`'s request, with the status a shell reports for `signal`.
+fn exit_for(signal: i32) -> ! {
+    // SAFETY: as in `Plugin::stop_now`: no exit path of QEMU's runs, none calls back.
+    unsafe { nix::libc::_exit(128 + signal) }
 }
 
 fn host_maps() -> Vec<Mapping> {
@@ -65,6 +69,8 @@ pub struct Plugin {
     start_ip: Option<u64>,
     exit_code: Option<i32>,
     stop: Option<String>,
+    /// The signal `rtit record` received, when it asked the recording to end.
+    interrupted: Option<i32>,
     /// Processes the program created.
     children: Vec<ChildProcess>,
     notes: Vec<String>,
@@ -116,6 +122,7 @@ impl Plugin {
             start_ip: None,
             exit_code: None,
             stop: None,
+            interrupted: None,
             children: Vec::new(),
             notes: Vec::new(),
             flush_check: 0,
@@ -296,6 +303,40 @@ impl Plugin {
         unsafe { nix::libc::_exit(1) }
     }
 
+    /// Whether the program is inside a system call (entered, not returned): the vCPU may
+    /// not reach another block for as long as the call blocks.
+    pub fn in_syscall(&self) -> bool {
+        self.syscall.is_some()
+    }
+
+    /// Whether tracing has started.
+    pub fn tracing(&self) -> bool {
+        self.engine.tracing()
+    }
+
+    /// `rtit record` asked to stop (it received `signal`) and block `id` is about to run
+    /// (`counts`: the previous block's): the trace ends exactly before it, the recording is
+    /// written and QEMU ends.
+    pub fn interrupt_before(&mut self, id: u32, counts: Counts, signal: i32) -> ! {
+        self.engine.stop_before(id, counts);
+        self.interrupted = Some(signal);
+        self.finish(Counts::default());
+        exit_for(signal)
+    }
+
+    /// `rtit record` asked to stop (it received `signal`), and this runs beside the vCPU
+    /// (the stop thread, with the lock held). Inside a system call the trace ends with the
+    /// call, exactly; before tracing started there is no trace; otherwise the vCPU did not
+    /// reach a block in time, and the block it runs is left out, what it did being unknown.
+    pub fn interrupt_now(&mut self, signal: i32) -> ! {
+        self.engine.stop();
+        // A call under way never returned within the recording: no log entry for it.
+        self.syscall_record = None;
+        self.interrupted = Some(signal);
+        self.finish(Counts::default());
+        exit_for(signal)
+    }
+
     /// The program ended: settles the last block, writes the trace, the end snapshot and the
     /// report.
     pub fn finish(&mut self, counts: Counts) {
@@ -318,9 +359,10 @@ impl Plugin {
         if self.start_ip.is_none() {
             let _ = File::create(Path::new(&self.args.out).join(files::MEMORY_START));
         }
-        let end = match (&self.stop, self.exit_code) {
-            (Some(reason), _) => PluginEnd::Stopped { reason: reason.clone() },
-            (None, Some(code)) if self.engine.ended() || self.start_ip.is_none() => PluginEnd::Exited { code },
+        let end = match (self.interrupted, &self.stop, self.exit_code) {
+            (Some(signal), _, _) => PluginEnd::Interrupted { signal },
+            (None, Some(reason), _) => PluginEnd::Stopped { reason: reason.clone() },
+            (None, None, Some(code)) if self.engine.ended() || self.start_ip.is_none() => PluginEnd::Exited { code },
             _ => PluginEnd::Died { fault_ip: fault },
         };
         let registers_end: RegisterMap = fault
