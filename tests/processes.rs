@@ -149,20 +149,20 @@ fn interrupted(signal: Signal) -> EndState {
     }
 }
 
-/// SIGINT to rtit stops a program spinning in user code: QEMU never sees the signal, the
-/// plugin hears it through its pipe and ends the trace between two blocks, the last
-/// branches' bits in the manifest's trace end.
+/// SIGINT to rtit stops a program busy in user code: QEMU never sees the signal, the plugin
+/// hears it through its pipe and ends the trace between two blocks, the last branches' bits
+/// in the manifest's trace end.
 #[test]
 fn sigint_stops_a_qemu_recording_of_a_busy_program() {
-    let dir = scratch("spin-build");
-    let spin = compile("spin", &dir);
+    let dir = scratch("busy-build");
+    let busy_exe = compile("busy", &dir);
     // Half a second of QEMU's CPU time (utime + stime, in ticks of 1/100 s): in the loop.
     let busy = |qemu: u32| {
         stat_field(qemu, 14)
             .zip(stat_field(qemu, 15))
             .is_some_and(|(u, k)| u + k >= 50)
     };
-    let (rec, status, stderr) = interrupt("spin", &[s(&spin)], busy, &[Signal::SIGINT]);
+    let (rec, status, stderr) = interrupt("busy", &[s(&busy_exe)], busy, &[Signal::SIGINT]);
     assert_eq!(status, 130, "128 + SIGINT\n{stderr}");
     assert_eq!(rec.manifest.end, interrupted(Signal::SIGINT));
     assert!(
@@ -170,7 +170,7 @@ fn sigint_stops_a_qemu_recording_of_a_busy_program() {
         "it traced the loop for a while: {}",
         rec.manifest.instructions
     );
-    decodes_exactly(&rec, "spin");
+    decodes_exactly(&rec, "busy");
 }
 
 /// SIGTERM to rtit stops a program blocked in `sleep 100`: the plugin ends the recording
