@@ -17,14 +17,13 @@ impl Interrupt {
         Self::default()
     }
 
-    /// The cell a signal handler stores the signal number into (0: none).
-    pub fn cell(&self) -> Arc<AtomicUsize> {
-        self.0.clone()
-    }
-
-    /// Asks to stop, as signal `signal` would.
+    /// Asks to stop, as signal `signal` would. The first request stands: a second signal
+    /// while the recording stops changes nothing, so the recording names the one that asked.
+    /// One atomic operation, so a signal handler may call it.
     pub fn raise(&self, signal: i32) {
-        self.0.store(signal.max(1) as usize, Ordering::Relaxed);
+        let _ = self
+            .0
+            .compare_exchange(0, signal.max(1) as usize, Ordering::Relaxed, Ordering::Relaxed);
     }
 
     /// Whether stopping was asked for.
@@ -57,12 +56,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_signal_that_asked_is_the_one_named_in_the_end_state() {
+    fn the_first_signal_that_asked_is_the_one_named_in_the_end_state() {
         let i = Interrupt::new();
         assert!(!i.is_set());
         assert_eq!(i.end_state(), EndState::Interrupted { signal: None });
         let other = i.clone();
         other.raise(15);
+        other.raise(2);
         assert!(i.is_set());
         assert_eq!(
             i.end_state(),

@@ -34,6 +34,16 @@ pub fn run(args: &InfoArgs) -> Result<()> {
     println!("instructions  {}", m.instructions);
     println!("trace         {} bytes", m.trace_bytes);
     println!("started at    {:#x}", m.start_ip);
+    for warning in &m.warnings {
+        println!("warning       {warning}");
+    }
+    if !m.children.is_empty() {
+        println!("children      {} (ran unrecorded)", m.children.len());
+        for c in &m.children {
+            let pid = c.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
+            println!("  {} at position {}{pid}", c.syscall, c.position);
+        }
+    }
     if let Some(text) = m.kernel_text {
         println!("kernel _text  {text:#x} (kallsyms)");
     }

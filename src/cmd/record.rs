@@ -13,7 +13,7 @@ use rtit_recorder::msr::kernel;
 use rtit_recorder::qemu::{self, launch::QemuOptions};
 use rtit_recorder::step::{self, StartAt, StepOptions};
 use rtit_recorder::writer::{self, Meta};
-use rtit_replay_core::recording::{default_root, EndState};
+use rtit_replay_core::recording::{default_root, ChildProcess, EndState};
 use rtit_replay_core::regs::{ctl, events, EventId};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
@@ -197,6 +197,32 @@ fn config(args: &RecordArgs) -> Result<RtitConfig> {
     Ok(config)
 }
 
+/// One line about the processes the program created (the first few named), which ran
+/// unrecorded; `None` if it created none.
+fn children_warning(children: &[ChildProcess]) -> Option<String> {
+    const NAMED: usize = 3;
+    let mut named: Vec<String> = children
+        .iter()
+        .take(NAMED)
+        .map(|c| {
+            let pid = c.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
+            format!("{} at position {}{pid}", c.syscall, c.position)
+        })
+        .collect();
+    if children.len() > NAMED {
+        named.push(format!("and {} more", children.len() - NAMED));
+    }
+    let (what, they) = match children.len() {
+        0 => return None,
+        1 => ("a process".to_string(), "it"),
+        n => (format!("{n} processes"), "they"),
+    };
+    Some(format!(
+        "the program created {what} ({}); {they} ran unrecorded",
+        named.join("; ")
+    ))
+}
+
 /// Runs `rtit record`; returns the exit status to leave with (the program's).
 pub fn run(args: &RecordArgs) -> Result<u8> {
     let config = config(args)?;
@@ -227,10 +253,14 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
 
     // SIGINT (^C), SIGTERM and SIGHUP stop recording: the backend ends the program, and the
     // recording is written, naming the signal. Another one while stopping goes unheard, so
-    // the recording still gets written.
+    // the recording still gets written and names the first.
     let interrupted = Interrupt::new();
     for signal in [SIGINT, SIGTERM, SIGHUP] {
-        signal_hook::flag::register_usize(signal, interrupted.cell(), signal as usize)
+        let handler = interrupted.clone();
+        // SAFETY: the handler does one atomic compare-exchange (`Interrupt::raise`): no
+        // allocation, no lock, so it is async-signal-safe.
+        #[allow(unsafe_code)]
+        unsafe { signal_hook::low_level::register(signal, move || handler.raise(signal)) }
             .with_context(|| format!("cannot handle signal {signal}"))?;
     }
     let progress: Option<Box<dyn FnMut(u64)>> = std::io::stderr().is_terminal().then(|| {
@@ -353,6 +383,12 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
     if let Some(root) = root {
         writer::set_latest(&root, &out)?;
     }
+    for warning in &manifest.warnings {
+        eprintln!("rtit: warning: {warning}");
+    }
+    if let Some(line) = children_warning(&manifest.children) {
+        eprintln!("rtit: warning: {line}");
+    }
     eprintln!(
         "rtit: {} instructions, {} bytes of trace in {}",
         manifest.instructions,
@@ -368,4 +404,31 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
             1
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_children_line_names_the_first_few_and_counts_the_rest() {
+        assert_eq!(children_warning(&[]), None);
+        let child = |position, pid| ChildProcess {
+            position,
+            syscall: "fork".into(),
+            pid,
+        };
+        assert_eq!(
+            children_warning(&[child(12, Some(345))]).as_deref(),
+            Some("the program created a process (fork at position 12, pid 345); it ran unrecorded")
+        );
+        let five: Vec<_> = (1..=5).map(|i| child(i * 10, (i != 2).then_some(i as i64))).collect();
+        assert_eq!(
+            children_warning(&five).as_deref(),
+            Some(
+                "the program created 5 processes (fork at position 10, pid 1; fork at position 20; \
+                 fork at position 30, pid 3; and 2 more); they ran unrecorded"
+            )
+        );
+    }
 }

@@ -70,3 +70,11 @@ extern "C" {
     pub fn qemu_plugin_path_to_binary() -> *const c_char;
     pub fn qemu_plugin_outs(string: *const c_char);
 }
+
+/// Prints a line of the plugin's on QEMU's log (stderr unless `-D`).
+pub fn say(text: &str) {
+    if let Ok(s) = std::ffi::CString::new(format!("rtit plugin: {text}\n")) {
+        // SAFETY: a NUL-terminated string that outlives the call.
+        unsafe { qemu_plugin_outs(s.as_ptr()) }
+    }
+}

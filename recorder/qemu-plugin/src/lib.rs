@@ -6,58 +6,45 @@
 //! report into the directory `rtit record` named; `rtit record --backend qemu` runs it.
 //!
 //! Threads are refused: the plugin stops recording at the first `clone` that creates one.
+//! A process the program forks is a copy of QEMU with this plugin in it: it goes inert and
+//! runs unrecorded; the parent notes it. When `rtit record` is asked to stop it tells the
+//! plugin through a pipe, and the plugin ends the recording where the program is.
 #![allow(unsafe_code)]
 
 mod ffi;
+mod shared;
 mod state;
+mod stop;
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::Ordering;
 
-use ffi::{PluginId, QemuInfo, Tb};
+use ffi::{say, PluginId, QemuInfo, Tb};
 use rtit_recorder::qemu::block::{Access, Block};
-use rtit_recorder::qemu::engine::Counts;
 use rtit_recorder::qemu::report::Args;
+use shared::{counts, inert, with_plugin, ACCESSED, PLUGIN, STARTED, STOP};
 use state::Plugin;
 
 /// The plugin API version this plugin was written against (QEMU_PLUGIN_VERSION of 7.2).
 #[no_mangle]
 pub static qemu_plugin_version: c_int = 1;
 
-/// Instructions of the running block that started (an inline add before each).
-static STARTED: AtomicU64 = AtomicU64::new(0);
-/// Completed memory accesses of the running block's last instruction (an inline add after
-/// each).
-static ACCESSED: AtomicU64 = AtomicU64::new(0);
-
-static PLUGIN: Mutex<Option<Plugin>> = Mutex::new(None);
-
-fn with_plugin<R>(f: impl FnOnce(&mut Plugin) -> R) -> Option<R> {
-    let mut guard = PLUGIN.lock().unwrap_or_else(|e| e.into_inner());
-    guard.as_mut().map(f)
-}
-
-fn counts(reset: bool) -> Counts {
-    if reset {
-        Counts {
-            started: STARTED.swap(0, Ordering::Relaxed),
-            accessed: ACCESSED.swap(0, Ordering::Relaxed),
-        }
-    } else {
-        Counts {
-            started: STARTED.load(Ordering::Relaxed),
-            accessed: ACCESSED.load(Ordering::Relaxed),
-        }
-    }
-}
-
 extern "C" fn tb_exec(_vcpu: c_uint, userdata: *mut c_void) {
+    if inert() {
+        return;
+    }
     let counts = counts(true);
-    with_plugin(|p| p.executed(userdata as usize as u32, counts));
+    let id = userdata as usize as u32;
+    match STOP.load(Ordering::Relaxed) {
+        0 => with_plugin(|p| p.executed(id, counts)),
+        signal => with_plugin(|p| p.interrupt_before(id, counts, signal)),
+    };
 }
 
 extern "C" fn tb_trans(_id: PluginId, tb: *mut Tb) {
+    if inert() {
+        return;
+    }
     // SAFETY: `tb` is valid during this callback; the instruction handles and their bytes
     // are QEMU's for the same duration, and are only read here.
     unsafe {
@@ -115,15 +102,24 @@ extern "C" fn syscall(
     _a7: u64,
     _a8: u64,
 ) {
+    if inert() {
+        return;
+    }
     let counts = counts(false);
     with_plugin(|p| p.syscall(num as u64, [a1, a2, a3, a4, a5, a6], counts));
 }
 
 extern "C" fn syscall_ret(_id: PluginId, _vcpu: c_uint, num: i64, ret: i64) {
+    if inert() {
+        return;
+    }
     with_plugin(|p| p.syscall_ret(num as u64, ret));
 }
 
 extern "C" fn atexit(_id: PluginId, _userdata: *mut c_void) {
+    if inert() {
+        return;
+    }
     let counts = counts(true);
     let mut guard = PLUGIN.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(mut p) = guard.take() {
@@ -142,13 +138,6 @@ pub extern "C" fn kill(pid: nix::libc::pid_t, sig: c_int) -> c_int {
     }
     // SAFETY: the kill system call with plain integer arguments.
     unsafe { nix::libc::syscall(nix::libc::SYS_kill, pid, sig) as c_int }
-}
-
-fn say(text: &str) {
-    if let Ok(s) = std::ffi::CString::new(format!("rtit plugin: {text}\n")) {
-        // SAFETY: a NUL-terminated string that outlives the call.
-        unsafe { ffi::qemu_plugin_outs(s.as_ptr()) }
-    }
 }
 
 /// QEMU calls this once after loading the plugin. The guest is not loaded yet: the host's
@@ -177,13 +166,30 @@ pub unsafe extern "C" fn qemu_plugin_install(
             return -1;
         }
     };
+    // SAFETY: registers a plain function that only stores to an atomic, as a fork child
+    // handler may.
+    if unsafe { nix::libc::pthread_atfork(None, None, Some(shared::forked_child)) } != 0 {
+        say("pthread_atfork failed");
+        return -1;
+    }
+    // The stop thread starts before `Plugin::new` notes QEMU's own memory map (its stack is
+    // QEMU's, not the program's), and waits on the lock held here until the plugin is in
+    // place: from then on, no plugin means a finished one.
+    let mut guard = PLUGIN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(fd) = args.stop {
+        if let Err(e) = stop::start(fd) {
+            say(&e);
+            return -1;
+        }
+    }
     match Plugin::new(args) {
-        Ok(p) => *PLUGIN.lock().unwrap_or_else(|e| e.into_inner()) = Some(p),
+        Ok(p) => *guard = Some(p),
         Err(e) => {
             say(&e);
             return -1;
         }
     }
+    drop(guard);
     ffi::qemu_plugin_register_vcpu_tb_trans_cb(id, tb_trans);
     ffi::qemu_plugin_register_vcpu_syscall_cb(id, syscall);
     ffi::qemu_plugin_register_vcpu_syscall_ret_cb(id, syscall_ret);

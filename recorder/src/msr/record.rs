@@ -92,7 +92,7 @@ pub fn record(mut opts: MsrOptions) -> Result<Outcome, String> {
         // RTIT_TNT_BUFF to record.
         trace_end: None,
         children: Vec::new(),
-        warnings: Vec::new(),
+        warnings: target.warnings.clone(),
         trace: traced.trace,
         // The writer counts them by decoding (`from_trace`).
         instructions: 0,

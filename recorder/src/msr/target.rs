@@ -59,6 +59,8 @@ pub struct PtraceTarget {
     pub end: Option<Moment>,
     /// The last fatal-looking signal it got, with the faulting address and IP.
     fault: Option<(Signal, u64, u64)>,
+    /// What to warn the user about the program (set-user-ID...).
+    pub warnings: Vec<String>,
 }
 
 impl PtraceTarget {
@@ -71,7 +73,7 @@ impl PtraceTarget {
         start: &StartAt,
     ) -> Result<Self, StepError> {
         let program = resolve(program)?;
-        check_executable(&program)?;
+        let warnings = check_executable(&program)?;
         let tracee = Tracee::spawn(&program, args, aslr)?;
         ptrace::setoptions(
             tracee.pid,
@@ -93,6 +95,7 @@ impl PtraceTarget {
             start: None,
             end: None,
             fault: None,
+            warnings,
         })
     }
 

@@ -10,6 +10,7 @@ use nix::sys::signal::Signal;
 use rtit_replay_core::recording::{EndState, MemoryRegion, TraceEndRecord};
 
 use super::report::{files, Args, PluginEnd, Report};
+use super::stop::{StopError, StopPipe};
 use crate::model::RtitConfig;
 use crate::outcome::{Outcome, Truth};
 use crate::sideband::{Images, Snapshot};
@@ -46,6 +47,9 @@ pub enum QemuError {
         /// Where the report should be.
         dir: String,
     },
+    /// Stopping QEMU on a signal failed.
+    #[error(transparent)]
+    Stop(#[from] StopError),
     /// The report is unreadable.
     #[error("{path}: {problem}")]
     BadReport {
@@ -57,6 +61,14 @@ pub enum QemuError {
     /// The start point never ran.
     #[error("--start {0}: never executed")]
     StartNotReached(String),
+    /// rtit record was stopped before tracing started.
+    #[error("stopped by {signal} before tracing started (at {at}): nothing was recorded")]
+    StoppedBeforeStart {
+        /// The signal rtit received.
+        signal: String,
+        /// Where tracing was to start.
+        at: String,
+    },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> QemuError + '_ {
@@ -109,17 +121,18 @@ pub fn record(opts: QemuOptions) -> Result<Outcome, QemuError> {
     let qemu = find_qemu().ok_or(QemuError::NoQemu)?;
     let plugin = find_plugin().ok_or(QemuError::NoPlugin)?;
     let program = resolve(&opts.program)?;
-    check_executable(&program)?;
+    let warnings = check_executable(&program)?;
     let dir = std::env::temp_dir().join(format!("rtit-qemu-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(io(&dir))?;
     let result = run(&qemu, &plugin, &program, &opts, &dir);
     let _ = std::fs::remove_dir_all(&dir);
-    result
+    result.map(|outcome| Outcome { warnings, ..outcome })
 }
 
 fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Path) -> Result<Outcome, QemuError> {
     let cr3 = (u64::from(std::process::id()) << 12) & ((1 << 36) - 1);
+    let pipe = StopPipe::new()?;
     let config = RtitConfig {
         cr3_match: cr3,
         ..opts.config
@@ -138,6 +151,7 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
         },
         truth: opts.truth,
         argc: opts.args.len() as u64 + 1,
+        stop: Some(pipe.fd()),
     };
     let option = format!("{},{}", plugin.display(), args.to_option());
     let mut cmd = Command::new(qemu);
@@ -159,15 +173,20 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
     cmd.env("LD_PRELOAD", preload);
     cmd.arg("-plugin").arg(option).arg(program).args(&opts.args);
     // QEMU writes a core file of the guest into the working directory when it dies of a
-    // signal, unless the core size limit is 0.
+    // signal, unless the core size limit is 0. QEMU stays in rtit's process group, so an
+    // interactive program keeps the terminal.
+    let stop_fd = pipe.fd();
     #[allow(unsafe_code)]
-    // SAFETY: setrlimit is async-signal-safe and touches no state of the parent.
+    // SAFETY: setrlimit and fcntl are async-signal-safe and touch no state of the parent.
     unsafe {
-        cmd.pre_exec(|| {
-            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0).map_err(std::io::Error::from)
+        cmd.pre_exec(move || {
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0)
+                .map_err(std::io::Error::from)?;
+            StopPipe::inherit(stop_fd)
         });
     }
-    let status = cmd.status().map_err(io(qemu))?;
+    let mut child = cmd.spawn().map_err(io(qemu))?;
+    let status = pipe.wait(&mut child, &opts.interrupted, super::stop::GRACE)?;
     let report_path = dir.join(files::REPORT);
     let text = std::fs::read(&report_path).map_err(|_| QemuError::NoReport {
         status: status.to_string(),
@@ -183,7 +202,10 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
             StartAt::Symbol(s) => s.clone(),
             StartAt::Address(a) => format!("{a:#x}"),
         };
-        QemuError::StartNotReached(at)
+        match opts.interrupted.end_state() {
+            EndState::Interrupted { signal: Some(signal) } => QemuError::StoppedBeforeStart { signal, at },
+            _ => QemuError::StartNotReached(at),
+        }
     })?;
     let read = |name: &str| std::fs::read(dir.join(name)).map_err(io(Path::new(name)));
     let trace = read(files::TRACE)?;
@@ -254,6 +276,11 @@ fn end_state(end: &PluginEnd, status: std::process::ExitStatus, interrupted: &cr
         _ if interrupted.is_set() => interrupted.end_state(),
         PluginEnd::Exited { code } => EndState::Exited { code: *code },
         PluginEnd::Stopped { reason } => EndState::Unsupported { reason: reason.clone() },
+        PluginEnd::Interrupted { signal } => {
+            let i = crate::interrupt::Interrupt::new();
+            i.raise(*signal);
+            i.end_state()
+        }
         PluginEnd::Died { fault_ip } => {
             let signal = status.signal().unwrap_or(0);
             EndState::Signaled {

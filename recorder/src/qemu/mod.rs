@@ -4,8 +4,8 @@
 //!
 //! The plugin holds no logic of its own beyond QEMU's API: the retirement rules are in
 //! [`engine`], block classification in [`block`], the guest's memory map in [`guest_maps`]
-//! and [`initial`], the plugin's arguments and report in [`report`], and the launching side in
-//! [`launch`].
+//! and [`initial`], the plugin's arguments and report in [`report`], the launching side in [`launch`]
+//! and asking the plugin to stop on a signal in [`stop`].
 
 pub mod block;
 pub mod engine;
@@ -13,3 +13,4 @@ pub mod guest_maps;
 pub mod initial;
 pub mod launch;
 pub mod report;
+pub mod stop;

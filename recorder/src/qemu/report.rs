@@ -21,6 +21,11 @@ pub mod files {
     pub const REPORT: &str = "report.json";
 }
 
+/// The lowest descriptor number the plugin keeps open (its output files, and the pipe on
+/// which `rtit record` asks it to stop), far above the program's: the program's descriptors
+/// are numbered as they would be without the plugin.
+pub const HIGH_FD: i32 = 1000;
+
 /// A bad plugin argument.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("rtit plugin argument {arg:?}: {problem}")]
@@ -53,6 +58,10 @@ pub struct Args {
     pub truth: bool,
     /// The program's argument count, to find its initial stack pointer (`argc=`).
     pub argc: u64,
+    /// The read end of a pipe (`stop=FD`, decimal) on which `rtit record` writes the number of
+    /// the signal it received when it wants the recording to end: QEMU passes rtit's signals
+    /// on to no one, and the program may be blocked in a system call or ignore them.
+    pub stop: Option<i32>,
 }
 
 impl Args {
@@ -76,6 +85,7 @@ impl Args {
                 "start" => out.start = Some(value.to_string()),
                 "truth" => out.truth = value == "on",
                 "argc" => out.argc = value.parse().map_err(|_| bad("not a number"))?,
+                "stop" => out.stop = Some(value.parse().map_err(|_| bad("not a descriptor number"))?),
                 _ => return Err(bad("unknown key")),
             }
         }
@@ -103,6 +113,9 @@ impl Args {
         if self.truth {
             s.push_str(",truth=on");
         }
+        if let Some(fd) = self.stop {
+            s.push_str(&format!(",stop={fd}"));
+        }
         s
     }
 }
@@ -126,6 +139,12 @@ pub enum PluginEnd {
     Stopped {
         /// What.
         reason: String,
+    },
+    /// `rtit record` asked the plugin to stop (it received this signal): the trace ends
+    /// where the program was (between two blocks, or inside a system call).
+    Interrupted {
+        /// The signal's number.
+        signal: i32,
     },
 }
 
@@ -186,11 +205,18 @@ mod tests {
             start: Some("main".into()),
             truth: true,
             argc: 3,
+            stop: Some(1001),
         };
         let option = args.to_option();
         assert_eq!(Args::parse(option.split(',')), Ok(args));
         let err = Args::parse(["ctl=zz", "out=/x"]).expect_err("bad hex");
         assert!(err.to_string().contains("ctl=zz"), "{err}");
         assert!(Args::parse(["ctl=1"]).is_err(), "out is required");
+        assert!(Args::parse(["out=/x", "stop=x"]).is_err(), "a descriptor is a number");
+        assert_eq!(
+            Args::parse(["out=/x"]).map(|a| a.stop),
+            Ok(None),
+            "no pipe: nothing to wait on"
+        );
     }
 }

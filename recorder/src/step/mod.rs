@@ -36,7 +36,7 @@ use crate::model::{CpuState, Input, ModelError, ModelOptions, Retired, RtitConfi
 use crate::outcome::{Outcome, Truth};
 use crate::sideband::{self as shared, nr, Images, Snapshot};
 use tracee::Tracee;
-pub use tracee::{check_executable, regs_map, resolve, Regs};
+pub use tracee::{check_executable, privilege_warning, regs_map, resolve, Regs};
 
 /// Where the untraced kernel is, for the model's far transfers; no packet ever carries it.
 const KERNEL: u64 = 0xffff_ffff_8100_0000;
@@ -275,7 +275,7 @@ pub(crate) fn run_to(tracee: &Tracee, at: &StartAt) -> Result<Regs, StepError> {
 /// Records a program.
 pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
     let program = resolve(&opts.program)?;
-    check_executable(&program)?;
+    let warnings = check_executable(&program)?;
     let tracee = Tracee::spawn(&program, &opts.args, opts.aslr)?;
     let regs_start = run_to(&tracee, &opts.start)?;
     let start_ip = regs_start.rip;
@@ -462,7 +462,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
         kernel_text: None,
         trace_end: Some(TraceEndRecord { tnt_buff }),
         children,
-        warnings: Vec::new(),
+        warnings,
         instructions: model.traced(),
         trace: model.take_output(),
         truth,

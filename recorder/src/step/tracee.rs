@@ -43,8 +43,9 @@ pub fn resolve(program: &Path) -> Result<PathBuf, StepError> {
         })
 }
 
-/// Checks that `path` is a 64-bit x86 ELF executable before running it.
-pub fn check_executable(path: &Path) -> Result<(), StepError> {
+/// Checks that `path` is a 64-bit x86 ELF executable before running it; returns what the
+/// user should be warned about (see [`privilege_warning`]).
+pub fn check_executable(path: &Path) -> Result<Vec<String>, StepError> {
     let problem = |problem: &str| StepError::Program {
         program: path.display().to_string(),
         problem: problem.to_string(),
@@ -66,7 +67,38 @@ pub fn check_executable(path: &Path) -> Result<(), StepError> {
     if u16::from_le_bytes([header[18], header[19]]) != 62 {
         return Err(problem("is not an x86-64 program"));
     }
-    Ok(())
+    let meta = file
+        .metadata()
+        .map_err(|e| problem(&format!("cannot read its attributes: {e}")))?;
+    Ok(privilege_warning(path, &meta).into_iter().collect())
+}
+
+/// A warning for a set-user-ID or set-group-ID program owned by another user or group than
+/// rtit's: run directly it would take on their privileges, recorded it may not (QEMU loads
+/// it itself and never grants them; the kernel grants them under ptrace only to a tracer
+/// that could have them anyway, root), so it may behave differently.
+pub fn privilege_warning(path: &Path, meta: &std::fs::Metadata) -> Option<String> {
+    use nix::unistd::{getegid, geteuid, Gid, Group, Uid, User};
+    use std::os::unix::fs::MetadataExt;
+    let uid = (meta.mode() & nix::libc::S_ISUID != 0 && meta.uid() != geteuid().as_raw()).then(|| {
+        let name = User::from_uid(Uid::from_raw(meta.uid())).ok().flatten().map(|u| u.name);
+        format!("set-user-ID {} (uid {})", name.as_deref().unwrap_or("?"), meta.uid())
+    });
+    let gid = (meta.mode() & nix::libc::S_ISGID != 0 && meta.gid() != getegid().as_raw()).then(|| {
+        let name = Group::from_gid(Gid::from_raw(meta.gid()))
+            .ok()
+            .flatten()
+            .map(|g| g.name);
+        format!("set-group-ID {} (gid {})", name.as_deref().unwrap_or("?"), meta.gid())
+    });
+    let what: Vec<String> = uid.into_iter().chain(gid).collect();
+    (!what.is_empty()).then(|| {
+        format!(
+            "{} is {}: recorded, it may run without those privileges (QEMU never grants them, ptrace only to root), so it may behave differently than when run directly",
+            path.display(),
+            what.join(" and ")
+        )
+    })
 }
 
 impl Tracee {
@@ -221,6 +253,29 @@ mod tests {
         assert!(check_executable(Path::new("/no/such/program")).is_err());
         let err = resolve(Path::new("no-such-program-rtit")).expect_err("not on PATH");
         assert!(err.to_string().contains("not found"), "{err}");
-        check_executable(&std::env::current_exe().expect("self")).expect("the test binary is fine");
+        let warnings = check_executable(&std::env::current_exe().expect("self")).expect("the test binary is fine");
+        assert!(warnings.is_empty(), "{warnings:?}");
+    }
+
+    /// Set-user-ID of our own user changes nothing; of another user, it is warned about.
+    #[test]
+    fn set_user_id_programs_of_other_users_are_warned_about() {
+        use std::os::unix::fs::PermissionsExt;
+        let file = std::env::temp_dir().join(format!("rtit-setuid-{}", std::process::id()));
+        std::fs::write(&file, b"").expect("write");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o4755)).expect("chmod");
+        let meta = |f: &Path| std::fs::metadata(f).expect("stat");
+        assert_eq!(privilege_warning(&file, &meta(&file)), None, "our own");
+        if nix::unistd::geteuid().is_root() {
+            nix::unistd::chown(&file, Some(nix::unistd::Uid::from_raw(65534)), None).expect("chown");
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o4755)).expect("chmod");
+            let warning = privilege_warning(&file, &meta(&file)).expect("another user's");
+            assert!(
+                warning.contains("set-user-ID") && warning.contains("(uid 65534)"),
+                "{warning}"
+            );
+            assert!(!warning.contains("set-group-ID"), "{warning}");
+        }
+        std::fs::remove_file(&file).ok();
     }
 }

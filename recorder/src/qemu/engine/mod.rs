@@ -275,6 +275,31 @@ impl Engine {
         SyscallAction::Continue
     }
 
+    /// Recording stops, asked to, as block `id` starts (`counts`: the previous block's): the
+    /// previous block settles as it would have, and tracing stops with nothing more written,
+    /// as the step backend stops it: the trace holds exactly [`Self::position`] instructions,
+    /// the last branches' bits in RTIT_TNT_BUFF ([`Self::tnt_buff`]). Not an interrupt's
+    /// FUP.PGD: an asynchronous FUP binds at the first place its IP comes up with no TNT bit
+    /// pending (§4.3), which in a loop without conditional branches is its first iteration.
+    pub fn stop_before(&mut self, id: u32, counts: Counts) {
+        if !self.ended && self.model.is_some() {
+            let next = self.block(id).start();
+            if let Some(p) = self.pending.take() {
+                self.resolve(p, counts, Some(next));
+            }
+            self.leave_kernel(next);
+        }
+        self.stop();
+    }
+
+    /// Recording stops, asked to, where it is: after the last block settled (inside a system
+    /// call the trace ends with the call's FUP.PGD, the call counted). A block under way is
+    /// left out, as what it did is not known yet.
+    pub fn stop(&mut self) {
+        self.pending = None;
+        self.ended = true;
+    }
+
     /// The process ends without an exit system call (a fatal signal); `counts` are the running
     /// block's. Returns the faulting instruction's address if it ended on a fault.
     pub fn finish(&mut self, counts: Counts) -> Option<u64> {

@@ -152,3 +152,66 @@ fn an_unknown_branch_outcome_before_a_signal_is_a_gap_not_a_guess() {
         "{packets:?}"
     );
 }
+
+/// The packets of a trace with their (decompressed) IPs.
+fn packets(trace: &[u8]) -> Vec<(Packet, Option<u64>)> {
+    PacketDecoder::new(trace, DecoderConfig::default())
+        .map(|d| d.expect("the unit model's bytes decode"))
+        .map(|d| (d.packet, d.ip))
+        .collect()
+}
+
+#[test]
+fn a_stop_between_blocks_leaves_the_last_branches_in_tnt_buff() {
+    let mut e = engine();
+    // nop; jne 0x1000: a loop whose every turn is a taken conditional branch.
+    let a = e.add_block(block(&[(0x1000, NOP), (0x1001, &[0x75, 0xfd])]));
+    e.executed(a, Counts::default()).expect("starts");
+    e.executed(a, full(2)).expect("again");
+    e.executed(a, full(2)).expect("again");
+    let written = packets(&e.take_trace());
+    e.stop_before(a, full(2));
+    assert!(e.ended());
+    assert_eq!(e.take_truth().len(), 6, "three turns retired");
+    assert_eq!(e.position(), 6);
+    assert!(e.take_trace().is_empty(), "nothing written at the stop: {written:?}");
+    assert_eq!(e.tnt_buff(), 0b1111, "three taken bits behind the leading 1 (§3.3.13)");
+    // Blocks after the stop change nothing.
+    e.executed(a, full(2)).expect("ignored");
+    assert_eq!(e.position(), 6);
+}
+
+#[test]
+fn a_stop_inside_a_system_call_counts_the_call_and_adds_nothing() {
+    let mut e = engine();
+    let a = e.add_block(block(&[(0x1000, NOP), (0x1001, &[0x0f, 0x05])]));
+    e.executed(a, Counts::default()).expect("starts");
+    assert_eq!(e.syscall(35, false, full(2)), SyscallAction::Continue);
+    let before = e.take_trace();
+    e.stop();
+    assert!(e.ended());
+    assert_eq!(e.finish(full(0)), None, "nothing left to settle");
+    assert_eq!(e.position(), 2, "the nop and the syscall");
+    assert!(e.take_trace().is_empty(), "no packet after the call's");
+    assert_eq!(e.tnt_buff(), 1, "empty: the call's FUP flushed the TNT bits");
+    assert!(
+        matches!(
+            packets(&before).last(),
+            Some((Packet::Fup(FupEvent::PacketGenDisable, _), Some(0x1003)))
+        ),
+        "the call's FUP.PGD (the IP after it) ends the trace: {:?}",
+        packets(&before)
+    );
+}
+
+#[test]
+fn a_stop_during_a_block_leaves_the_block_out() {
+    let mut e = engine();
+    let a = e.add_block(block(&[(0x1000, NOP), (0x1001, &[0x75, 0xfd])]));
+    e.executed(a, Counts::default()).expect("starts");
+    e.executed(a, full(2)).expect("again");
+    e.stop();
+    assert_eq!(e.position(), 2, "the first turn only: the second one's end is unknown");
+    assert_eq!(e.finish(full(1)), None);
+    assert_eq!(e.position(), 2);
+}

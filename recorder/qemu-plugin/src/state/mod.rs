@@ -1,5 +1,8 @@
 //! The plugin's state between callbacks: the retirement engine, the guest's memory map, the
-//! output files, and what the report needs.
+//! output files, and what the report needs; how it ends (the program's end, a stop before
+//! something unsupported, or `rtit record`'s request).
+
+mod syscalls;
 
 use std::fs::File;
 use std::io::Write;
@@ -12,21 +15,14 @@ use object::{Object, ObjectKind, ObjectSymbol};
 use rtit_recorder::model::{ModelOptions, RtitConfig};
 use rtit_recorder::outcome::RegisterMap;
 use rtit_recorder::qemu::block::Block;
-use rtit_recorder::qemu::engine::{Counts, Engine, Start, SyscallAction};
+use rtit_recorder::qemu::engine::{Counts, Engine, Start};
 use rtit_recorder::qemu::guest_maps::GuestMaps;
 use rtit_recorder::qemu::initial::{find_initial_rsp, guest_mappings, name_stack, with_elf_perms};
-use rtit_recorder::qemu::report::{files, Args, PluginEnd, Report};
-use rtit_recorder::sideband::{diff, nr, parse_map_line, snapshot_with, Images};
+use rtit_recorder::qemu::report::{files, Args, PluginEnd, Report, HIGH_FD};
+use rtit_recorder::sideband::{parse_map_line, snapshot_with, Images};
 use rtit_recorder::writer::write_snapshot;
-use rtit_replay_core::recording::{MapChange, Mapping, Maps, MemoryRegion};
-use rtit_replay_core::syscall::{effect, Effect, MemoryWrite, SyscallRecord};
-
-/// The lowest descriptor the plugin keeps open, far above the program's.
-const HIGH_FD: i32 = 1000;
-/// rt_sigaction.
-const RT_SIGACTION: u64 = 13;
-/// MAP_ANONYMOUS.
-const MAP_ANONYMOUS: u64 = 0x20;
+use rtit_replay_core::recording::{ChildProcess, MapChange, Mapping, Maps, MemoryRegion};
+use rtit_replay_core::syscall::SyscallRecord;
 
 /// Moves `file` to a descriptor at or above [`HIGH_FD`], so that the program's descriptors
 /// are numbered as they would be without the plugin.
@@ -34,6 +30,12 @@ fn high(file: File) -> Result<File, String> {
     let fd = fcntl(file.as_raw_fd(), FcntlArg::F_DUPFD_CLOEXEC(HIGH_FD)).map_err(|e| format!("fcntl: {e}"))?;
     // SAFETY: `fd` is a new descriptor that nothing else owns.
     Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// Ends QEMU after `rtit record`'s request, with the status a shell reports for `signal`.
+fn exit_for(signal: i32) -> ! {
+    // SAFETY: as in `Plugin::stop_now`: no exit path of QEMU's runs, none calls back.
+    unsafe { nix::libc::_exit(128 + signal) }
 }
 
 fn host_maps() -> Vec<Mapping> {
@@ -67,6 +69,10 @@ pub struct Plugin {
     start_ip: Option<u64>,
     exit_code: Option<i32>,
     stop: Option<String>,
+    /// The signal `rtit record` received, when it asked the recording to end.
+    interrupted: Option<i32>,
+    /// Processes the program created.
+    children: Vec<ChildProcess>,
     notes: Vec<String>,
     flush_check: u32,
 }
@@ -116,6 +122,8 @@ impl Plugin {
             start_ip: None,
             exit_code: None,
             stop: None,
+            interrupted: None,
+            children: Vec::new(),
             notes: Vec::new(),
             flush_check: 0,
             args,
@@ -286,58 +294,6 @@ impl Plugin {
         }
     }
 
-    /// A system call starts.
-    pub fn syscall(&mut self, number: u64, a: [u64; 6], counts: Counts) {
-        self.syscall = Some((number, a));
-        if number == RT_SIGACTION && a[1] != 0 {
-            if let Some(handler) = self.read_u64(a[1]).filter(|&h| h > 1) {
-                self.engine.note_handler(handler);
-            }
-        }
-        let creates_thread = match number {
-            nr::CLONE => a[0] & nr::CLONE_THREAD != 0,
-            nr::CLONE3 => self.read_u64(a[0]).is_some_and(|f| f & nr::CLONE_THREAD != 0),
-            _ => false,
-        };
-        if matches!(number, nr::EXIT | nr::EXIT_GROUP) {
-            self.exit_code = Some(a[0] as i32);
-        }
-        match self.engine.syscall(number, creates_thread, counts) {
-            SyscallAction::Stop(reason) => self.stop_now(counts, reason),
-            SyscallAction::Continue if creates_thread || matches!(number, nr::EXECVE | nr::EXECVEAT) => {
-                // Before tracing started: the recording cannot follow these either.
-                let what = if creates_thread {
-                    "creates a thread"
-                } else {
-                    "calls execve"
-                };
-                self.stop_now(
-                    counts,
-                    format!("the program {what} before tracing started; not supported"),
-                );
-            }
-            SyscallAction::Continue => {}
-        }
-        if let Some((position, ip)) = self.engine.take_last_syscall() {
-            let names = ["rdi", "rsi", "rdx", "r10", "r8", "r9"];
-            let mut before: RegisterMap = names
-                .iter()
-                .zip(a)
-                .map(|(n, v)| (n.to_string(), format!("{v:#x}")))
-                .collect();
-            before.insert("rax".into(), format!("{number:#x}"));
-            self.syscall_record = Some(SyscallRecord {
-                position,
-                ip,
-                nr: number,
-                before,
-                after: RegisterMap::new(),
-                writes: Vec::new(),
-                complete: false,
-            });
-        }
-    }
-
     /// Ends the recording now and the program with it.
     fn stop_now(&mut self, counts: Counts, reason: String) -> ! {
         self.stop = Some(reason);
@@ -347,65 +303,38 @@ impl Plugin {
         unsafe { nix::libc::_exit(1) }
     }
 
-    /// A system call returned `ret`: follows the map.
-    pub fn syscall_ret(&mut self, number: u64, ret: i64) {
-        if let Some(r) = self.syscall_record.take() {
-            let r = self.complete_syscall(r, ret as u64);
-            self.syscalls.push(r);
-        }
-        let Some((n, a)) = self.syscall.take() else { return };
-        if n != number || !nr::changes_map(number) || (-4095..0).contains(&ret) {
-            return;
-        }
-        let Some(maps) = self.maps.as_mut() else { return };
-        let old = maps.current().to_vec();
-        let ret = ret as u64;
-        match number {
-            nr::MMAP => {
-                let path = (a[3] & MAP_ANONYMOUS == 0)
-                    .then(|| std::fs::read_link(format!("/proc/self/fd/{}", a[4] as i32)).ok())
-                    .flatten()
-                    .map(|p| p.display().to_string());
-                maps.mmap(ret, a[1], a[2], a[3], path, a[5]);
-            }
-            nr::MUNMAP => maps.munmap(a[0], a[1]),
-            nr::MPROTECT => maps.mprotect(a[0], a[1], a[2]),
-            nr::BRK => maps.brk(ret),
-            nr::MREMAP => maps.mremap(a[0], a[1], a[2], ret),
-            _ => {}
-        }
-        if self.engine.tracing() {
-            if let Some(change) = diff(&old, maps.current(), self.engine.position(), number) {
-                self.images.note(&change.added);
-                self.changes.push(change);
-            }
-        }
+    /// Whether the program is inside a system call (entered, not returned): the vCPU may
+    /// not reach another block for as long as the call blocks.
+    pub fn in_syscall(&self) -> bool {
+        self.syscall.is_some()
     }
 
-    /// Fills in a system call's result and the memory it wrote (read back from the guest, the
-    /// table of `rtit_replay_core::syscall` saying where).
-    fn complete_syscall(&self, mut r: SyscallRecord, ret: u64) -> SyscallRecord {
-        r.after.insert("rax".into(), format!("{ret:#x}"));
-        let arg = |n: &str| {
-            r.before
-                .get(n)
-                .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())
-        };
-        let args = ["rdi", "rsi", "rdx", "r10", "r8", "r9"].map(arg);
-        match effect(r.nr, &args, Some(ret)) {
-            Effect::Writes(ranges) if ranges.iter().map(|x| x.1).sum::<u64>() <= 1 << 20 => {
-                r.complete = true;
-                for (addr, len) in ranges.into_iter().filter(|x| x.1 > 0) {
-                    let mut bytes = vec![0u8; len as usize];
-                    let n = self.read(addr, &mut bytes);
-                    r.complete &= n == bytes.len();
-                    r.writes.push(MemoryWrite::new(addr, &bytes[..n]));
-                }
-            }
-            Effect::Restores | Effect::SetsBase { .. } => r.complete = true,
-            _ => {}
-        }
-        r
+    /// Whether tracing has started.
+    pub fn tracing(&self) -> bool {
+        self.engine.tracing()
+    }
+
+    /// `rtit record` asked to stop (it received `signal`) and block `id` is about to run
+    /// (`counts`: the previous block's): the trace ends exactly before it, the recording is
+    /// written and QEMU ends.
+    pub fn interrupt_before(&mut self, id: u32, counts: Counts, signal: i32) -> ! {
+        self.engine.stop_before(id, counts);
+        self.interrupted = Some(signal);
+        self.finish(Counts::default());
+        exit_for(signal)
+    }
+
+    /// `rtit record` asked to stop (it received `signal`), and this runs beside the vCPU
+    /// (the stop thread, with the lock held). Inside a system call the trace ends with the
+    /// call, exactly; before tracing started there is no trace; otherwise the vCPU did not
+    /// reach a block in time, and the block it runs is left out, what it did being unknown.
+    pub fn interrupt_now(&mut self, signal: i32) -> ! {
+        self.engine.stop();
+        // A call under way never returned within the recording: no log entry for it.
+        self.syscall_record = None;
+        self.interrupted = Some(signal);
+        self.finish(Counts::default());
+        exit_for(signal)
     }
 
     /// The program ended: settles the last block, writes the trace, the end snapshot and the
@@ -430,9 +359,10 @@ impl Plugin {
         if self.start_ip.is_none() {
             let _ = File::create(Path::new(&self.args.out).join(files::MEMORY_START));
         }
-        let end = match (&self.stop, self.exit_code) {
-            (Some(reason), _) => PluginEnd::Stopped { reason: reason.clone() },
-            (None, Some(code)) if self.engine.ended() || self.start_ip.is_none() => PluginEnd::Exited { code },
+        let end = match (self.interrupted, &self.stop, self.exit_code) {
+            (Some(signal), _, _) => PluginEnd::Interrupted { signal },
+            (None, Some(reason), _) => PluginEnd::Stopped { reason: reason.clone() },
+            (None, None, Some(code)) if self.engine.ended() || self.start_ip.is_none() => PluginEnd::Exited { code },
             _ => PluginEnd::Died { fault_ip: fault },
         };
         let registers_end: RegisterMap = fault
@@ -458,7 +388,7 @@ impl Plugin {
             stats: self.engine.stats,
             notes: std::mem::take(&mut self.notes),
             tnt_buff: self.start_ip.map(|_| self.engine.tnt_buff()),
-            children: Vec::new(),
+            children: std::mem::take(&mut self.children),
         };
         let out = Path::new(&self.args.out);
         let tmp = out.join(format!("{}.tmp", files::REPORT));
@@ -467,7 +397,7 @@ impl Plugin {
             .and_then(|text| std::fs::write(&tmp, text))
             .and_then(|()| std::fs::rename(&tmp, out.join(files::REPORT)));
         if let Err(e) = written {
-            crate::say(&format!("cannot write the report: {e}"));
+            crate::ffi::say(&format!("cannot write the report: {e}"));
         }
     }
 }

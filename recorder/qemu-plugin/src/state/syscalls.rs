@@ -1,0 +1,154 @@
+//! The plugin at system calls: what the call wrote (the log), the memory map it changed,
+//! threads and execve (which stop the recording), and the processes it created.
+
+use rtit_recorder::outcome::RegisterMap;
+use rtit_recorder::qemu::engine::{Counts, SyscallAction};
+use rtit_recorder::sideband::{diff, nr};
+use rtit_replay_core::recording::ChildProcess;
+use rtit_replay_core::syscall::{effect, Effect, MemoryWrite, SyscallRecord};
+
+use super::Plugin;
+
+/// rt_sigaction.
+const RT_SIGACTION: u64 = 13;
+/// MAP_ANONYMOUS.
+const MAP_ANONYMOUS: u64 = 0x20;
+
+impl Plugin {
+    /// A system call starts.
+    pub fn syscall(&mut self, number: u64, a: [u64; 6], counts: Counts) {
+        self.syscall = Some((number, a));
+        if number == RT_SIGACTION && a[1] != 0 {
+            if let Some(handler) = self.read_u64(a[1]).filter(|&h| h > 1) {
+                self.engine.note_handler(handler);
+            }
+        }
+        let creates_thread = match number {
+            nr::CLONE => a[0] & nr::CLONE_THREAD != 0,
+            nr::CLONE3 => self.read_u64(a[0]).is_some_and(|f| f & nr::CLONE_THREAD != 0),
+            _ => false,
+        };
+        if matches!(number, nr::EXIT | nr::EXIT_GROUP) {
+            self.exit_code = Some(a[0] as i32);
+        }
+        match self.engine.syscall(number, creates_thread, counts) {
+            SyscallAction::Stop(reason) => self.stop_now(counts, reason),
+            SyscallAction::Continue if creates_thread || matches!(number, nr::EXECVE | nr::EXECVEAT) => {
+                // Before tracing started: the recording cannot follow these either.
+                let what = if creates_thread {
+                    "creates a thread"
+                } else {
+                    "calls execve"
+                };
+                self.stop_now(
+                    counts,
+                    format!("the program {what} before tracing started; not supported"),
+                );
+            }
+            SyscallAction::Continue => {}
+        }
+        if let Some((position, ip)) = self.engine.take_last_syscall() {
+            let names = ["rdi", "rsi", "rdx", "r10", "r8", "r9"];
+            let mut before: RegisterMap = names
+                .iter()
+                .zip(a)
+                .map(|(n, v)| (n.to_string(), format!("{v:#x}")))
+                .collect();
+            before.insert("rax".into(), format!("{number:#x}"));
+            self.syscall_record = Some(SyscallRecord {
+                position,
+                ip,
+                nr: number,
+                before,
+                after: RegisterMap::new(),
+                writes: Vec::new(),
+                complete: false,
+            });
+        }
+    }
+
+    /// A system call returned `ret`: completes its log entry, notes a process it created,
+    /// follows the map. (In the child a fork returns 0 in, nothing runs: it went inert as it
+    /// was forked, see `shared::forked_child`.)
+    pub fn syscall_ret(&mut self, number: u64, ret: i64) {
+        let position = self.syscall_record.as_ref().map(|r| r.position);
+        if let Some(r) = self.syscall_record.take() {
+            let r = self.complete_syscall(r, ret as u64);
+            self.syscalls.push(r);
+        }
+        let Some((n, a)) = self.syscall.take() else { return };
+        if n == number && ret > 0 {
+            if let Some(position) = position {
+                self.note_child(number, a[0], position, ret);
+            }
+        }
+        if n != number || !nr::changes_map(number) || (-4095..0).contains(&ret) {
+            return;
+        }
+        let Some(maps) = self.maps.as_mut() else { return };
+        let old = maps.current().to_vec();
+        let ret = ret as u64;
+        match number {
+            nr::MMAP => {
+                let path = (a[3] & MAP_ANONYMOUS == 0)
+                    .then(|| std::fs::read_link(format!("/proc/self/fd/{}", a[4] as i32)).ok())
+                    .flatten()
+                    .map(|p| p.display().to_string());
+                maps.mmap(ret, a[1], a[2], a[3], path, a[5]);
+            }
+            nr::MUNMAP => maps.munmap(a[0], a[1]),
+            nr::MPROTECT => maps.mprotect(a[0], a[1], a[2]),
+            nr::BRK => maps.brk(ret),
+            nr::MREMAP => maps.mremap(a[0], a[1], a[2], ret),
+            _ => {}
+        }
+        if self.engine.tracing() {
+            if let Some(change) = diff(&old, maps.current(), self.engine.position(), number) {
+                self.images.note(&change.added);
+                self.changes.push(change);
+            }
+        }
+    }
+
+    /// Fills in a system call's result and the memory it wrote (read back from the guest, the
+    /// table of `rtit_replay_core::syscall` saying where).
+    fn complete_syscall(&self, mut r: SyscallRecord, ret: u64) -> SyscallRecord {
+        r.after.insert("rax".into(), format!("{ret:#x}"));
+        let arg = |n: &str| {
+            r.before
+                .get(n)
+                .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())
+        };
+        let args = ["rdi", "rsi", "rdx", "r10", "r8", "r9"].map(arg);
+        match effect(r.nr, &args, Some(ret)) {
+            Effect::Writes(ranges) if ranges.iter().map(|x| x.1).sum::<u64>() <= 1 << 20 => {
+                r.complete = true;
+                for (addr, len) in ranges.into_iter().filter(|x| x.1 > 0) {
+                    let mut bytes = vec![0u8; len as usize];
+                    let n = self.read(addr, &mut bytes);
+                    r.complete &= n == bytes.len();
+                    r.writes.push(MemoryWrite::new(addr, &bytes[..n]));
+                }
+            }
+            Effect::Restores | Effect::SetsBase { .. } => r.complete = true,
+            _ => {}
+        }
+        r
+    }
+
+    /// Notes the process that call `number` (first argument `a0`) at `position` created, if
+    /// it created one: QEMU forks itself for it, and the copy runs unrecorded.
+    fn note_child(&mut self, number: u64, a0: u64, position: u64, pid: i64) {
+        let flags = match number {
+            nr::CLONE3 => self.read_u64(a0).unwrap_or(0),
+            _ => a0,
+        };
+        if let Some(name) = nr::creates_process(number, flags) {
+            self.children.push(ChildProcess {
+                position,
+                syscall: name.to_string(),
+                pid: Some(pid),
+            });
+        }
+    }
+}
