@@ -166,7 +166,8 @@ impl Session {
         let gaps = recording.gaps();
         recording.decoder(&trace, &space, &gaps).decode(&mut timeline);
         let ran = timeline.len() + timeline.events().iter().map(FlowEvent::unshown).sum::<u64>();
-        let incomplete = match recording.check_complete(trace.len(), ran) {
+        let spun = timeline.events().iter().any(FlowEvent::unshown_unknown);
+        let incomplete = match recording.check_complete(trace.len(), ran, spun) {
             Ok(()) => None,
             Err(e) if partial => Some(e),
             Err(e) => return Err(e),

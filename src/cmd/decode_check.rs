@@ -17,6 +17,8 @@ struct Tally {
     first_errors: Vec<String>,
     /// Instructions that ran but are not in the history (a spin at the end).
     unshown: u64,
+    /// Whether the program spun an unknown number of times somewhere.
+    spun: bool,
     notes: Vec<String>,
 }
 
@@ -30,8 +32,13 @@ impl FlowSink for Tally {
             EventKind::Interrupt { .. } => self.interrupts += 1,
             EventKind::Gap { .. } | EventKind::Lost { .. } => self.gaps += 1,
             EventKind::Spins { instructions, .. } => {
-                self.unshown += instructions;
-                self.notes.push(format!("at position {}: {event}", event.position));
+                match instructions {
+                    Some(n) => self.unshown += n,
+                    None => self.spun = true,
+                }
+                if self.notes.len() < 5 {
+                    self.notes.push(format!("at position {}: {event}", event.position));
+                }
             }
             EventKind::Error { .. } => {
                 self.errors += 1;
@@ -72,5 +79,6 @@ pub fn run(rec: &Recording, partial: bool) -> Result<()> {
     for e in tally.first_errors.iter().chain(&tally.notes) {
         println!("  {e}");
     }
-    super::recordings::complete_or_partial(rec, trace.len(), tally.instructions + tally.unshown, partial)
+    let ran = tally.instructions + tally.unshown;
+    super::recordings::complete_or_partial(rec, trace.len(), ran, tally.spun, partial)
 }

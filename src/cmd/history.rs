@@ -120,7 +120,10 @@ impl TraceArgs {
                     FlowItem::Event(e) => e.unshown(),
                 })
                 .sum();
-            super::recordings::complete_or_partial(rec, trace.len(), ran, self.partial)?;
+            let spun = items
+                .iter()
+                .any(|i| matches!(i, FlowItem::Event(e) if e.unshown_unknown()));
+            super::recordings::complete_or_partial(rec, trace.len(), ran, spun, self.partial)?;
         }
         Ok(History { space, items })
     }

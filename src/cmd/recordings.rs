@@ -27,8 +27,8 @@ pub fn open(arg: Option<&Path>) -> Result<Recording> {
 /// Whether `rec`'s trace (`trace_len` bytes, `decoded` instructions) holds everything the
 /// recorder wrote down. If not: an error, or with `partial` a warning on stderr, so what is
 /// there can be used knowingly.
-pub fn complete_or_partial(rec: &Recording, trace_len: usize, decoded: u64, partial: bool) -> Result<()> {
-    match rec.check_complete(trace_len, decoded) {
+pub fn complete_or_partial(rec: &Recording, trace_len: usize, decoded: u64, spun: bool, partial: bool) -> Result<()> {
+    match rec.check_complete(trace_len, decoded, spun) {
         Ok(()) => Ok(()),
         Err(e @ RecordingError::Incomplete { .. }) if partial => {
             eprintln!("rtit: warning: {e}");

@@ -5,6 +5,7 @@
 use super::decoder::{Boundary, FlowDecoder, State};
 use super::failure::Failure;
 use super::{EventKind, FlowSink};
+use crate::cofi::Cofi;
 use crate::packet::{Decoded, FupEvent, Packet};
 
 impl FlowDecoder<'_> {
@@ -82,6 +83,45 @@ impl FlowDecoder<'_> {
         self.state = State::Disabled;
     }
 
+    /// An asynchronous FUP binds at `ip` on the first pass the walk makes there (§4.3). If
+    /// the code from `ip` comes back to it needing nothing from the trace, the CPU may have
+    /// passed through `ip` any number of times first: says so with a [`EventKind::Spins`].
+    fn spun(&mut self, ip: u64, offset: usize, sink: &mut impl FlowSink) {
+        if self.loops_back(ip) {
+            let kind = EventKind::Spins { ip, instructions: None };
+            self.event(sink, offset, kind);
+        }
+    }
+
+    /// Whether the code from `ip` returns to `ip` through straight-line code, direct jumps
+    /// and direct calls only (looked at for a few thousand blocks at most).
+    fn loops_back(&mut self, ip: u64) -> bool {
+        const BLOCKS: usize = 4096;
+        let (_, space, cache) = &mut self.spaces[self.current];
+        let mut seen = rustc_hash::FxHashSet::default();
+        let mut at = ip;
+        for _ in 0..BLOCKS {
+            let Ok(id) = cache.get(space, at) else { return false };
+            if !seen.insert(id) {
+                return false;
+            }
+            let block = cache.block(id);
+            if at != ip && block.index_of(ip).is_some() {
+                return true;
+            }
+            let t = block.term;
+            at = match t.cofi {
+                Cofi::None => t.nlip(),
+                Cofi::DirectJump | Cofi::DirectCall => t.target,
+                _ => return false,
+            };
+            if at == ip {
+                return true;
+            }
+        }
+        false
+    }
+
     /// What binds at the boundary before `ip`, with no TNT bit pending.
     pub(super) fn boundary(&mut self, ip: u64, sink: &mut impl FlowSink) -> Boundary {
         let d = match self.peek() {
@@ -129,11 +169,13 @@ impl FlowDecoder<'_> {
             }
             Packet::Fup(FupEvent::PacketGenDisable, _) if fup_ip == ip => {
                 self.source.next();
+                self.spun(ip, d.offset, sink);
                 self.disabled(sink, d.offset, ip);
                 Boundary::Leave
             }
             Packet::Fup(FupEvent::FarTransfer, _) if fup_ip == ip => {
                 self.source.next();
+                self.spun(ip, d.offset, sink);
                 match self.take_tip(ip, "interrupt or fault") {
                     Ok(target) => {
                         self.event(sink, d.offset, EventKind::Interrupt { ip, target });

@@ -264,6 +264,7 @@ impl<'a> FlowDecoder<'a> {
                     // no count (right or wrong) makes the history circle without bound.
                     let instructions = self.limit.saturating_sub(self.position);
                     let offset = self.offset();
+                    let instructions = Some(instructions);
                     self.event(sink, offset, EventKind::Spins { ip, instructions });
                     self.state = State::Done;
                     return;

@@ -85,15 +85,16 @@ pub enum EventKind {
     },
     /// TraceSTOP: tracing stopped at a TraceStop range (§4.2.11).
     Stop,
-    /// The trace ends while the program spins in a loop through `ip` that needs nothing from
-    /// the trace (a hang in `for (;;);`, stopped by a signal): the recorder counted
-    /// `instructions` more than the history holds, all of them further passes of that loop.
-    /// The history shows one pass; the rest are counted, not shown.
+    /// The program was spinning in a loop through `ip` that needs nothing from the trace (a
+    /// hang in `for (;;);`): the trace cannot tell how many passes it made, and the history
+    /// shows one. Where the trace ends there (stopped by a signal), the recorder's count
+    /// tells how many `instructions` ran beyond the history; where an interrupt or a signal
+    /// took the program out of the loop, nobody knows (`None`).
     Spins {
         /// An instruction of the loop.
         ip: u64,
-        /// Instructions that ran after the history's last one.
-        instructions: u64,
+        /// Instructions that ran but are not shown, if known.
+        instructions: Option<u64>,
     },
 }
 
@@ -126,12 +127,19 @@ pub struct FlowEvent {
 }
 
 impl FlowEvent {
-    /// Instructions that ran but the history does not show (counted by the recorder).
+    /// Instructions that ran but the history does not show, as far as they are known.
     pub fn unshown(&self) -> u64 {
         match self.kind {
-            EventKind::Spins { instructions, .. } => instructions,
+            EventKind::Spins {
+                instructions: Some(n), ..
+            } => n,
             _ => 0,
         }
+    }
+
+    /// Whether an unknown number of instructions ran here that the history does not show.
+    pub fn unshown_unknown(&self) -> bool {
+        matches!(self.kind, EventKind::Spins { instructions: None, .. })
     }
 }
 
@@ -152,9 +160,16 @@ impl fmt::Display for FlowEvent {
                 write!(f, "{message}")?;
             }
             EventKind::Stop => write!(f, "TraceSTOP")?,
-            EventKind::Spins { ip, instructions } => write!(
+            EventKind::Spins {
+                ip,
+                instructions: Some(n),
+            } => write!(
                 f,
-                "the program spins in a loop through {ip:#x} that needs nothing from the trace: {instructions} more instructions ran there until the recording stopped (one pass shown)"
+                "the program spins in a loop through {ip:#x} that needs nothing from the trace: {n} more instructions ran there until the recording stopped (one pass shown)"
+            )?,
+            EventKind::Spins { ip, instructions: None } => write!(
+                f,
+                "the program was in a loop through {ip:#x} that needs nothing from the trace: it may have made any number of passes before this (one shown)"
             )?,
         }
         write!(f, " (trace offset {:#x}, position {})", self.offset, self.position)
