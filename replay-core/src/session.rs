@@ -347,6 +347,25 @@ impl Session {
         })
     }
 
+    /// The known bytes at `addr` at the current position, up to the first unknown one and at
+    /// most `max_len`: a debugger's memory read. Read-only image bytes are known without
+    /// asking the state layer (reading code costs nothing at any position).
+    pub fn read_memory_prefix(&mut self, addr: u64, max_len: usize) -> Vec<u8> {
+        if let Some(bytes) = self.space.read_only_bytes_at(addr) {
+            if bytes.len() >= max_len {
+                return bytes[..max_len].to_vec();
+            }
+        }
+        let Some(known) = self.known() else {
+            return Vec::new();
+        };
+        let prefix = known.memory_prefix(addr, max_len);
+        if prefix.conflict {
+            self.values.note_conflicts(1);
+        }
+        prefix.bytes
+    }
+
     /// `len` bytes at `addr` at the current position, if all of them are known.
     pub fn read_memory(&mut self, addr: u64, len: usize) -> Option<Vec<u8>> {
         if let Some(bytes) = self.space.read_only_bytes_at(addr) {
