@@ -316,6 +316,13 @@ impl Session {
         Stop::Begin
     }
 
+    /// Computes now what the first question about values at position 0 would compute (see
+    /// [`Values::prepare`]): on a history of hundreds of millions of instructions that takes
+    /// longer than a debugger waits for an answer. `progress(done, total)` counts positions.
+    pub fn prepare(&mut self, progress: impl FnMut(u64, u64)) {
+        self.values.prepare(progress);
+    }
+
     /// The state layer.
     pub fn values(&mut self) -> &mut Values {
         &mut self.values

@@ -264,6 +264,22 @@ impl Values {
 
     /// Makes backward checkpoints down to `p`.
     fn extend_backward(&mut self, p: u64) {
+        self.extend_backward_with(p, &mut |_, _| {});
+    }
+
+    /// Makes now what the first question at position 0 would otherwise make while gdb waits:
+    /// the backward checkpoints from the end of the history down to 0, a walk over the whole
+    /// history (about 50 ns a position). `progress(done, total)` is called at each checkpoint
+    /// with the positions walked so far and in all.
+    pub fn prepare(&mut self, mut progress: impl FnMut(u64, u64)) {
+        self.extend_backward_with(0, &mut progress);
+    }
+
+    /// [`Self::extend_backward`], telling `progress` how far it got.
+    fn extend_backward_with(&mut self, p: u64, progress: &mut dyn FnMut(u64, u64)) {
+        let Some(&top) = self.backward.keys().next_back() else {
+            return;
+        };
         // Checkpoints at multiples of INTERVAL, made going down from the end.
         loop {
             let Some((&low, _)) = self.backward.iter().next() else {
@@ -284,6 +300,7 @@ impl Values {
                 self.step_backward(&mut st, q);
             }
             self.backward.insert(target, st);
+            progress(top - target, top.saturating_sub(p));
         }
     }
 
