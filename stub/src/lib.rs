@@ -6,10 +6,12 @@
 //! - `target`: the gdbstub `Target` over a `Session` (registers, memory, resume, reverse,
 //!   breakpoints, monitor commands);
 //! - `event_loop`: carrying out resume requests and reporting stops;
-//! - `files`: exec-file, host I/O, auxv and the SVR4 library list, so gdb finds the code.
+//! - `files`, `file_ops`: exec-file, host I/O, auxv and the SVR4 library list, so gdb finds
+//!   the code.
 
 pub mod arch;
 pub mod event_loop;
+mod file_ops;
 pub mod files;
 pub mod target;
 
