@@ -4,7 +4,8 @@
 //!
 //! - `arch`: the x86-64 register set, able to say "unavailable";
 //! - `target`: the gdbstub `Target` over a `Session` (registers, memory, resume, reverse,
-//!   breakpoints, monitor commands);
+//!   breakpoints);
+//! - `monitor`: monitor commands, and the gdb hook `monitor goto` needs;
 //! - `event_loop`: carrying out resume requests and reporting stops;
 //! - `files`, `file_ops`: exec-file, host I/O, auxv and the SVR4 library list, so gdb finds
 //!   the code.
@@ -13,6 +14,7 @@ pub mod arch;
 pub mod event_loop;
 mod file_ops;
 pub mod files;
+pub mod monitor;
 pub mod target;
 
 pub use event_loop::serve_connection;
