@@ -1,6 +1,7 @@
 //! The gdbstub target of rtit: serves a replay session of `rtit-replay-core` to a stock gdb
-//! over the GDB remote serial protocol, with reverse execution. It holds no protocol code of
-//! its own; gdbstub's extensions carry the protocol features.
+//! over the GDB remote serial protocol, with reverse execution. gdbstub's extensions carry the
+//! protocol; the only protocol code here is where gdbstub falls short: capping memory reads
+//! (`conn`).
 //!
 //! - `arch`: the x86-64 register set, able to say "unavailable";
 //! - `target`: the gdbstub `Target` over a `Session` (registers, memory, resume, reverse,
@@ -8,9 +9,11 @@
 //! - `monitor`: monitor commands, and the gdb hook `monitor goto` needs;
 //! - `event_loop`: carrying out resume requests and reporting stops;
 //! - `files`, `file_ops`: exec-file, host I/O, auxv and the SVR4 library list, so gdb finds
-//!   the code.
+//!   the code;
+//! - `conn`: the connection gdbstub reads and writes (buffered; `m` requests capped).
 
 pub mod arch;
+pub mod conn;
 pub mod event_loop;
 mod file_ops;
 pub mod files;

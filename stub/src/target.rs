@@ -108,16 +108,16 @@ impl SingleThreadBase for ReplayTarget {
         Err(TargetError::NonFatal)
     }
 
+    /// The known prefix of the range; nothing known is an error (EFAULT). gdbstub calls this
+    /// once per `m` packet because [`crate::conn`] keeps every request within one of its
+    /// chunks, so a reply is the prefix or the error, never both.
     fn read_addrs(&mut self, start: u64, data: &mut [u8]) -> TargetResult<usize, Self> {
-        // All of it if known; else the longest known prefix; nothing known is an error.
-        let known = (1..=data.len()).rev().find_map(|n| self.session.read_memory(start, n));
-        match known {
-            Some(bytes) => {
-                data[..bytes.len()].copy_from_slice(&bytes);
-                Ok(bytes.len())
-            }
-            None => Err(TargetError::Errno(14)),
+        let known = self.session.read_memory_prefix(start, data.len());
+        if known.is_empty() && !data.is_empty() {
+            return Err(TargetError::Errno(14));
         }
+        data[..known.len()].copy_from_slice(&known);
+        Ok(known.len())
     }
 
     fn write_addrs(&mut self, _start: u64, _data: &[u8]) -> TargetResult<(), Self> {
