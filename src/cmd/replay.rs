@@ -8,6 +8,7 @@ use std::process::Command;
 use anyhow::{Context, Result};
 use clap::Args;
 use rtit_replay_core::session::Session;
+use rtit_stub::server::{self, Event};
 use rtit_stub::ReplayTarget;
 
 use super::recordings;
@@ -51,12 +52,18 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         .with_context(|| format!("cannot listen on {}:{}", args.listen, args.port))?;
     let addr: SocketAddr = listener.local_addr()?;
     eprintln!("listening on {addr}");
-    let mut target = ReplayTarget::new(session);
+    let target = ReplayTarget::new(session);
     if args.no_gdb {
-        serve_forever(&listener, &mut target);
+        server::serve_forever(&listener, target, |e| eprintln!("rtit: {e}"));
         return Ok(());
     }
-    let server = std::thread::spawn(move || serve_forever(&listener, &mut target));
+    // Attaching is the launched gdb's own business; only what goes wrong is said.
+    let log = |e: Event| {
+        if !matches!(e, Event::Attached(_)) {
+            eprintln!("rtit: {e}");
+        }
+    };
+    std::thread::spawn(move || server::serve_forever(&listener, target, log));
     let mut gdb = Command::new(&args.gdb);
     gdb.arg("-q");
     if let Some(exe) = &exe {
@@ -66,23 +73,8 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     let status = gdb
         .status()
         .with_context(|| format!("cannot start {}", args.gdb.display()))?;
-    drop(server);
     if !status.success() {
         eprintln!("rtit: gdb exited with {status}");
     }
     Ok(())
-}
-
-/// Serves one gdb at a time, accepting a new one after each disconnects.
-fn serve_forever(listener: &TcpListener, target: &mut ReplayTarget) {
-    for conn in listener.incoming() {
-        let Ok(conn) = conn else { continue };
-        let _ = conn.set_nodelay(true);
-        target.session.set_position(0);
-        target.breakpoints.clear();
-        match rtit_stub::serve_connection(target, conn) {
-            Ok(reason) => eprintln!("rtit: gdb disconnected ({reason:?}); waiting for the next one"),
-            Err(e) => eprintln!("rtit: connection ended: {e}"),
-        }
-    }
 }

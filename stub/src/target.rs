@@ -55,6 +55,14 @@ impl ReplayTarget {
             pending: None,
         }
     }
+
+    /// Back to position 0 with no breakpoints and no open files, as a new gdb expects.
+    pub fn reset(&mut self) {
+        self.session.set_position(0);
+        self.breakpoints.clear();
+        self.pending = None;
+        self.files.close_all();
+    }
 }
 
 impl Target for ReplayTarget {
