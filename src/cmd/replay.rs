@@ -1,9 +1,11 @@
 //! `rtit replay`: serve a recording to gdb with forward and reverse execution, and by default
 //! start gdb connected to it, as `rr replay` does.
 
+use std::io::{IsTerminal, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
@@ -36,11 +38,16 @@ pub struct ReplayArgs {
     partial: bool,
 }
 
+/// gdb's `remotetimeout` for the gdb started here (gdb's default is 2 s): the stub answers
+/// most questions at once, but the first one at a position far from any checkpoint on a
+/// huge history can take longer, and gdb drops a connection whose answer is late.
+const REMOTE_TIMEOUT: u32 = 60;
+
 /// Runs `rtit replay`.
 pub fn run(args: &ReplayArgs) -> Result<()> {
     let rec = recordings::open(args.recording.as_deref())?;
     let exe = rtit_stub::files::executable(&rec).map(|i| rec.dir.join(&i.file));
-    let session = Session::open_with(rec.clone(), args.partial).context("cannot replay the recording")?;
+    let mut session = Session::open_with(rec.clone(), args.partial).context("cannot replay the recording")?;
     if let Some(e) = session.incomplete() {
         eprintln!("rtit: warning: {e}");
     }
@@ -48,6 +55,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     if errors > 0 {
         eprintln!("rtit: the trace has {errors} decode errors; `monitor info` and `rtit insns` show them");
     }
+    prepare(&mut session);
     let listener = TcpListener::bind((args.listen.as_str(), args.port))
         .with_context(|| format!("cannot listen on {}:{}", args.listen, args.port))?;
     let addr: SocketAddr = listener.local_addr()?;
@@ -65,7 +73,8 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     };
     std::thread::spawn(move || server::serve_forever(&listener, target, log));
     let mut gdb = Command::new(&args.gdb);
-    gdb.arg("-q");
+    gdb.arg("-q")
+        .args(["-iex", &format!("set remotetimeout {REMOTE_TIMEOUT}")]);
     if let Some(exe) = &exe {
         gdb.arg(exe);
     }
@@ -77,4 +86,33 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         eprintln!("rtit: gdb exited with {status}");
     }
     Ok(())
+}
+
+/// Computes before listening what gdb's first questions at position 0 would otherwise wait
+/// for (a walk over the whole history), with a progress line when it takes over a second on
+/// a terminal.
+fn prepare(session: &mut Session) {
+    let started = Instant::now();
+    let tty = std::io::stderr().is_terminal();
+    let mut shown = Instant::now();
+    let mut said = false;
+    session.prepare(|done, total| {
+        let now = Instant::now();
+        if !tty || now - started < Duration::from_secs(1) || (said && now - shown < Duration::from_millis(250)) {
+            return;
+        }
+        (shown, said) = (now, true);
+        eprint!(
+            "\rrtit: going through the history for values: {}% of {total} positions   ",
+            done * 100 / total.max(1)
+        );
+        let _ = std::io::stderr().flush();
+    });
+    if said {
+        eprintln!(
+            "\rrtit: went through the history for values in {:.1} s{:30}",
+            started.elapsed().as_secs_f64(),
+            ""
+        );
+    }
 }
