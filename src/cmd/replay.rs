@@ -72,9 +72,12 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         }
     };
     std::thread::spawn(move || server::serve_forever(&listener, target, log));
+    let init = InitScript::write()?;
     let mut gdb = Command::new(&args.gdb);
     gdb.arg("-q")
-        .args(["-iex", &format!("set remotetimeout {REMOTE_TIMEOUT}")]);
+        .args(["-iex", &format!("set remotetimeout {REMOTE_TIMEOUT}")])
+        .arg("-ix")
+        .arg(&init.0);
     if let Some(exe) = &exe {
         gdb.arg(exe);
     }
@@ -114,5 +117,35 @@ fn prepare(session: &mut Session) {
             started.elapsed().as_secs_f64(),
             ""
         );
+    }
+}
+
+/// The commands the launched gdb runs first (`-ix`), in a file of their own, removed when
+/// rtit ends: the hook that refreshes gdb's caches after `monitor goto`.
+struct InitScript(PathBuf);
+
+impl InitScript {
+    fn write() -> Result<Self> {
+        let dir = std::env::temp_dir();
+        for n in 0..100 {
+            let path = dir.join(format!("rtit-gdb-{}-{n}.gdb", std::process::id()));
+            // create_new: never follow or reuse a name someone else made.
+            match std::fs::File::options().write(true).create_new(true).open(&path) {
+                Ok(mut file) => {
+                    file.write_all(rtit_stub::monitor::GDB_INIT.as_bytes())
+                        .with_context(|| format!("cannot write {}", path.display()))?;
+                    return Ok(Self(path));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e).with_context(|| format!("cannot create {}", path.display())),
+            }
+        }
+        anyhow::bail!("cannot create a gdb script in {}", dir.display())
+    }
+}
+
+impl Drop for InitScript {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
     }
 }
