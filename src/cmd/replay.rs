@@ -82,6 +82,12 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         gdb.arg(exe);
     }
     gdb.args(["-ex", &format!("target remote {addr}")]);
+    // Ctrl-C at the terminal reaches rtit too; it is gdb's (it interrupts a `continue`), and
+    // rtit must outlive it to answer. rtit still ends when gdb does.
+    let _keep_running = signal_hook::flag::register(
+        signal_hook::consts::SIGINT,
+        std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+    );
     let status = gdb
         .status()
         .with_context(|| format!("cannot start {}", args.gdb.display()))?;
