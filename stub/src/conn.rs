@@ -28,9 +28,10 @@ use gdbstub::conn::{Connection, ConnectionExt};
 /// The packet buffer gdbstub gets (and advertises as PacketSize).
 pub const PACKET_SIZE: usize = 4096;
 
-/// The longest `m` read served in one reply. A packet fits in [`PACKET_SIZE`] bytes, so its
-/// address takes at most (PACKET_SIZE - 7) / 2 bytes of the buffer, and gdbstub's chunk (the
-/// buffer after `$m` and the address) holds at least PACKET_SIZE / 2 + 2 bytes.
+/// The longest `m` read served in one reply. A packet (`$m`, the address in hex, `,`, the
+/// length, `#` and two checksum digits) fits in [`PACKET_SIZE`] bytes, so its address decodes
+/// to at most (PACKET_SIZE - 6) / 2 bytes, and gdbstub's chunk (the buffer after `$m` and the
+/// decoded address) holds at least PACKET_SIZE / 2 + 1 bytes.
 pub const MAX_READ: usize = PACKET_SIZE / 2;
 
 /// A gdb connection for gdbstub: see the module documentation.
