@@ -306,6 +306,12 @@ fn huge_memory_reads_answer_a_known_prefix_or_an_error() {
     let n = code.len().min(file.len());
     assert_eq!(code[..n], file[..n], "the executable's bytes");
     assert_eq!(read_memory(&mut raw, main + 100, 16), Ok(code[100..116].to_vec()));
+    // The longest address a 4096-byte packet holds (zeros in front) leaves gdbstub the
+    // smallest buffer to read into: the same answer.
+    let padded = format!("m{main:0>4084x},100000");
+    raw.write_all(&packet(&padded)).expect("send");
+    assert_eq!(packet(&padded).len(), 4096);
+    assert_eq!(memory_reply(&read_packet(&mut raw).expect("a reply")), Ok(code.clone()));
 
     // The top of the stack: known from the snapshot up to its last byte, nothing after it.
     let stack = rec
