@@ -70,11 +70,13 @@ fn snapshot_state(registers: &BTreeMap<String, String>, memory: &[(u64, Vec<u8>)
 }
 
 /// The state layer's inputs from a recording and its decoded history (`ips`: every position,
-/// the faulting instruction last when `fault`).
+/// the faulting instruction last when `fault`). The end snapshot is used only when the
+/// history is `complete`: one cut short does not reach the state the snapshot describes.
 fn values_inputs(
     recording: &Recording,
     ips: Arc<[u64]>,
     fault: bool,
+    complete: bool,
     events: &[FlowEvent],
 ) -> Result<state::Inputs, RecordingError> {
     let retired = ips.len() as u64 - u64::from(fault);
@@ -98,7 +100,7 @@ fn values_inputs(
         .collect();
     let m = &recording.manifest;
     let start_memory = recording.snapshot(false)?;
-    let ended = matches!(m.end, EndState::Exited { .. } | EndState::Signaled { .. });
+    let ended = complete && matches!(m.end, EndState::Exited { .. } | EndState::Signaled { .. });
     let end = match ended {
         true => Some(snapshot_state(&m.registers_end, &recording.snapshot(true)?)),
         false => None,
@@ -158,7 +160,8 @@ impl Session {
     }
 
     /// [`Self::open`]; with `partial`, an incomplete recording is opened with what it holds
-    /// and [`Self::incomplete`] says what is missing.
+    /// and [`Self::incomplete`] says what is missing. Its end snapshot and faulting
+    /// instruction are left out: the history does not reach them.
     pub fn open_with(recording: Recording, partial: bool) -> Result<Self, RecordingError> {
         let space = recording.address_space()?;
         let trace = recording.trace()?;
@@ -175,17 +178,19 @@ impl Session {
         let mut ips = expand(&timeline, &space);
         let retired = ips.len() as u64;
         let m = &recording.manifest;
+        // The faulting instruction follows the last retired one only if nothing is missing.
         let fault = match &m.end {
             EndState::Signaled {
                 signal, ip: Some(ip), ..
-            } => u64::from_str_radix(ip.trim_start_matches("0x"), 16)
+            } if incomplete.is_none() => u64::from_str_radix(ip.trim_start_matches("0x"), 16)
                 .ok()
                 .map(|ip| (ip, *signal)),
             _ => None,
         };
         ips.extend(fault.map(|f| f.0));
         let ips: Arc<[u64]> = Arc::from(ips);
-        let inputs = values_inputs(&recording, ips.clone(), fault.is_some(), timeline.events())?;
+        let complete = incomplete.is_none();
+        let inputs = values_inputs(&recording, ips.clone(), fault.is_some(), complete, timeline.events())?;
         Ok(Self {
             values: Values::new(space.clone(), inputs),
             known: None,
@@ -324,6 +329,13 @@ impl Session {
         Stop::Begin
     }
 
+    /// Computes now what the first question about values at position 0 would compute (see
+    /// [`Values::prepare`]): on a history of hundreds of millions of instructions that takes
+    /// longer than a debugger waits for an answer. `progress(done, total)` counts positions.
+    pub fn prepare(&mut self, progress: impl FnMut(u64, u64)) {
+        self.values.prepare(progress);
+    }
+
     /// The state layer.
     pub fn values(&mut self) -> &mut Values {
         &mut self.values
@@ -353,6 +365,25 @@ impl Session {
             self.values.note_conflicts(1);
             None
         })
+    }
+
+    /// The known bytes at `addr` at the current position, up to the first unknown one and at
+    /// most `max_len`: a debugger's memory read. Read-only image bytes are known without
+    /// asking the state layer (reading code costs nothing at any position).
+    pub fn read_memory_prefix(&mut self, addr: u64, max_len: usize) -> Vec<u8> {
+        if let Some(bytes) = self.space.read_only_bytes_at(addr) {
+            if bytes.len() >= max_len {
+                return bytes[..max_len].to_vec();
+            }
+        }
+        let Some(known) = self.known() else {
+            return Vec::new();
+        };
+        let prefix = known.memory_prefix(addr, max_len);
+        if prefix.conflict {
+            self.values.note_conflicts(1);
+        }
+        prefix.bytes
     }
 
     /// `len` bytes at `addr` at the current position, if all of them are known.

@@ -1,13 +1,16 @@
 //! `rtit replay`: serve a recording to gdb with forward and reverse execution, and by default
 //! start gdb connected to it, as `rr replay` does.
 
+use std::io::{IsTerminal, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
 use rtit_replay_core::session::Session;
+use rtit_stub::server::{self, Event};
 use rtit_stub::ReplayTarget;
 
 use super::recordings;
@@ -35,11 +38,16 @@ pub struct ReplayArgs {
     partial: bool,
 }
 
+/// gdb's `remotetimeout` for the gdb started here (gdb's default is 2 s): the stub answers
+/// most questions at once, but the first one at a position far from any checkpoint on a
+/// huge history can take longer, and gdb drops a connection whose answer is late.
+const REMOTE_TIMEOUT: u32 = 60;
+
 /// Runs `rtit replay`.
 pub fn run(args: &ReplayArgs) -> Result<()> {
     let rec = recordings::open(args.recording.as_deref())?;
     let exe = rtit_stub::files::executable(&rec).map(|i| rec.dir.join(&i.file));
-    let session = Session::open_with(rec.clone(), args.partial).context("cannot replay the recording")?;
+    let mut session = Session::open_with(rec.clone(), args.partial).context("cannot replay the recording")?;
     if let Some(e) = session.incomplete() {
         eprintln!("rtit: warning: {e}");
     }
@@ -47,42 +55,103 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     if errors > 0 {
         eprintln!("rtit: the trace has {errors} decode errors; `monitor info` and `rtit insns` show them");
     }
+    prepare(&mut session);
     let listener = TcpListener::bind((args.listen.as_str(), args.port))
         .with_context(|| format!("cannot listen on {}:{}", args.listen, args.port))?;
     let addr: SocketAddr = listener.local_addr()?;
     eprintln!("listening on {addr}");
-    let mut target = ReplayTarget::new(session);
+    let target = ReplayTarget::new(session);
     if args.no_gdb {
-        serve_forever(&listener, &mut target);
+        server::serve_forever(&listener, target, |e| eprintln!("rtit: {e}"));
         return Ok(());
     }
-    let server = std::thread::spawn(move || serve_forever(&listener, &mut target));
+    // Attaching is the launched gdb's own business; only what goes wrong is said.
+    let log = |e: Event| {
+        if !matches!(e, Event::Attached(_)) {
+            eprintln!("rtit: {e}");
+        }
+    };
+    std::thread::spawn(move || server::serve_forever(&listener, target, log));
+    let init = InitScript::write()?;
     let mut gdb = Command::new(&args.gdb);
-    gdb.arg("-q");
+    gdb.arg("-q")
+        .args(["-iex", &format!("set remotetimeout {REMOTE_TIMEOUT}")])
+        .arg("-ix")
+        .arg(&init.0);
     if let Some(exe) = &exe {
         gdb.arg(exe);
     }
     gdb.args(["-ex", &format!("target remote {addr}")]);
+    // Ctrl-C at the terminal reaches rtit too; it is gdb's (it interrupts a `continue`), and
+    // rtit must outlive it to answer. rtit still ends when gdb does.
+    let _keep_running = signal_hook::flag::register(
+        signal_hook::consts::SIGINT,
+        std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+    );
     let status = gdb
         .status()
         .with_context(|| format!("cannot start {}", args.gdb.display()))?;
-    drop(server);
     if !status.success() {
         eprintln!("rtit: gdb exited with {status}");
     }
     Ok(())
 }
 
-/// Serves one gdb at a time, accepting a new one after each disconnects.
-fn serve_forever(listener: &TcpListener, target: &mut ReplayTarget) {
-    for conn in listener.incoming() {
-        let Ok(conn) = conn else { continue };
-        let _ = conn.set_nodelay(true);
-        target.session.set_position(0);
-        target.breakpoints.clear();
-        match rtit_stub::serve_connection(target, conn) {
-            Ok(reason) => eprintln!("rtit: gdb disconnected ({reason:?}); waiting for the next one"),
-            Err(e) => eprintln!("rtit: connection ended: {e}"),
+/// Computes before listening what gdb's first questions at position 0 would otherwise wait
+/// for (a walk over the whole history), with a progress line when it takes over a second on
+/// a terminal.
+fn prepare(session: &mut Session) {
+    let started = Instant::now();
+    let tty = std::io::stderr().is_terminal();
+    let mut shown = Instant::now();
+    let mut said = false;
+    session.prepare(|done, total| {
+        let now = Instant::now();
+        if !tty || now - started < Duration::from_secs(1) || (said && now - shown < Duration::from_millis(250)) {
+            return;
         }
+        (shown, said) = (now, true);
+        eprint!(
+            "\rrtit: going through the history for values: {}% of {total} positions   ",
+            done * 100 / total.max(1)
+        );
+        let _ = std::io::stderr().flush();
+    });
+    if said {
+        eprintln!(
+            "\rrtit: went through the history for values in {:.1} s{:30}",
+            started.elapsed().as_secs_f64(),
+            ""
+        );
+    }
+}
+
+/// The commands the launched gdb runs first (`-ix`), in a file of their own, removed when
+/// rtit ends: the hook that refreshes gdb's caches after `monitor goto`.
+struct InitScript(PathBuf);
+
+impl InitScript {
+    fn write() -> Result<Self> {
+        let dir = std::env::temp_dir();
+        for n in 0..100 {
+            let path = dir.join(format!("rtit-gdb-{}-{n}.gdb", std::process::id()));
+            // create_new: never follow or reuse a name someone else made.
+            match std::fs::File::options().write(true).create_new(true).open(&path) {
+                Ok(mut file) => {
+                    file.write_all(rtit_stub::monitor::GDB_INIT.as_bytes())
+                        .with_context(|| format!("cannot write {}", path.display()))?;
+                    return Ok(Self(path));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e).with_context(|| format!("cannot create {}", path.display())),
+            }
+        }
+        anyhow::bail!("cannot create a gdb script in {}", dir.display())
+    }
+}
+
+impl Drop for InitScript {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
     }
 }

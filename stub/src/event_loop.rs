@@ -9,16 +9,17 @@ use gdbstub::target::ext::base::reverse_exec::ReplayLogPosition;
 use gdbstub::target::Target;
 use rtit_replay_core::session::Stop;
 
+use crate::conn::{Conn, PACKET_SIZE};
 use crate::target::{Action, ReplayTarget};
 
-/// The event loop of [`ReplayTarget`] over a TCP connection.
+/// The event loop of [`ReplayTarget`] over a [`Conn`].
 pub enum ReplayEventLoop {}
 
 type StopReason = SingleThreadStopReason<u64>;
 
 impl BlockingEventLoop for ReplayEventLoop {
     type Target = ReplayTarget;
-    type Connection = std::net::TcpStream;
+    type Connection = Conn;
     type StopReason = StopReason;
 
     #[allow(clippy::type_complexity)]
@@ -69,6 +70,9 @@ pub fn serve_connection(
     target: &mut ReplayTarget,
     conn: std::net::TcpStream,
 ) -> Result<gdbstub::stub::DisconnectReason, String> {
-    let stub = gdbstub::stub::GdbStub::new(conn);
+    let stub = gdbstub::stub::GdbStubBuilder::new(Conn::new(conn))
+        .packet_buffer_size(PACKET_SIZE)
+        .build()
+        .map_err(|e| e.to_string())?;
     stub.run_blocking::<ReplayEventLoop>(target).map_err(|e| e.to_string())
 }

@@ -2,25 +2,17 @@
 //! (qXfer:exec-file), the files themselves over host I/O (vFile, served from the recording's
 //! copies under their original paths), the auxiliary vector (AT_ENTRY and AT_PHDR, so gdb can
 //! relocate a PIE; AT_BASE; AT_SYSINFO_EHDR for the vDSO) and the SVR4 library list.
+//!
+//! This file builds them from a recording and answers for them; `file_ops` plugs them into
+//! gdbstub's extensions for [`crate::target::ReplayTarget`] (so this file needs no target).
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use gdbstub::common::Pid;
-use gdbstub::target::ext::auxv::Auxv;
-use gdbstub::target::ext::exec_file::ExecFile;
-use gdbstub::target::ext::host_io::{
-    FsKind, HostIo, HostIoClose, HostIoCloseOps, HostIoErrno, HostIoError, HostIoFstat, HostIoFstatOps, HostIoOpen,
-    HostIoOpenFlags, HostIoOpenMode, HostIoOpenOps, HostIoPread, HostIoPreadOps, HostIoResult, HostIoSetfs,
-    HostIoSetfsOps, HostIoStat,
-};
-use gdbstub::target::ext::libraries::LibrariesSvr4;
-use gdbstub::target::TargetResult;
+use gdbstub::target::ext::host_io::{HostIoErrno, HostIoError, HostIoOpenFlags, HostIoOpenMode, HostIoStat};
 use rtit_replay_core::recording::{ImageKind, ImageRecord, Recording};
-
-use crate::target::ReplayTarget;
 
 /// The recording's files as gdb asks for them.
 #[derive(Debug, Default)]
@@ -139,100 +131,62 @@ impl Files {
         files.svr4 = libraries;
         files
     }
-}
 
-/// Copies `data[offset..]` into `buf`, as the qXfer callbacks want.
-fn copy_out(data: &[u8], offset: u64, length: usize, buf: &mut [u8]) -> usize {
-    let start = (offset as usize).min(data.len());
-    let n = (data.len() - start).min(length).min(buf.len());
-    buf[..n].copy_from_slice(&data[start..start + n]);
-    n
-}
+    /// The executable's original path (empty if the recording has none).
+    pub fn exec_path(&self) -> &str {
+        self.exec.as_deref().unwrap_or("")
+    }
 
-impl ExecFile for ReplayTarget {
-    fn get_exec_file(
-        &self,
-        _pid: Option<Pid>,
-        offset: u64,
-        length: usize,
-        buf: &mut [u8],
-    ) -> TargetResult<usize, Self> {
-        let path = self.files.exec.as_deref().unwrap_or("");
-        Ok(copy_out(path.as_bytes(), offset, length, buf))
+    /// The auxiliary vector, as the kernel lays it out.
+    pub fn auxv(&self) -> &[u8] {
+        &self.auxv
     }
-}
 
-impl Auxv for ReplayTarget {
-    fn get_auxv(&self, offset: u64, length: usize, buf: &mut [u8]) -> TargetResult<usize, Self> {
-        Ok(copy_out(&self.files.auxv, offset, length, buf))
+    /// The SVR4 library list (XML).
+    pub fn svr4(&self) -> &str {
+        &self.svr4
     }
-}
 
-impl LibrariesSvr4 for ReplayTarget {
-    fn get_libraries_svr4(&self, offset: u64, length: usize, buf: &mut [u8]) -> TargetResult<usize, Self> {
-        Ok(copy_out(self.files.svr4.as_bytes(), offset, length, buf))
+    /// Closes every open file (a new gdb starts with none).
+    pub fn close_all(&mut self) {
+        self.open.clear();
     }
-}
 
-impl HostIo for ReplayTarget {
-    fn support_open(&mut self) -> Option<HostIoOpenOps<'_, Self>> {
-        Some(self)
-    }
-    fn support_close(&mut self) -> Option<HostIoCloseOps<'_, Self>> {
-        Some(self)
-    }
-    fn support_pread(&mut self) -> Option<HostIoPreadOps<'_, Self>> {
-        Some(self)
-    }
-    fn support_fstat(&mut self) -> Option<HostIoFstatOps<'_, Self>> {
-        Some(self)
-    }
-    fn support_setfs(&mut self) -> Option<HostIoSetfsOps<'_, Self>> {
-        Some(self)
-    }
-}
-
-impl HostIoOpen for ReplayTarget {
     /// Opens a file of the recording by its original path; anything else does not exist.
-    fn open(&mut self, filename: &[u8], flags: HostIoOpenFlags, _mode: HostIoOpenMode) -> HostIoResult<u32, Self> {
+    pub fn open<E>(&mut self, filename: &[u8], flags: HostIoOpenFlags) -> Result<u32, HostIoError<E>> {
         if flags != HostIoOpenFlags::O_RDONLY {
             return Err(HostIoError::Errno(HostIoErrno::EACCES));
         }
         let name = String::from_utf8_lossy(filename);
         let copy = self
-            .files
             .by_path
             .get(name.as_ref())
             .ok_or(HostIoError::Errno(HostIoErrno::ENOENT))?;
         let file = File::open(copy)?;
-        let fd = self.files.next_fd;
-        self.files.next_fd += 1;
-        self.files.open.insert(fd, file);
+        let fd = self.next_fd;
+        self.next_fd += 1;
+        self.open.insert(fd, file);
         Ok(fd)
     }
-}
 
-impl HostIoClose for ReplayTarget {
-    fn close(&mut self, fd: u32) -> HostIoResult<(), Self> {
-        self.files
-            .open
+    /// Closes an open file.
+    pub fn close<E>(&mut self, fd: u32) -> Result<(), HostIoError<E>> {
+        self.open
             .remove(&fd)
             .map(drop)
             .ok_or(HostIoError::Errno(HostIoErrno::EBADF))
     }
-}
 
-impl HostIoPread for ReplayTarget {
-    fn pread(&mut self, fd: u32, count: usize, offset: u64, buf: &mut [u8]) -> HostIoResult<usize, Self> {
-        let file = self.files.open.get(&fd).ok_or(HostIoError::Errno(HostIoErrno::EBADF))?;
+    /// Reads at most `count` bytes at `offset` of an open file.
+    pub fn pread<E>(&self, fd: u32, count: usize, offset: u64, buf: &mut [u8]) -> Result<usize, HostIoError<E>> {
+        let file = self.open.get(&fd).ok_or(HostIoError::Errno(HostIoErrno::EBADF))?;
         let n = count.min(buf.len());
         Ok(file.read_at(&mut buf[..n], offset)?)
     }
-}
 
-impl HostIoFstat for ReplayTarget {
-    fn fstat(&mut self, fd: u32) -> HostIoResult<HostIoStat, Self> {
-        let file = self.files.open.get(&fd).ok_or(HostIoError::Errno(HostIoErrno::EBADF))?;
+    /// An open file's size, as a read-only regular file.
+    pub fn fstat<E>(&self, fd: u32) -> Result<HostIoStat, HostIoError<E>> {
+        let file = self.open.get(&fd).ok_or(HostIoError::Errno(HostIoErrno::EBADF))?;
         let size = file.metadata()?.len();
         Ok(HostIoStat {
             st_dev: 0,
@@ -252,8 +206,10 @@ impl HostIoFstat for ReplayTarget {
     }
 }
 
-impl HostIoSetfs for ReplayTarget {
-    fn setfs(&mut self, _fs: FsKind) -> HostIoResult<(), Self> {
-        Ok(())
-    }
+/// Copies `data[offset..]` into `buf`, as the qXfer callbacks want.
+pub fn copy_out(data: &[u8], offset: u64, length: usize, buf: &mut [u8]) -> usize {
+    let start = (offset as usize).min(data.len());
+    let n = (data.len() - start).min(length).min(buf.len());
+    buf[..n].copy_from_slice(&data[start..start + n]);
+    n
 }

@@ -1,16 +1,25 @@
 //! The gdbstub target of rtit: serves a replay session of `rtit-replay-core` to a stock gdb
-//! over the GDB remote serial protocol, with reverse execution. It holds no protocol code of
-//! its own; gdbstub's extensions carry the protocol features.
+//! over the GDB remote serial protocol, with reverse execution. gdbstub's extensions carry the
+//! protocol; the only protocol code here is where gdbstub falls short: capping memory reads
+//! (`conn`) and refusing a second client (`server`).
 //!
 //! - `arch`: the x86-64 register set, able to say "unavailable";
 //! - `target`: the gdbstub `Target` over a `Session` (registers, memory, resume, reverse,
-//!   breakpoints, monitor commands);
+//!   breakpoints);
+//! - `monitor`: monitor commands, and the gdb hook `monitor goto` needs;
+//! - `files`, `file_ops`: exec-file, host I/O, auxv and the SVR4 library list, so gdb finds
+//!   the code;
 //! - `event_loop`: carrying out resume requests and reporting stops;
-//! - `files`: exec-file, host I/O, auxv and the SVR4 library list, so gdb finds the code.
+//! - `conn`: the connection gdbstub reads and writes (buffered; `m` requests capped);
+//! - `server`: accepting connections, one debugging gdb at a time.
 
 pub mod arch;
+pub mod conn;
 pub mod event_loop;
+mod file_ops;
 pub mod files;
+pub mod monitor;
+pub mod server;
 pub mod target;
 
 pub use event_loop::serve_connection;

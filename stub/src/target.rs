@@ -1,11 +1,10 @@
 //! The gdbstub target over a replay session: registers and memory where known, forward and
 //! reverse stepping and continuing, software and hardware breakpoints (both are just addresses
-//! in a replay), and monitor commands.
+//! in a replay). Monitor commands are in `monitor`, the file extensions in `file_ops`.
 
 use std::collections::HashSet;
 
 use gdbstub::common::Signal;
-use gdbstub::outputln;
 use gdbstub::target::ext::base::reverse_exec::{ReverseCont, ReverseContOps, ReverseStep, ReverseStepOps};
 use gdbstub::target::ext::base::singlethread::{
     SingleThreadBase, SingleThreadResume, SingleThreadResumeOps, SingleThreadSingleStep, SingleThreadSingleStepOps,
@@ -14,9 +13,8 @@ use gdbstub::target::ext::base::BaseOps;
 use gdbstub::target::ext::breakpoints::{
     Breakpoints, BreakpointsOps, HwBreakpoint, HwBreakpointOps, SwBreakpoint, SwBreakpointOps,
 };
-use gdbstub::target::ext::monitor_cmd::{ConsoleOutput, MonitorCmd, MonitorCmdOps};
+use gdbstub::target::ext::monitor_cmd::MonitorCmdOps;
 use gdbstub::target::{Target, TargetError, TargetResult};
-use rtit_replay_core::flow::decode_insn;
 use rtit_replay_core::session::Session;
 
 use crate::arch::{ReplayRegs, X86_64Replay, GPR_NAMES, SEGMENT_NAMES};
@@ -56,6 +54,14 @@ impl ReplayTarget {
             breakpoints: HashSet::new(),
             pending: None,
         }
+    }
+
+    /// Back to position 0 with no breakpoints and no open files, as a new gdb expects.
+    pub fn reset(&mut self) {
+        self.session.set_position(0);
+        self.breakpoints.clear();
+        self.pending = None;
+        self.files.close_all();
     }
 }
 
@@ -110,16 +116,16 @@ impl SingleThreadBase for ReplayTarget {
         Err(TargetError::NonFatal)
     }
 
+    /// The known prefix of the range; nothing known is an error (EFAULT). gdbstub calls this
+    /// once per `m` packet because [`crate::conn`] keeps every request within one of its
+    /// chunks, so a reply is the prefix or the error, never both.
     fn read_addrs(&mut self, start: u64, data: &mut [u8]) -> TargetResult<usize, Self> {
-        // All of it if known; else the longest known prefix; nothing known is an error.
-        let known = (1..=data.len()).rev().find_map(|n| self.session.read_memory(start, n));
-        match known {
-            Some(bytes) => {
-                data[..bytes.len()].copy_from_slice(&bytes);
-                Ok(bytes.len())
-            }
-            None => Err(TargetError::Errno(14)),
+        let known = self.session.read_memory_prefix(start, data.len());
+        if known.is_empty() && !data.is_empty() {
+            return Err(TargetError::Errno(14));
         }
+        data[..known.len()].copy_from_slice(&known);
+        Ok(known.len())
     }
 
     fn write_addrs(&mut self, _start: u64, _data: &[u8]) -> TargetResult<(), Self> {
@@ -200,79 +206,5 @@ impl HwBreakpoint for ReplayTarget {
 
     fn remove_hw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
         Ok(self.breakpoints.remove(&addr))
-    }
-}
-
-const MONITOR_HELP: &str = "\\
-rtit monitor commands:
-  monitor when        the current position and the history's length
-  monitor goto N      move to position N (then `flushregs` so gdb re-reads the registers)
-  monitor info        a summary of the recording
-  monitor insns [N]   the instructions around the current position (N each side, default 5)
-  monitor help        this list";
-
-impl MonitorCmd for ReplayTarget {
-    fn handle_monitor_cmd(&mut self, cmd: &[u8], mut out: ConsoleOutput<'_>) -> Result<(), Self::Error> {
-        let cmd = String::from_utf8_lossy(cmd);
-        let mut words = cmd.split_whitespace();
-        let s = &mut self.session;
-        match (words.next(), words.next()) {
-            (Some("when"), None) => outputln!(out, "position {} of {} (last {})", s.position(), s.len(), s.last()),
-            (Some("goto"), Some(n)) => match n.parse::<u64>() {
-                Ok(n) if n <= s.last() => {
-                    s.set_position(n);
-                    outputln!(
-                        out,
-                        "position {n}, rip {:#x}; run `flushregs` so gdb re-reads the registers",
-                        s.pc()
-                    );
-                }
-                _ => outputln!(out, "goto: `{n}` is not a position (0..={})", s.last()),
-            },
-            (Some("info"), None) => {
-                let m = &s.recording().manifest;
-                outputln!(out, "recording {}", s.recording().dir.display());
-                outputln!(out, "command   {}", m.command.join(" "));
-                outputln!(
-                    out,
-                    "backend   {}, {} instructions, {} bytes of trace",
-                    m.backend,
-                    m.instructions,
-                    m.trace_bytes
-                );
-                outputln!(out, "ended     {}", m.end);
-                if let Some(text) = m.kernel_text {
-                    outputln!(out, "kernel    _text at {text:#x} (kallsyms)");
-                }
-                outputln!(out, "decode errors {}", s.errors().count());
-                if !m.gaps.is_empty() {
-                    let lost: u64 = m.gaps.iter().filter_map(|g| g.lost_bytes).sum();
-                    outputln!(
-                        out,
-                        "gaps      {} (trace lost where the output region wrapped; {lost} bytes known lost)",
-                        m.gaps.len()
-                    );
-                }
-                for image in &m.images {
-                    if let Some(cmd) = image.add_symbol_file_command(&s.recording().dir) {
-                        outputln!(out, "module    {}: to debug it with symbols, run in gdb:", image.path);
-                        outputln!(out, "  {cmd}");
-                    }
-                }
-            }
-            (Some("insns"), n) => {
-                let n: u64 = n.and_then(|n| n.parse().ok()).unwrap_or(5);
-                let here = s.position();
-                for p in here.saturating_sub(n)..=(here + n).min(s.last()) {
-                    let Some(ip) = s.ip_at(p) else { continue };
-                    let text = decode_insn(s.space(), ip).map_or_else(|e| e.to_string(), |i| i.to_string());
-                    let name = s.space().locate(ip).map(|l| l.to_string()).unwrap_or_default();
-                    let mark = if p == here { "=>" } else { "  " };
-                    outputln!(out, "{mark} {p:>8}  {ip:#014x}  {name:<28} {text}");
-                }
-            }
-            _ => outputln!(out, "{MONITOR_HELP}"),
-        }
-        Ok(())
     }
 }

@@ -17,9 +17,10 @@ use std::sync::Arc;
 use iced_x86::{Instruction, InstructionInfoFactory};
 use rustc_hash::FxHashMap;
 
+use super::known::Known;
 use super::maps::MapEffect;
 use super::transition::{self, Between};
-use super::{Reg, State};
+use super::State;
 use crate::flow::decode_insn;
 use crate::image::AddressSpace;
 use crate::syscall::SyscallRecord;
@@ -263,6 +264,22 @@ impl Values {
 
     /// Makes backward checkpoints down to `p`.
     fn extend_backward(&mut self, p: u64) {
+        self.extend_backward_with(p, &mut |_, _| {});
+    }
+
+    /// Makes now what the first question at position 0 would otherwise make while gdb waits:
+    /// the backward checkpoints from the end of the history down to 0, a walk over the whole
+    /// history (about 50 ns a position). `progress(done, total)` is called at each checkpoint
+    /// with the positions walked so far and in all.
+    pub fn prepare(&mut self, mut progress: impl FnMut(u64, u64)) {
+        self.extend_backward_with(0, &mut progress);
+    }
+
+    /// [`Self::extend_backward`], telling `progress` how far it got.
+    fn extend_backward_with(&mut self, p: u64, progress: &mut dyn FnMut(u64, u64)) {
+        let Some(&top) = self.backward.keys().next_back() else {
+            return;
+        };
         // Checkpoints at multiples of INTERVAL, made going down from the end.
         loop {
             let Some((&low, _)) = self.backward.iter().next() else {
@@ -283,6 +300,7 @@ impl Values {
                 self.step_backward(&mut st, q);
             }
             self.backward.insert(target, st);
+            progress(top - target, top.saturating_sub(p));
         }
     }
 
@@ -344,68 +362,11 @@ impl Values {
         }
         let forward = self.forward_at(p);
         let backward = self.backward_at(p);
-        Some(Known {
-            forward,
-            backward,
-            space: self.space.clone(),
-        })
+        Some(Known::new(forward, backward, self.space.clone()))
     }
 
     /// Records a conflict seen by a caller of [`Known`].
     pub fn note_conflicts(&mut self, n: u64) {
         self.stats.conflicts += n;
-    }
-}
-
-/// The two passes' states at one position, read together.
-pub struct Known {
-    forward: State,
-    backward: State,
-    space: AddressSpace,
-}
-
-/// A value both passes know differently: a model error, reported as unknown.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Conflict;
-
-impl Known {
-    /// A register, if known; `Err` if the passes disagree.
-    pub fn register(&self, r: Reg) -> Result<Option<u64>, Conflict> {
-        merge(self.forward.regs.get(r), self.backward.regs.get(r))
-    }
-
-    /// RFLAGS (all 32 bits), if known.
-    pub fn eflags(&self) -> Result<Option<u64>, Conflict> {
-        let (f, b) = (self.forward.flags, self.backward.flags);
-        let both = f.known & b.known;
-        if (f.value ^ b.value) & both != 0 {
-            return Err(Conflict);
-        }
-        let mut m = f;
-        m.put(b.known & !f.known, b.value);
-        Ok(m.get())
-    }
-
-    /// `len` bytes at `addr` if every one is known.
-    pub fn memory(&self, addr: u64, len: usize) -> Result<Option<Vec<u8>>, Conflict> {
-        let mut out = Vec::with_capacity(len);
-        for i in 0..len as u64 {
-            let a = addr.wrapping_add(i);
-            let f = self.forward.mem.read(a, 1, &self.space).map(|b| b[0]);
-            let b = self.backward.mem.read(a, 1, &self.space).map(|b| b[0]);
-            match merge(f, b)? {
-                Some(v) => out.push(v),
-                None => return Ok(None),
-            }
-        }
-        Ok(Some(out))
-    }
-}
-
-fn merge<T: PartialEq>(a: Option<T>, b: Option<T>) -> Result<Option<T>, Conflict> {
-    match (a, b) {
-        (Some(a), Some(b)) if a != b => Err(Conflict),
-        (Some(a), _) => Ok(Some(a)),
-        (None, b) => Ok(b),
     }
 }

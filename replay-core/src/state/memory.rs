@@ -59,18 +59,19 @@ impl Memory {
         page.is_known(i).then_some(page.bytes[i])
     }
 
+    /// The byte at `addr`, if known here or in a read-only image.
+    pub fn read_byte(&self, addr: u64, space: &AddressSpace) -> Option<u8> {
+        match self.byte(addr) {
+            Some(b) => Some(b),
+            None => space.read_only_bytes_at(addr)?.first().copied(),
+        }
+    }
+
     /// `len` bytes at `addr`, if every one is known here or in a read-only image.
     pub fn read(&self, addr: u64, len: usize, space: &AddressSpace) -> Option<Vec<u8>> {
-        let mut out = Vec::with_capacity(len);
-        for i in 0..len as u64 {
-            let a = addr.checked_add(i)?;
-            let b = match self.byte(a) {
-                Some(b) => b,
-                None => *space.read_only_bytes_at(a)?.first()?,
-            };
-            out.push(b);
-        }
-        Some(out)
+        (0..len as u64)
+            .map(|i| self.read_byte(addr.checked_add(i)?, space))
+            .collect()
     }
 
     /// A little-endian value of `bytes` bytes at `addr`, if known.

@@ -17,12 +17,13 @@
 //! Files: `reg` (registers), `flags` (RFLAGS bits, conditions), `memory` (known bytes, pages
 //! copied on write), `ops` (operands), `writes` (what iced-x86 says an instruction writes), `forward` and `backward` (semantics), `transition`
 //! (one position to the next: instructions, system calls, events), `engine` (checkpoints and
-//! queries).
+//! queries), `known` (reading both passes at one position).
 
 mod backward;
 mod engine;
 pub mod flags;
 mod forward;
+mod known;
 pub mod maps;
 pub mod memory;
 mod ops;
@@ -30,7 +31,8 @@ pub mod reg;
 mod transition;
 mod writes;
 
-pub use engine::{Conflict, Inputs, Known, Values, ValuesStats, INTERVAL};
+pub use engine::{Inputs, Values, ValuesStats, INTERVAL};
+pub use known::{Conflict, Known, KnownPrefix};
 pub use reg::Reg;
 pub use transition::set_named;
 

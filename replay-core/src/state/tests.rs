@@ -168,3 +168,35 @@ fn system_calls_use_their_record_or_forget_what_they_may_write() {
     assert_eq!(k.memory(0x7010, 1), Ok(Some(vec![0])), "but nothing past it");
     assert_eq!(k.register(RSI), Ok(Some(0x7000)));
 }
+
+#[test]
+fn prepare_walks_the_whole_history_once_so_position_0_needs_no_more_steps() {
+    // `jmp $` executed 3 intervals and a bit: backward checkpoints at 0, 4096, 8192, 12288.
+    let (space, _) = program(&[(&[0xeb, 0xfe], "jmp $")]);
+    let n = 3 * super::INTERVAL + 5;
+    let ips = vec![0x1000; n as usize];
+    let end = state(&[(RSP, 0x8000), (RBX, 7)], &[]);
+    let mut v = values(space, ips, State::unknown(), Some(end));
+    let mut calls = Vec::new();
+    v.prepare(|done, total| calls.push((done, total)));
+    assert_eq!(
+        calls.first(),
+        Some(&(4, n - 1)),
+        "the first checkpoint below the end, 12288"
+    );
+    assert_eq!(calls.last(), Some(&(n - 1, n - 1)), "down to 0");
+    assert!(calls.windows(2).all(|w| w[0].0 < w[1].0), "{calls:?}");
+    let walked = v.stats().backward_steps;
+    assert_eq!(walked, n - 1, "every position once");
+    assert_eq!(reg(&mut v, 0, RBX), Ok(Some(7)), "the end's rbx, carried back to 0");
+    assert_eq!(
+        v.stats().backward_steps,
+        walked,
+        "position 0 answered from the checkpoint"
+    );
+    // Nothing to prepare without an end state.
+    let (space, _) = program(&[(&[0xeb, 0xfe], "jmp $")]);
+    let mut v = values(space, vec![0x1000; 10], State::unknown(), None);
+    v.prepare(|_, _| panic!("no backward pass"));
+    assert_eq!(v.stats().backward_steps, 0);
+}

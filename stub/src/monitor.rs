@@ -1,0 +1,134 @@
+//! `monitor` commands (gdb's `qRcmd`): where the replay is, moving to any position, what the
+//! recording is, the instructions around the position.
+//!
+//! `monitor goto` moves without a stop reply (gdbstub cannot send one from a monitor
+//! command), so gdb keeps the registers and stack memory it cached at the old position and
+//! would show frames that mix two positions. The gdb that `rtit replay` starts flushes both
+//! caches after every monitor command ([`GDB_INIT`]); any other gdb needs the same two
+//! commands, which `goto` says.
+
+use gdbstub::outputln;
+use gdbstub::target::ext::monitor_cmd::{ConsoleOutput, MonitorCmd};
+use rtit_replay_core::flow::decode_insn;
+
+use crate::target::ReplayTarget;
+
+/// gdb commands that make gdb re-read registers and memory after a monitor command (quiet
+/// in a hook), for the gdb `rtit replay` starts and for users' own `.gdbinit`.
+pub const GDB_INIT: &str = "\
+define hookpost-monitor
+  maintenance flush register-cache
+  maintenance flush dcache
+end
+";
+
+/// Most instructions `monitor insns` shows on each side: every line is a packet to gdb.
+const MAX_INSNS: u64 = 1000;
+
+const MONITOR_HELP: &str = "\
+rtit monitor commands:
+  monitor when        the current position and the history's length
+  monitor goto N      move to position N (a gdb not started by `rtit replay` must then run
+                      `maint flush register-cache` and `maint flush dcache`)
+  monitor info        a summary of the recording
+  monitor insns [N]   the instructions around the current position (N each side, default 5)
+  monitor help        this list";
+
+impl MonitorCmd for ReplayTarget {
+    fn handle_monitor_cmd(&mut self, cmd: &[u8], mut out: ConsoleOutput<'_>) -> Result<(), Self::Error> {
+        let cmd = String::from_utf8_lossy(cmd);
+        let mut words = cmd.split_whitespace();
+        match (words.next(), words.next()) {
+            (Some("when"), None) => {
+                let s = &self.session;
+                outputln!(out, "position {} of {} (last {})", s.position(), s.len(), s.last());
+            }
+            (Some("goto"), Some(n)) => goto(self, n, &mut out),
+            (Some("info"), None) => info(self, &mut out),
+            (Some("insns"), n) => insns(self, n, &mut out),
+            _ => outputln!(out, "{MONITOR_HELP}"),
+        }
+        Ok(())
+    }
+}
+
+fn goto(target: &mut ReplayTarget, n: &str, out: &mut ConsoleOutput<'_>) {
+    let s = &mut target.session;
+    match n.parse::<u64>() {
+        Ok(n) if n <= s.last() => {
+            s.set_position(n);
+            outputln!(out, "position {n}, rip {:#x}", s.pc());
+            outputln!(
+                out,
+                "(a gdb not started by `rtit replay`: run `maint flush register-cache` and `maint flush dcache` now)"
+            );
+        }
+        _ => outputln!(out, "goto: `{n}` is not a position (0..={})", s.last()),
+    }
+}
+
+fn info(target: &ReplayTarget, out: &mut ConsoleOutput<'_>) {
+    let s = &target.session;
+    let rec = s.recording();
+    let m = &rec.manifest;
+    outputln!(out, "recording {}", rec.dir.display());
+    outputln!(out, "command   {}", m.command.join(" "));
+    outputln!(
+        out,
+        "backend   {}, {} instructions, {} bytes of trace",
+        m.backend,
+        m.instructions,
+        m.trace_bytes
+    );
+    outputln!(out, "ended     {}", m.end);
+    if let Some(e) = s.incomplete() {
+        outputln!(out, "warning   {e}");
+    }
+    outputln!(out, "history   {} positions", s.len());
+    if let Some(text) = m.kernel_text {
+        outputln!(out, "kernel    _text at {text:#x} (kallsyms)");
+    }
+    outputln!(out, "decode errors {}", s.errors().count());
+    if !m.gaps.is_empty() {
+        let lost: u64 = m.gaps.iter().filter_map(|g| g.lost_bytes).sum();
+        outputln!(
+            out,
+            "gaps      {} (trace lost where the output region wrapped; {lost} bytes known lost)",
+            m.gaps.len()
+        );
+    }
+    for image in &m.images {
+        if let Some(cmd) = image.add_symbol_file_command(&rec.dir) {
+            outputln!(out, "module    {}: to debug it with symbols, run in gdb:", image.path);
+            outputln!(out, "  {cmd}");
+        }
+    }
+}
+
+fn insns(target: &ReplayTarget, n: Option<&str>, out: &mut ConsoleOutput<'_>) {
+    let s = &target.session;
+    let n = match n.map(str::parse::<u64>) {
+        None => 5,
+        Some(Ok(n)) if n <= MAX_INSNS => n,
+        Some(_) => return outputln!(out, "insns: `N` is a count from 0 to {MAX_INSNS}"),
+    };
+    let here = s.position();
+    for p in here.saturating_sub(n)..=here.saturating_add(n).min(s.last()) {
+        let Some(ip) = s.ip_at(p) else { continue };
+        let text = decode_insn(s.space(), ip).map_or_else(|e| e.to_string(), |i| i.to_string());
+        let name = s.space().locate(ip).map(|l| l.to_string()).unwrap_or_default();
+        let mark = if p == here { "=>" } else { "  " };
+        outputln!(out, "{mark} {p:>8}  {ip:#014x}  {name:<28} {text}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_help_starts_with_its_title_and_the_init_script_defines_the_hook() {
+        assert!(MONITOR_HELP.starts_with("rtit monitor commands:\n"), "{MONITOR_HELP}");
+        assert!(GDB_INIT.starts_with("define hookpost-monitor\n") && GDB_INIT.ends_with("end\n"));
+    }
+}
