@@ -260,10 +260,10 @@ impl Session {
         self.events.iter().filter(|e| matches!(e.kind, EventKind::Error { .. }))
     }
 
-    /// Where the trace ends in a spin loop (a hang stopped by a signal): the event that says
-    /// how many instructions ran there beyond the history's end.
-    pub fn spinning_at_end(&self) -> Option<&FlowEvent> {
-        self.events.iter().find(|e| matches!(e.kind, EventKind::Spins { .. }))
+    /// Where the program spun in a loop the trace cannot count (a hang): the history shows
+    /// one pass of it; each event says how many instructions ran there beyond it, if known.
+    pub fn spins(&self) -> impl Iterator<Item = &FlowEvent> {
+        self.events.iter().filter(|e| matches!(e.kind, EventKind::Spins { .. }))
     }
 
     /// How arriving at `position` going forwards is reported.

@@ -55,6 +55,9 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     if errors > 0 {
         eprintln!("rtit: the trace has {errors} decode errors; `monitor info` and `rtit insns` show them");
     }
+    for spin in session.spins().take(3) {
+        eprintln!("rtit: note: {spin}");
+    }
     prepare(&mut session);
     let listener = TcpListener::bind((args.listen.as_str(), args.port))
         .with_context(|| format!("cannot listen on {}:{}", args.listen, args.port))?;

@@ -89,6 +89,9 @@ fn info(target: &ReplayTarget, out: &mut ConsoleOutput<'_>) {
         outputln!(out, "kernel    _text at {text:#x} (kallsyms)");
     }
     outputln!(out, "decode errors {}", s.errors().count());
+    for spin in s.spins().take(3) {
+        outputln!(out, "note      {spin}");
+    }
     if !m.gaps.is_empty() {
         let lost: u64 = m.gaps.iter().filter_map(|g| g.lost_bytes).sum();
         outputln!(

@@ -93,6 +93,8 @@ pub struct FlowDecoder<'a> {
     pub(super) run: Option<(u64, u64, u64)>,
     /// Catches a walk that the trace can never end.
     pub(super) spin: Spin,
+    /// TNT bits used so far (with `source.taken`, the trace's progress).
+    pub(super) bits_used: u64,
     /// What the recording says about the end of the trace, until the last packet is used.
     pub(super) end: Option<TraceEnd>,
     /// Past the last packet: walking on to `limit` instructions with the end's TNT bits.
@@ -121,6 +123,7 @@ impl<'a> FlowDecoder<'a> {
             position: 0,
             run: None,
             spin: Spin::default(),
+            bits_used: 0,
             end: None,
             tail: false,
             limit: u64::MAX,
@@ -257,7 +260,7 @@ impl<'a> FlowDecoder<'a> {
                     return;
                 }
             }
-            if self.spin.loops((self.source.taken, self.tnt_left), id) {
+            if self.spin.loops((self.source.taken, self.bits_used), id) {
                 if self.tail {
                     // Past the last packet, a cycle is where the program was when stopped:
                     // every remaining instruction is a further pass. Counted, not walked, so

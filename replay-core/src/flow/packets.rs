@@ -79,6 +79,7 @@ impl FlowDecoder<'_> {
             }
         }
         self.tnt_left -= 1;
+        self.bits_used += 1;
         Ok((self.tnt_bits >> self.tnt_left) & 1 == 1)
     }
 

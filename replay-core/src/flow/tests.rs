@@ -313,14 +313,14 @@ fn instructions(items: &[FlowItem]) -> u64 {
 /// a short history, and decoding goes on from the next IP the trace gives.
 #[test]
 fn a_walk_the_trace_can_never_end_is_an_error_at_the_next_packet() {
-    let space = spin_space();
+    let spinning = spin_space();
     for (bit, what) in [(false, "jmp 2002"), (true, "call 2004")] {
         let t = Trace::new()
             .fup(FupEvent::PacketGenEnable, 0x2000)
             .tnt(&[bit])
             .fup(FupEvent::PacketGenDisable, 0x200b);
         let pgd_offset = PSB_BYTES.len() + 3 + 1;
-        let items = decode_in(&space, &t);
+        let items = decode_in(&spinning, &t);
         let k = kinds(&items);
         assert!(
             matches!(&k[1], EventKind::Error { message, .. } if message.contains("loops") && message.contains("pgd")),
@@ -343,7 +343,7 @@ fn a_walk_the_trace_can_never_end_is_an_error_at_the_next_packet() {
         .fup(FupEvent::PacketGenEnable, 0x2000)
         .tnt(&[false])
         .fup(FupEvent::PacketGenDisable, 0x2002);
-    let items = decode_in(&space, &t);
+    let items = decode_in(&spinning, &t);
     assert_eq!(
         kinds(&items),
         [
@@ -432,4 +432,25 @@ fn past_the_last_packet_a_loop_is_shown_once_and_the_rest_counted() {
         });
         assert_eq!(spins, Some((0x2002, Some(count - shown))), "{items:?}");
     }
+}
+
+/// The bits RTIT_TNT_BUFF held are progress like any other: a loop with a branch per pass
+/// (`3000: nop; jne 3000`) walks on with them and stops at the count, not taken for a spin.
+#[test]
+fn the_end_of_trace_bits_are_progress_through_a_branching_loop() {
+    let mut space = AddressSpace::new();
+    space
+        .add(Image::from_raw("loop", 0x3000, vec![0x90, 0x75, 0xfd, 0x0f, 0x05]))
+        .expect("add");
+    let t = Trace::new().fup(FupEvent::PacketGenEnable, 0x3000).tnt(&[true, true]);
+    let end = TraceEnd {
+        tnt_buff: Tnt::from_bits(&[true]),
+        instructions: 7,
+    };
+    let mut items = Vec::new();
+    FlowDecoder::new(&t.bytes, FlowConfig::default(), &space)
+        .with_end(Some(end))
+        .decode(&mut items);
+    assert_eq!(instructions(&items), 7, "{items:?}");
+    assert_eq!(kinds(&items), [EventKind::Enabled { ip: 0x3000 }], "{items:?}");
 }
