@@ -93,8 +93,6 @@ pub struct FlowDecoder<'a> {
     pub(super) run: Option<(u64, u64, u64)>,
     /// Catches a walk that the trace can never end.
     pub(super) spin: Spin,
-    /// TNT bits used so far (with `source.taken`, the trace's progress).
-    pub(super) bits_used: u64,
     /// What the recording says about the end of the trace, until the last packet is used.
     pub(super) end: Option<TraceEnd>,
     /// Past the last packet: walking on to `limit` instructions with the end's TNT bits.
@@ -123,7 +121,6 @@ impl<'a> FlowDecoder<'a> {
             position: 0,
             run: None,
             spin: Spin::default(),
-            bits_used: 0,
             end: None,
             tail: false,
             limit: u64::MAX,
@@ -260,21 +257,6 @@ impl<'a> FlowDecoder<'a> {
                     return;
                 }
             }
-            if self.spin.loops((self.source.taken, self.bits_used), id) {
-                if self.tail {
-                    // Past the last packet, a cycle is where the program was when stopped:
-                    // every remaining instruction is a further pass. Counted, not walked, so
-                    // no count (right or wrong) makes the history circle without bound.
-                    let instructions = self.limit.saturating_sub(self.position);
-                    let offset = self.offset();
-                    let instructions = Some(instructions);
-                    self.event(sink, offset, EventKind::Spins { ip, instructions });
-                    self.state = State::Done;
-                    return;
-                }
-                let f = self.spinning(ip);
-                return self.fail(sink, *f);
-            }
             let cache = &self.spaces[self.current].2;
             let block = cache.block(id);
             let term = block.term;
@@ -332,7 +314,16 @@ impl<'a> FlowDecoder<'a> {
             }
             from = match term.cofi {
                 // Direct successors are fixed: the block at `next` is the one to link.
-                Cofi::None | Cofi::Conditional | Cofi::DirectJump | Cofi::DirectCall => Some((id, next != nlip)),
+                Cofi::Conditional => Some((id, next != nlip)),
+                // A block that needed nothing from the trace: only such blocks make a walk
+                // that circles (anything taken moves the trace's mark on and restarts the
+                // detector), so only they are checked, off the hot path of loops that branch.
+                Cofi::None | Cofi::DirectJump | Cofi::DirectCall => {
+                    if self.spin.loops((self.source.taken, self.tnt_left), id) {
+                        return self.spun_forever(ip, sink);
+                    }
+                    Some((id, next != nlip))
+                }
                 Cofi::Return if Some(next) == self.last_call_nlip && self.last_call_block != NO_BLOCK => {
                     Some((self.last_call_block, false))
                 }
@@ -340,6 +331,23 @@ impl<'a> FlowDecoder<'a> {
             };
             ip = next;
         }
+    }
+
+    /// The walk came back to the block at `ip` with the trace standing still: it would circle
+    /// forever. Past the last packet that is where the program was when it was stopped (every
+    /// remaining instruction a further pass: counted, not walked, so no count, right or wrong,
+    /// makes the history circle without bound); before it, the trace does not match the code.
+    #[cold]
+    fn spun_forever(&mut self, ip: u64, sink: &mut impl FlowSink) {
+        if self.tail {
+            let instructions = Some(self.limit.saturating_sub(self.position));
+            let offset = self.offset();
+            self.event(sink, offset, EventKind::Spins { ip, instructions });
+            self.state = State::Done;
+            return;
+        }
+        let f = self.spinning(ip);
+        self.fail(sink, *f);
     }
 
     /// The block at `ip`, through the link from the previous block when there is one.

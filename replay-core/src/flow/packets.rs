@@ -79,7 +79,6 @@ impl FlowDecoder<'_> {
             }
         }
         self.tnt_left -= 1;
-        self.bits_used += 1;
         Ok((self.tnt_bits >> self.tnt_left) & 1 == 1)
     }
 
@@ -135,6 +134,8 @@ impl FlowDecoder<'_> {
         if let Some(end) = self.end.take() {
             self.tail = true;
             self.limit = end.instructions;
+            // The register's bits are an item of the trace like a TNT packet: progress.
+            self.source.taken += 1;
             if let Some(tnt) = end.tnt_buff {
                 if self.tnt_left == 0 {
                     self.tnt_left = u32::from(tnt.count());

@@ -15,8 +15,8 @@
 /// Brent's cycle detector, restarted whenever the trace makes progress.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Spin {
-    /// The trace's progress when the current stretch began: (packets taken, TNT bits used).
-    mark: (u64, u64),
+    /// The trace's progress when the current stretch began: (packets taken, TNT bits left).
+    mark: (u64, u32),
     tortoise: u32,
     power: u64,
     steps: u64,
@@ -25,7 +25,7 @@ pub(crate) struct Spin {
 impl Default for Spin {
     fn default() -> Self {
         Self {
-            mark: (u64::MAX, u64::MAX),
+            mark: (u64::MAX, u32::MAX),
             tortoise: u32::MAX,
             power: 1,
             steps: 0,
@@ -37,7 +37,7 @@ impl Spin {
     /// The walk enters block `block` while the trace's progress is `mark`. True when it has
     /// entered this block before with the trace where it is now: it is in a cycle.
     #[inline]
-    pub fn loops(&mut self, mark: (u64, u64), block: u32) -> bool {
+    pub fn loops(&mut self, mark: (u64, u32), block: u32) -> bool {
         if mark != self.mark {
             *self = Self {
                 mark,
@@ -87,7 +87,7 @@ mod tests {
         assert!((0..1000u64).all(|i| !s.loops((i, 0), 5)));
         // A TNT bit used is progress too.
         let mut s = Spin::default();
-        assert!((0..6u64).all(|i| !s.loops((1, i), 5)));
+        assert!((0..6u32).all(|i| !s.loops((1, 6 - i), 5)));
         // A straight walk through distinct blocks never trips it.
         let mut s = Spin::default();
         assert!((0..100_000u32).all(|i| !s.loops((1, 0), i)));
