@@ -249,7 +249,7 @@ fn bad_programs_are_one_line_errors_and_leave_nothing_behind() {
 /// exit status 128 + signal, and a history that accounts for exactly the instructions the
 /// recorder counted. In `busy` the last branches' bits come from RTIT_TNT_BUFF, not a packet,
 /// and every instruction is shown; `spin` (`for (;;) n++;`) needs nothing from the trace, so
-/// one pass is shown and the rest are counted as spinning.
+/// its first passes are shown and the rest are counted as spinning.
 #[test]
 fn a_signal_leaves_a_valid_recording_marked_interrupted_with_its_name() {
     for (program, signal, status) in [("busy", Signal::SIGINT, 130), ("spin", Signal::SIGTERM, 143)] {
@@ -300,7 +300,7 @@ fn a_signal_leaves_a_valid_recording_marked_interrupted_with_its_name() {
                 "every instruction the recorder counted, no more, no fewer:\n{text}"
             );
         } else {
-            assert!(shown < 10, "one pass of the loop shown:\n{text}");
+            assert!(shown < 20, "the first passes of the loop shown:\n{text}");
             let unshown = expected - shown;
             assert!(
                 decoded.contains(&format!("(and {unshown} in a spin loop at the end, not shown)")),

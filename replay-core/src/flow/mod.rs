@@ -87,7 +87,7 @@ pub enum EventKind {
     Stop,
     /// The program was spinning in a loop through `ip` that needs nothing from the trace (a
     /// hang in `for (;;);`): the trace cannot tell how many passes it made, and the history
-    /// shows one. Where the trace ends there (stopped by a signal), the recorder's count
+    /// shows its first. Where the trace ends there (stopped by a signal), the recorder's count
     /// tells how many `instructions` ran beyond the history; where an interrupt or a signal
     /// took the program out of the loop, nobody knows (`None`).
     Spins {
@@ -165,7 +165,7 @@ impl fmt::Display for FlowEvent {
                 instructions: Some(n),
             } => write!(
                 f,
-                "the program spins in a loop through {ip:#x} that needs nothing from the trace: {n} more instructions ran there until the recording stopped (one pass shown)"
+                "the program spins in a loop through {ip:#x} that needs nothing from the trace: {n} more instructions ran there until the recording stopped (the first passes are shown)"
             )?,
             EventKind::Spins { ip, instructions: None } => write!(
                 f,

@@ -409,7 +409,7 @@ fn past_the_last_packet_the_end_of_the_trace_gives_the_bits_and_the_count() {
 }
 
 /// A trace that ends while the program spins in `for (;;);` (a hang, stopped by a signal):
-/// past the last packet the walk shows one pass and counts the rest as spinning, so no count
+/// past the last packet the walk shows its first passes and counts the rest as spinning, so no count
 /// (right or wrong) makes the history circle without bound.
 #[test]
 fn past_the_last_packet_a_loop_is_shown_once_and_the_rest_counted() {
