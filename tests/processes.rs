@@ -6,9 +6,10 @@
 //! Needs `qemu-x86_64` (package qemu-user; `.ci/run` installs it) and gcc. The plugin library
 //! is built here (cargo does not build a cdylib for tests).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
@@ -17,30 +18,6 @@ use rtit_replay_core::recording::{EndState, Recording};
 
 /// A bound that turns a hang into a failure; nothing here should take a tenth of it.
 const HANG: Duration = Duration::from_secs(60);
-
-fn plugin() -> &'static Path {
-    static PLUGIN: OnceLock<PathBuf> = OnceLock::new();
-    PLUGIN.get_or_init(|| {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-p", "rtit-qemu-plugin"])
-            .status()
-            .expect("cargo");
-        assert!(status.success(), "building the plugin");
-        let lib = Path::new(env!("CARGO_BIN_EXE_rtit"))
-            .parent()
-            .expect("target dir")
-            .join("librtit_qemu_plugin.so");
-        assert!(lib.is_file(), "{} was built", lib.display());
-        lib
-    })
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("processes").join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
-}
 
 /// Compiles tests/programs/NAME.c, static, into `dir`.
 fn compile(name: &str, dir: &Path) -> PathBuf {
@@ -62,7 +39,7 @@ fn s(p: &Path) -> &str {
 
 fn rtit() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rtit"));
-    cmd.env("RTIT_QEMU_PLUGIN", plugin()).env(
+    cmd.env("RTIT_QEMU_PLUGIN", common::plugin()).env(
         "RTIT_DIR",
         Path::new(env!("CARGO_TARGET_TMPDIR")).join("processes/root"),
     );
@@ -103,7 +80,7 @@ fn interrupt(
     ready: impl Fn(u32) -> bool,
     signals: &[Signal],
 ) -> (Recording, i32, String) {
-    let out = scratch(name).join("rec");
+    let out = common::scratch("processes", name).join("rec");
     let mut rtit = rtit()
         .args(["record", "--backend", "qemu", "--out", s(&out), "--"])
         .args(program)
@@ -154,7 +131,7 @@ fn interrupted(signal: Signal) -> EndState {
 /// in the manifest's trace end.
 #[test]
 fn sigint_stops_a_qemu_recording_of_a_busy_program() {
-    let dir = scratch("busy-build");
+    let dir = common::scratch("processes", "busy-build");
     let busy_exe = compile("busy", &dir);
     // Half a second of QEMU's CPU time (utime + stime, in ticks of 1/100 s): in the loop.
     let busy = |qemu: u32| {
@@ -211,7 +188,7 @@ fn which(name: &str) -> PathBuf {
 /// names it with the pid the program printed, at a position inside the history; rtit warns.
 #[test]
 fn a_forked_child_is_named_in_the_manifest_and_left_out_of_the_trace() {
-    let dir = scratch("fork");
+    let dir = common::scratch("processes", "fork");
     let exe = compile("fork", &dir);
     for backend in ["qemu", "step"] {
         let out = dir.join(backend);
@@ -273,7 +250,7 @@ fn a_set_user_id_program_is_warned_about() {
         eprintln!("skipped: no user `nobody` here");
         return;
     };
-    let dir = scratch("setuid");
+    let dir = common::scratch("processes", "setuid");
     let exe = compile("fork", &dir);
     let setuid = dir.join("fork-setuid");
     std::fs::copy(&exe, &setuid).expect("copy");

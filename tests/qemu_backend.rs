@@ -6,40 +6,13 @@
 //! Needs `qemu-x86_64` (package qemu-user; `.ci/run` installs it) and gcc. The plugin library
 //! is built here (cargo does not build a cdylib for tests).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 
 use rtit_replay_core::recording::{EndState, Recording};
 use serde_json::Value;
-
-fn plugin() -> &'static Path {
-    static PLUGIN: OnceLock<PathBuf> = OnceLock::new();
-    PLUGIN.get_or_init(|| {
-        assert!(
-            Command::new("qemu-x86_64").arg("--version").output().is_ok(),
-            "qemu-x86_64 is needed (apt-get install qemu-user; `.ci/run` installs it)"
-        );
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-p", "rtit-qemu-plugin"])
-            .status()
-            .expect("cargo");
-        assert!(status.success(), "building the plugin");
-        let lib = Path::new(env!("CARGO_BIN_EXE_rtit"))
-            .parent()
-            .expect("target dir")
-            .join("librtit_qemu_plugin.so");
-        assert!(lib.is_file(), "{} was built", lib.display());
-        lib
-    })
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("qemu_backend").join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
-}
 
 fn compile(src: &Path, flags: &[&str], dir: &Path) -> PathBuf {
     std::fs::create_dir_all(dir).expect("output dir");
@@ -63,7 +36,7 @@ fn example(name: &str) -> PathBuf {
 fn rtit(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_rtit"))
         .args(args)
-        .env("RTIT_QEMU_PLUGIN", plugin())
+        .env("RTIT_QEMU_PLUGIN", common::plugin())
         .env(
             "RTIT_DIR",
             Path::new(env!("CARGO_TARGET_TMPDIR")).join("qemu_backend/root"),
@@ -112,7 +85,7 @@ fn check_truth(rec: &Recording, what: &str) {
 }
 
 fn run_example(name: &str, expect: i32) {
-    let dir = scratch(name);
+    let dir = common::scratch("qemu_backend", name);
     for (link, flags) in [("static", &["-static"][..]), ("dynamic", &[][..])] {
         let exe = compile(&example(name), &[flags, &["-pthread"]].concat(), &dir.join(link));
         let configs: [(&str, &[&str]); 3] = [
@@ -164,7 +137,7 @@ fn dynamic_linking() {
 #[test]
 fn a_crash_ends_with_the_signal_and_the_faulting_instruction() {
     run_example("crash", 139);
-    let dir = scratch("crash-end");
+    let dir = common::scratch("qemu_backend", "crash-end");
     let exe = compile(&example("crash"), &["-static"], &dir);
     let (rec, _, _) = record("qemu", &exe, &dir.join("rec"), &["--start", "main"], &[]);
     let truth = rec.truth().expect("truth").expect("truth");
@@ -181,7 +154,7 @@ fn a_crash_ends_with_the_signal_and_the_faulting_instruction() {
 
 #[test]
 fn threads_are_refused_with_a_clear_message_and_a_valid_recording() {
-    let dir = scratch("threads");
+    let dir = common::scratch("qemu_backend", "threads");
     let exe = compile(&example("threads"), &["-static", "-pthread"], &dir);
     let (rec, status, stderr) = record("qemu", &exe, &dir.join("rec"), &["--start", "main"], &[]);
     assert_eq!(status, 1);
@@ -192,7 +165,7 @@ fn threads_are_refused_with_a_clear_message_and_a_valid_recording() {
 
 #[test]
 fn step_and_qemu_record_the_same_instructions_for_a_cpu_independent_program() {
-    let dir = scratch("agree");
+    let dir = common::scratch("qemu_backend", "agree");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/loops.c");
     let exe = compile(
         &src,
@@ -218,7 +191,7 @@ fn step_and_qemu_record_the_same_instructions_for_a_cpu_independent_program() {
 
 #[test]
 fn sort_from_the_distribution_records_and_decodes_without_errors() {
-    let dir = scratch("sort");
+    let dir = common::scratch("qemu_backend", "sort");
     let input = dir.join("input.txt");
     // 6,000 pseudo-random lines (a linear congruential generator: reproducible).
     let mut x: u64 = 12345;

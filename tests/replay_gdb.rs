@@ -2,45 +2,23 @@
 //! `rtit replay --no-gdb --port 0` and driven by `gdb -batch`; where gdb stops is checked against
 //! the recorder's truth.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use rtit_replay_core::recording::{EndState, Recording};
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("replay_gdb").join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
-}
 
 /// Compiles examples/c/NAME.c and records it from main, with the truth.
 fn recording(name: &str, dynamic: bool) -> Recording {
     // Tests run in parallel: each recording gets its own directory.
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = scratch(&format!("{name}-{n}"));
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("examples/c/{name}.c"));
-    let exe = dir.join(name);
-    let mut gcc = Command::new("gcc");
-    gcc.args(["-O1", "-g", "-o"]).arg(&exe).arg(&src);
-    if !dynamic {
-        gcc.arg("-static");
-    }
-    assert!(gcc.status().expect("gcc is needed").success());
-    let out = dir.join("rec");
-    let status = Command::new(env!("CARGO_BIN_EXE_rtit"))
-        .args(["record", "--backend", "step", "--truth", "--start", "main", "--out"])
-        .arg(&out)
-        .arg("--")
-        .arg(&exe)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("rtit record");
-    assert!(status.code().is_some(), "rtit record ran");
-    Recording::open(&out).expect("a recording")
+    let dir = common::scratch("replay_gdb", &format!("{name}-{n}"));
+    let flags: &[&str] = if dynamic { &[] } else { &["-static"] };
+    let exe = common::gcc(&format!("examples/c/{name}.c"), flags, &dir);
+    common::record_from_main(&exe, &dir.join("rec"))
 }
 
 /// `rtit replay --no-gdb --port 0`, killed when dropped.
@@ -93,16 +71,6 @@ impl Drop for Server {
     }
 }
 
-fn executable(rec: &Recording) -> PathBuf {
-    let image = rec
-        .manifest
-        .images
-        .iter()
-        .find(|i| !i.path.starts_with('['))
-        .expect("an ELF image");
-    rec.dir.join(&image.file)
-}
-
 /// Every `position N of M` that `monitor when` printed.
 fn positions(out: &str) -> Vec<u64> {
     out.lines()
@@ -122,7 +90,7 @@ fn pcs(out: &str) -> Vec<u64> {
 
 fn symbol(rec: &Recording, name: &str) -> u64 {
     use object::{Object, ObjectSymbol};
-    let bytes = std::fs::read(executable(rec)).expect("exe");
+    let bytes = std::fs::read(common::executable(rec)).expect("exe");
     let file = object::File::parse(&*bytes).expect("ELF");
     let sym = file.symbols().find(|s| s.name() == Ok(name)).expect("symbol");
     sym.address()
@@ -135,7 +103,7 @@ fn breakpoints_forwards_and_backwards_match_the_truth() {
     let fib = symbol(&rec, "fib");
     let hits: Vec<u64> = (0..truth.len() as u64).filter(|&p| truth[p as usize] == fib).collect();
     let server = Server::start(&rec);
-    let exe = executable(&rec);
+    let exe = common::executable(&rec);
     let when = "monitor when";
     let pc = "p/x $pc";
     let out = server.gdb(
@@ -191,7 +159,7 @@ fn a_crash_stops_with_sigsegv_at_the_faulting_instruction() {
     let fault = u64::from_str_radix(ip.trim_start_matches("0x"), 16).expect("hex");
     let server = Server::start(&rec);
     let out = server.gdb(
-        Some(&executable(&rec)),
+        Some(&common::executable(&rec)),
         &["continue", "p/x $pc", "reverse-stepi", "monitor when"],
     );
     assert!(out.contains("Program received signal SIGSEGV"), "{out}");
@@ -210,7 +178,7 @@ fn registers_are_known_where_the_state_layer_can_tell_and_unavailable_elsewhere(
     let rsp = u64::from_str_radix(rec.manifest.registers_start["rsp"].trim_start_matches("0x"), 16).expect("hex");
     let server = Server::start(&rec);
     let out = server.gdb(
-        Some(&executable(&rec)),
+        Some(&common::executable(&rec)),
         &["p/x $rsp", "stepi", "stepi", "p/x $rsp", "p $xmm0", "p/x $pc"],
     );
     let p = pcs(&out);
@@ -234,7 +202,7 @@ const DEEPEST: [&str; 3] = ["break fib", "ignore 1 463", "continue"];
 #[test]
 fn backtrace_at_the_deepest_recursion_matches_native_gdb() {
     let rec = recording("recursion", false);
-    let exe = executable(&rec);
+    let exe = common::executable(&rec);
     // The program as it was recorded (the copy in the recording is not executable).
     let program = &rec.manifest.command[0];
     let native = Command::new("gdb")
@@ -276,7 +244,7 @@ fn finish_reports_the_returned_value() {
     let server = Server::start(&rec);
     let mut commands = DEEPEST.to_vec();
     commands.extend(["finish", "finish", "finish"]);
-    let out = server.gdb(Some(&executable(&rec)), &commands);
+    let out = server.gdb(Some(&common::executable(&rec)), &commands);
     // fib(1) returns 1 into fib(2), which then calls fib(0): the breakpoint is hit again
     // unless deleted, so the first finish is the one checked, then the rest without it.
     let values: Vec<&str> = out
@@ -286,7 +254,7 @@ fn finish_reports_the_returned_value() {
     assert_eq!(values.first(), Some(&"$1 = 1"), "{out}");
     let mut commands = DEEPEST.to_vec();
     commands.extend(["delete", "finish", "finish", "finish"]);
-    let out = server.gdb(Some(&executable(&rec)), &commands);
+    let out = server.gdb(Some(&common::executable(&rec)), &commands);
     let values: Vec<&str> = out
         .lines()
         .filter_map(|l| l.strip_prefix("Value returned is "))
@@ -308,7 +276,7 @@ fn reverse_finish_returns_to_the_call_site() {
         "x/i $pc",
         "bt 1",
     ]);
-    let out = server.gdb(Some(&executable(&rec)), &commands);
+    let out = server.gdb(Some(&common::executable(&rec)), &commands);
     let p = positions(&out);
     assert_eq!(p.len(), 2, "{out}");
     assert_eq!(p[1], p[0] - 1, "one instruction back: the call: {out}");
@@ -324,7 +292,7 @@ fn reverse_next_steps_over_a_call_backwards() {
     let rec = recording("recursion", false);
     let server = Server::start(&rec);
     let out = server.gdb(
-        Some(&executable(&rec)),
+        Some(&common::executable(&rec)),
         &[
             "break 10",
             "continue",
@@ -357,7 +325,7 @@ fn reverse_next_steps_over_a_call_backwards() {
 fn disconnect_and_reconnect() {
     let rec = recording("dispatch", false);
     let server = Server::start(&rec);
-    let exe = executable(&rec);
+    let exe = common::executable(&rec);
     for _ in 0..2 {
         let out = server.gdb(Some(&exe), &["stepi", "stepi", "monitor when"]);
         assert_eq!(positions(&out), [2], "each connection starts at position 0: {out}");
@@ -401,7 +369,7 @@ fn plain_gdb_finds_the_program_and_its_libraries() {
 #[test]
 fn a_loaded_relocatable_object_is_debugged_with_add_symbol_file() {
     use object::{Object, ObjectSection, ObjectSymbol};
-    let dir = scratch("module");
+    let dir = common::scratch("replay_gdb", "module");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/c/module");
     let (loader, obj) = (dir.join("modload"), dir.join("drvmod.o"));
     let gcc = |args: &[&str], out: &Path, src: &Path| {

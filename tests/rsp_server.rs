@@ -3,6 +3,8 @@
 //! reconnecting after every way a client can leave, `monitor goto` followed by `bt` in the gdb
 //! `rtit replay` starts, and `monitor info`/`help` as people read them.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -10,51 +12,18 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rtit_replay_core::recording::Recording;
+use rtit_replay_core::recording::{EndState, Recording};
 
 /// A bound that only a hang exceeds.
 const HANG: Duration = Duration::from_secs(60);
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("rsp_server").join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
-}
-
 /// examples/c/recursion.c, static, recorded from main with the step backend and the truth.
 fn recording(name: &str) -> Recording {
-    let dir = scratch(name);
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/c/recursion.c");
-    let exe = dir.join("recursion");
-    let gcc = Command::new("gcc")
-        .args(["-O1", "-g", "-static", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status();
-    assert!(gcc.expect("gcc is needed").success());
-    let out = dir.join("rec");
-    let status = Command::new(env!("CARGO_BIN_EXE_rtit"))
-        .args(["record", "--backend", "step", "--truth", "--start", "main", "--out"])
-        .arg(&out)
-        .arg("--")
-        .arg(&exe)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("rtit record");
-    assert!(status.success(), "rtit record");
-    Recording::open(&out).expect("a recording")
-}
-
-fn executable(rec: &Recording) -> PathBuf {
-    let image = rec
-        .manifest
-        .images
-        .iter()
-        .find(|i| !i.path.starts_with('['))
-        .expect("an ELF image");
-    rec.dir.join(&image.file)
+    let dir = common::scratch("rsp_server", name);
+    let exe = common::gcc("examples/c/recursion.c", &["-static"], &dir);
+    let rec = common::record_from_main(&exe, &dir.join("rec"));
+    assert_eq!(rec.manifest.end, EndState::Exited { code: 0 }, "rtit record");
+    rec
 }
 
 /// `rtit replay --no-gdb --port 0`, its stderr kept line by line; killed when dropped.
@@ -224,7 +193,7 @@ fn read_memory(conn: &mut TcpStream, addr: u64, len: u64) -> Result<Vec<u8>, Str
 #[test]
 fn a_second_client_is_refused_and_the_debugging_gdb_goes_on() {
     let rec = recording("busy");
-    let exe = executable(&rec);
+    let exe = common::executable(&rec);
     let server = Server::start(&rec.dir, &[]);
     let dir = rec.dir.parent().expect("scratch").to_path_buf();
     let go_on = dir.join("go-on");
@@ -265,7 +234,7 @@ fn a_second_client_is_refused_and_the_debugging_gdb_goes_on() {
 #[test]
 fn a_silent_connection_delays_no_one_and_is_dropped() {
     let rec = recording("silent");
-    let exe = executable(&rec);
+    let exe = common::executable(&rec);
     let server = Server::start(&rec.dir, &[]);
     let mut silent = server.connect();
     let out = server.gdb(&exe, &["stepi", "monitor when"]);
@@ -293,7 +262,7 @@ fn huge_memory_reads_answer_a_known_prefix_or_an_error() {
     let mib = 1 << 20;
 
     // Code: read-only image bytes, compared with the executable's own file.
-    let bytes = std::fs::read(executable(&rec)).expect("exe");
+    let bytes = std::fs::read(common::executable(&rec)).expect("exe");
     let elf = object::File::parse(&*bytes).expect("ELF");
     let main = elf.symbols().find(|s| s.name() == Ok("main")).expect("main").address();
     let segment = elf
@@ -344,7 +313,7 @@ fn huge_memory_reads_answer_a_known_prefix_or_an_error() {
 #[test]
 fn every_way_of_leaving_lets_the_next_gdb_in() {
     let rec = recording("leave");
-    let exe = executable(&rec);
+    let exe = common::executable(&rec);
     let server = Server::start(&rec.dir, &[]);
     let out = server.gdb(&exe, &["stepi", "monitor when"]);
     assert_eq!(positions(&out), [1], "{out}");
@@ -384,7 +353,7 @@ fn monitor_goto_then_bt_in_the_launched_gdb_equals_stepping_there() {
     // The deepest fib call (fib(1) from fib(2) … from main), at its first instruction.
     let fib = {
         use object::{Object, ObjectSymbol};
-        let bytes = std::fs::read(executable(&rec)).expect("exe");
+        let bytes = std::fs::read(common::executable(&rec)).expect("exe");
         let elf = object::File::parse(&*bytes).expect("ELF");
         let sym = elf.symbols().find(|s| s.name() == Ok("fib")).expect("fib");
         sym.address()
@@ -448,7 +417,7 @@ fn monitor_goto_then_bt_in_the_launched_gdb_equals_stepping_there() {
 #[test]
 fn monitor_info_and_help_read_as_text() {
     let rec = recording("info");
-    let exe = executable(&rec);
+    let exe = common::executable(&rec);
     let server = Server::start(&rec.dir, &[]);
     let out = server.gdb(&exe, &["monitor info", "monitor help"]);
     let info: Vec<&str> = out
@@ -473,7 +442,7 @@ fn monitor_info_and_help_read_as_text() {
 #[test]
 fn a_cut_recording_says_so_and_keeps_its_values() {
     let rec = recording("cut");
-    let exe = executable(&rec);
+    let exe = common::executable(&rec);
     let cut = rec.dir.parent().expect("scratch").join("cut");
     std::fs::create_dir_all(cut.join("images")).expect("dir");
     for entry in walk(&rec.dir) {

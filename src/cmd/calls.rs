@@ -21,7 +21,7 @@ use clap::Args;
 use rtit_replay_core::cofi::Cofi;
 use serde::Serialize;
 
-use super::history::{parse_range, Entry, History, TraceArgs};
+use super::history::{positions, Entry, History, TraceArgs};
 
 /// Arguments of `rtit calls`.
 #[derive(Debug, Args)]
@@ -160,12 +160,7 @@ fn segments(history: &History, range: &Range<u64>) -> Result<Vec<Segment>> {
 
 /// Runs `rtit calls`.
 pub fn run(args: &CallsArgs) -> Result<()> {
-    let range = args
-        .range
-        .as_deref()
-        .map(parse_range)
-        .transpose()?
-        .unwrap_or(0..u64::MAX);
+    let range = positions(args.range.as_deref())?;
     let history = args.trace.load()?;
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());

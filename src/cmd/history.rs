@@ -40,8 +40,13 @@ pub struct History {
     pub items: Vec<FlowItem>,
 }
 
+/// The positions `--range A..B` selects (all of them without it).
+pub fn positions(spec: Option<&str>) -> Result<Range<u64>> {
+    spec.map_or(Ok(0..u64::MAX), parse_range)
+}
+
 /// `A..B` positions on the command line; either side may be left out.
-pub fn parse_range(spec: &str) -> Result<Range<u64>> {
+fn parse_range(spec: &str) -> Result<Range<u64>> {
     let Some((a, b)) = spec.split_once("..") else {
         bail!("--range {spec}: expected A..B")
     };

@@ -9,7 +9,7 @@ use iced_x86::{Formatter, GasFormatter, IntelFormatter};
 use rtit_replay_core::flow::{EventKind, FlowEvent};
 use serde::Serialize;
 
-use super::history::{parse_range, Entry, TraceArgs};
+use super::history::{positions, Entry, TraceArgs};
 
 /// Disassembly syntax.
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -74,12 +74,7 @@ fn event_line(e: &FlowEvent) -> EventLine<'_> {
 
 /// Runs `rtit insns`.
 pub fn run(args: &InsnsArgs) -> Result<()> {
-    let range = args
-        .range
-        .as_deref()
-        .map(parse_range)
-        .transpose()?
-        .unwrap_or(0..u64::MAX);
+    let range = positions(args.range.as_deref())?;
     let history = args.trace.load()?;
     let mut formatter: Box<dyn Formatter> = match args.syntax {
         Syntax::Intel => Box::new(IntelFormatter::new()),

@@ -1,0 +1,82 @@
+//! What several end-to-end test files share: scratch directories, compiling a C program,
+//! recording it from `main` with the step backend, the plugin library, the executable copy of
+//! a recording. Each test file uses part of it.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use rtit_replay_core::recording::Recording;
+
+/// A fresh directory `SUITE/NAME` under cargo's temporary directory for tests.
+pub fn scratch(suite: &str, name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(suite).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// Compiles `src` (a path under the repository) with gcc `-O1 -g` and `flags` into `dir`.
+pub fn gcc(src: &str, flags: &[&str], dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(src);
+    let exe = dir.join(src.file_stem().expect("a file name"));
+    let status = Command::new("gcc")
+        .args(["-O1", "-g"])
+        .args(flags)
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("gcc is needed (`.ci/run` installs it)");
+    assert!(status.success(), "gcc failed on {}", src.display());
+    exe
+}
+
+/// Records `exe` from `main` with the step backend and the truth into `out`.
+pub fn record_from_main(exe: &Path, out: &Path) -> Recording {
+    let status = Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .args(["record", "--backend", "step", "--truth", "--start", "main", "--out"])
+        .arg(out)
+        .arg("--")
+        .arg(exe)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("rtit record");
+    assert!(status.code().is_some(), "rtit record ran");
+    Recording::open(out).expect("a recording")
+}
+
+/// The recording's copy of the executable (its first image that is a file).
+pub fn executable(rec: &Recording) -> PathBuf {
+    let image = rec
+        .manifest
+        .images
+        .iter()
+        .find(|i| !i.path.starts_with('['))
+        .expect("an ELF image");
+    rec.dir.join(&image.file)
+}
+
+/// The QEMU plugin library, built once for the test run (cargo builds no cdylib for tests).
+pub fn plugin() -> &'static Path {
+    static PLUGIN: OnceLock<PathBuf> = OnceLock::new();
+    PLUGIN.get_or_init(|| {
+        assert!(
+            Command::new("qemu-x86_64").arg("--version").output().is_ok(),
+            "qemu-x86_64 is needed (apt-get install qemu-user; `.ci/run` installs it)"
+        );
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-p", "rtit-qemu-plugin"])
+            .status()
+            .expect("cargo");
+        assert!(status.success(), "building the plugin");
+        let lib = Path::new(env!("CARGO_BIN_EXE_rtit"))
+            .parent()
+            .expect("target dir")
+            .join("librtit_qemu_plugin.so");
+        assert!(lib.is_file(), "{} was built", lib.display());
+        lib
+    })
+}
