@@ -66,12 +66,13 @@ pub fn run(rec: &Recording, partial: bool) -> Result<()> {
         0 => String::new(),
         n => format!(" (and {n} in a spin loop at the end, not shown)"),
     };
+    let n = |count: u64, what: &str| format!("{count} {what}{}", if count == 1 { "" } else { "s" });
     println!(
-        "decoded       {} instructions{spinning}, {} errors, {} gaps, {} interrupts in {:.1} ms ({:.1} M instructions/s, {:.1} MiB/s of trace)",
+        "decoded       {} instructions{spinning}, {}, {}, {} in {:.1} ms ({:.1} M instructions/s, {:.1} MiB/s of trace)",
         tally.instructions,
-        tally.errors,
-        tally.gaps,
-        tally.interrupts,
+        n(tally.errors, "error"),
+        n(tally.gaps, "gap"),
+        n(tally.interrupts, "interrupt"),
         secs * 1e3,
         tally.instructions as f64 / secs / 1e6,
         trace.len() as f64 / secs / (1 << 20) as f64

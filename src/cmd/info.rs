@@ -81,6 +81,8 @@ pub fn run(args: &InfoArgs) -> Result<()> {
     let trace_len = std::fs::metadata(rec.dir.join(files::TRACE)).map_or(0, |m| m.len());
     if args.decode || trace_len != m.trace_bytes {
         super::decode_check::run(&rec, args.partial)?;
+    } else {
+        rec.verify_images()?;
     }
     Ok(())
 }

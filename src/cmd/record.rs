@@ -389,6 +389,9 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
     if let Some(line) = children_warning(&manifest.children) {
         eprintln!("rtit: warning: {line}");
     }
+    if let EndState::Interrupted { .. } = &manifest.end {
+        eprintln!("rtit: {}; the recording holds what ran until then", manifest.end);
+    }
     eprintln!(
         "rtit: {} instructions, {} bytes of trace in {}",
         manifest.instructions,

@@ -34,6 +34,14 @@ pub fn complete_or_partial(rec: &Recording, trace_len: usize, decoded: u64, spun
             eprintln!("rtit: warning: {e}");
             Ok(())
         }
-        Err(e) => Err(e.into()),
+        Err(e) => Err(refusal(e)),
+    }
+}
+
+/// An error reading a recording, for the user: an incomplete one says how to use it anyway.
+pub fn refusal(e: RecordingError) -> anyhow::Error {
+    match e {
+        RecordingError::Incomplete { .. } => anyhow::anyhow!("{e} (use --partial to use what is there)"),
+        e => e.into(),
     }
 }

@@ -47,7 +47,9 @@ const REMOTE_TIMEOUT: u32 = 60;
 pub fn run(args: &ReplayArgs) -> Result<()> {
     let rec = recordings::open(args.recording.as_deref())?;
     let exe = rtit_stub::files::executable(&rec).map(|i| rec.dir.join(&i.file));
-    let mut session = Session::open_with(rec.clone(), args.partial).context("cannot replay the recording")?;
+    let mut session = Session::open_with(rec.clone(), args.partial)
+        .map_err(recordings::refusal)
+        .context("cannot replay the recording")?;
     if let Some(e) = session.incomplete() {
         eprintln!("rtit: warning: {e}");
     }
@@ -69,8 +71,9 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         return Ok(());
     }
     // Attaching is the launched gdb's own business; only what goes wrong is said.
+    // rtit ends with the gdb it started, so its comings and goings are not news either.
     let log = |e: Event| {
-        if !matches!(e, Event::Attached(_)) {
+        if !matches!(e, Event::Attached(_) | Event::Detached(..)) {
             eprintln!("rtit: {e}");
         }
     };

@@ -84,7 +84,17 @@ fn info(target: &ReplayTarget, out: &mut ConsoleOutput<'_>) {
     if let Some(e) = s.incomplete() {
         outputln!(out, "warning   {e}");
     }
-    outputln!(out, "history   {} positions", s.len());
+    let faulted = s.incomplete().is_none()
+        && matches!(
+            &m.end,
+            rtit_replay_core::recording::EndState::Signaled { ip: Some(_), .. }
+        );
+    let last = if faulted {
+        " (the last at the faulting instruction, which did not retire)"
+    } else {
+        ""
+    };
+    outputln!(out, "history   {} positions{last}", s.len());
     if let Some(text) = m.kernel_text {
         outputln!(out, "kernel    _text at {text:#x} (kallsyms)");
     }

@@ -28,7 +28,7 @@ pub enum RecordingError {
     },
     /// The trace holds less than the recorder wrote down: cut short (a full disk, a killed
     /// copy) or damaged. What is there can still be used, when asked for explicitly.
-    #[error("{path}: the recording is incomplete: {} (use --partial to use what is there)", shortfall(*trace_len, *trace_bytes, *expected, *decoded))]
+    #[error("{path}: the recording is incomplete: {}", shortfall(*trace_len, *trace_bytes, *expected, *decoded))]
     Incomplete {
         /// The recording.
         path: String,

@@ -193,6 +193,15 @@ impl Recording {
         FlowConfig::from_rtit_ctl(self.manifest.rtit.ctl)
     }
 
+    /// Checks every image copy against the hash the recorder wrote, without loading it.
+    pub fn verify_images(&self) -> Result<(), RecordingError> {
+        for image in &self.manifest.images {
+            let path = self.dir.join(&image.file);
+            validate::image_bytes(&path, image, &read(&path)?)?;
+        }
+        Ok(())
+    }
+
     /// The address space of every image copy at its load address.
     pub fn address_space(&self) -> Result<AddressSpace, RecordingError> {
         let mut space = AddressSpace::new();
