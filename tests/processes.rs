@@ -21,16 +21,7 @@ const HANG: Duration = Duration::from_secs(60);
 
 /// Compiles tests/programs/NAME.c, static, into `dir`.
 fn compile(name: &str, dir: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/programs/{name}.c"));
-    let exe = dir.join(name);
-    let status = Command::new("gcc")
-        .args(["-O1", "-g", "-static", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .expect("gcc is needed (`.ci/run` installs it)");
-    assert!(status.success(), "gcc failed on {}", src.display());
-    exe
+    common::gcc(&format!("tests/programs/{name}.c"), &["-static"], dir)
 }
 
 fn s(p: &Path) -> &str {
