@@ -151,6 +151,9 @@ struct Recorder<'a> {
     syscalls: Vec<SyscallRecord>,
     children: Vec<ChildProcess>,
     progress: Option<Box<dyn FnMut(u64) + 'a>>,
+    /// Sample the truth at the next instruction too: it follows a far transfer (a system
+    /// call, where the kernel may deliver a signal), where the state layer is most at risk.
+    sample_next: bool,
 }
 
 impl Recorder<'_> {
@@ -158,11 +161,12 @@ impl Recorder<'_> {
     fn retire(&mut self, ip: u64, insn: Insn, next: u64, regs: &Regs, syscall_nr: u64) -> Result<(), StepError> {
         if let Some(t) = &mut self.truth {
             if self.model.packet_en() {
-                if t.ips.len() as u64 % TRUTH_SAMPLE_INTERVAL == 0 {
+                if t.ips.len() as u64 % TRUTH_SAMPLE_INTERVAL == 0 || self.sample_next {
                     t.samples.push((t.ips.len() as u64, regs_map(regs)));
                 }
                 t.ips.push(ip);
             }
+            self.sample_next = matches!(insn.cofi, Cofi::Far(_));
         }
         self.retired += 1;
         if self.retired & 0xffff == 0 {
@@ -304,11 +308,15 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
         syscalls: Vec::new(),
         children: Vec::new(),
         progress: opts.progress,
+        sample_next: false,
     };
     let pid = rec.tracee.pid;
     let mut regs = regs_start;
     let mut regs_end = regs_start;
     let mut pending: Option<Signal> = None;
+    // The registers where the REP string instruction being stepped started, after its first
+    // iteration (each iteration is a single step).
+    let mut rep_start: Option<Regs> = None;
     let mut entering_handler = false;
     let mut fault: Option<(Signal, u64, u64)> = None;
     let mut memory_end = Snapshot::default();
@@ -383,9 +391,14 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
                     entering_handler = false;
                     let r = Retired::new(KERNEL + 0x40, 3, Cofi::Far(FarKind::Iret), new.rip).to_cpl(3);
                     rec.model.apply(&Input::Retire(r));
-                } else if !(insn.rep && new.rip == ip) {
+                } else if insn.rep && new.rip == ip {
+                    // One iteration of a REP string instruction: the instruction retires
+                    // when the last one does, with the registers it started with.
+                    rep_start.get_or_insert(regs);
+                } else {
                     let position = rec.model.traced();
-                    rec.retire(ip, insn, new.rip, &regs, syscall_nr)?;
+                    let before = rep_start.take().unwrap_or(regs);
+                    rec.retire(ip, insn, new.rip, &before, syscall_nr)?;
                     if syscall_nr != u64::MAX {
                         let r = syscall_log::record(&rec.tracee, position, ip, syscall_nr, &regs, &new);
                         rec.syscalls.push(r);
@@ -407,7 +420,8 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
                     // INT3 retired (a trap into the kernel), which now delivers SIGTRAP.
                     rec.retire(ip, insn, KERNEL, &regs, u64::MAX)?;
                 } else if !is_fault && new.rip != ip {
-                    rec.retire(ip, insn, new.rip, &regs, syscall_nr)?;
+                    let before = rep_start.take().unwrap_or(regs);
+                    rec.retire(ip, insn, new.rip, &before, syscall_nr)?;
                 }
                 regs = new;
                 let (caught, ignored) = rec.tracee.disposition(sig);
