@@ -190,6 +190,29 @@ fn registers_are_known_where_the_state_layer_can_tell_and_unavailable_elsewhere(
     assert!(out.contains("<unavailable>"), "vector registers are never known: {out}");
 }
 
+#[test]
+fn monitor_why_unknown_names_what_lost_a_value() {
+    // A static program from main: `cpuid` in the C library's start-up has run; at main every
+    // register is known, and memory nobody recorded is unknown from the start.
+    let rec = recording("goto", false);
+    let server = Server::start(&rec);
+    let out = server.gdb(
+        Some(&common::executable(&rec)),
+        &[
+            "monitor why-unknown rsp",
+            "monitor why-unknown 0x10",
+            "monitor why-unknown xyz",
+        ],
+    );
+    assert!(out.contains("rsp is known here: 0x"), "{out}");
+    assert!(
+        out.contains("the byte at 0x10 is unknown here (position 0)")
+            && out.contains("going forwards:  not in the start state at position 0"),
+        "{out}"
+    );
+    assert!(out.contains("`xyz` is not a register rtit tracks"), "{out}");
+}
+
 /// gdb's backtrace lines (`#N ...`).
 fn frames(out: &str) -> Vec<String> {
     out.lines().filter(|l| l.starts_with('#')).map(str::to_string).collect()

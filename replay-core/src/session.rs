@@ -16,7 +16,7 @@ use std::sync::Arc;
 use crate::flow::{decode_insn, EventKind, FlowEvent};
 use crate::image::AddressSpace;
 use crate::recording::{EndState, Recording, RecordingError};
-use crate::state::{self, Known, Reg, State, Values};
+use crate::state::{self, Known, Reg, State, Values, Why};
 use crate::timeline::Timeline;
 
 /// Why a move stopped.
@@ -60,9 +60,13 @@ pub struct Session {
 }
 
 /// A state with a snapshot's registers and memory.
-fn snapshot_state(registers: &BTreeMap<String, String>, memory: &[(u64, Vec<u8>)]) -> State {
+fn snapshot_state(registers: &BTreeMap<String, String>, files: &[(u64, &[u8])], memory: &[(u64, Vec<u8>)]) -> State {
     let mut st = State::unknown();
     state::set_named(&mut st, registers);
+    // The files' bytes first: the snapshot holds what the program changed (RELRO).
+    for (start, bytes) in files {
+        st.mem.write(*start, bytes);
+    }
     for (start, bytes) in memory {
         st.mem.write(*start, bytes);
     }
@@ -74,6 +78,7 @@ fn snapshot_state(registers: &BTreeMap<String, String>, memory: &[(u64, Vec<u8>)
 /// history is `complete`: one cut short does not reach the state the snapshot describes.
 fn values_inputs(
     recording: &Recording,
+    space: &AddressSpace,
     ips: Arc<[u64]>,
     fault: bool,
     complete: bool,
@@ -92,8 +97,19 @@ fn values_inputs(
         .filter(|e| matches!(e.kind, EventKind::Enabled { .. } | EventKind::Disabled { .. }))
         .map(|e| e.position)
         .collect();
-    let map_changes = recording
-        .maps()?
+    let maps = recording.maps()?;
+    // Read-only file mappings present at the start hold their file's bytes (the snapshot
+    // holds the writable ones), beyond what the images' segments say.
+    let files: Vec<(u64, &[u8])> = maps
+        .initial
+        .iter()
+        .filter(|m| !m.perms.contains('w') && m.perms.ends_with('p'))
+        .filter_map(|m| {
+            let bytes = space.file_mapping_bytes(m.path.as_deref()?, m.end - m.start, m.offset)?;
+            Some((m.start, bytes))
+        })
+        .collect();
+    let map_changes = maps
         .changes
         .iter()
         .map(|c| (c.position, state::maps::effect(c)))
@@ -102,7 +118,7 @@ fn values_inputs(
     let start_memory = recording.snapshot(false)?;
     let ended = complete && matches!(m.end, EndState::Exited { .. } | EndState::Signaled { .. });
     let end = match ended {
-        true => Some(snapshot_state(&m.registers_end, &recording.snapshot(true)?)),
+        true => Some(snapshot_state(&m.registers_end, &[], &recording.snapshot(true)?)),
         false => None,
     };
     Ok(state::Inputs {
@@ -111,7 +127,7 @@ fn values_inputs(
         soft_barriers: soft,
         map_changes,
         syscalls: recording.syscalls()?,
-        start: snapshot_state(&m.registers_start, &start_memory),
+        start: snapshot_state(&m.registers_start, &files, &start_memory),
         end,
     })
 }
@@ -190,7 +206,14 @@ impl Session {
         ips.extend(fault.map(|f| f.0));
         let ips: Arc<[u64]> = Arc::from(ips);
         let complete = incomplete.is_none();
-        let inputs = values_inputs(&recording, ips.clone(), fault.is_some(), complete, timeline.events())?;
+        let inputs = values_inputs(
+            &recording,
+            &space,
+            ips.clone(),
+            fault.is_some(),
+            complete,
+            timeline.events(),
+        )?;
         Ok(Self {
             values: Values::new(space.clone(), inputs),
             known: None,
@@ -365,6 +388,18 @@ impl Session {
             self.values.note_conflicts(1);
             None
         })
+    }
+
+    /// Why a register is unknown at the current position to the forward and the backward
+    /// pass (`None` for a pass that knows it); `None` for a name that is not tracked.
+    pub fn why_register(&mut self, name: &str) -> Option<(Option<Why>, Option<Why>)> {
+        let r = Reg::from_name(name)?;
+        Some(self.known()?.why_register(r))
+    }
+
+    /// Why the byte at `addr` is unknown at the current position to each pass.
+    pub fn why_memory(&mut self, addr: u64) -> Option<(Option<Why>, Option<Why>)> {
+        Some(self.known()?.why_memory(addr))
     }
 
     /// The known bytes at `addr` at the current position, up to the first unknown one and at

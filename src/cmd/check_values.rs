@@ -2,12 +2,14 @@
 //! the recorder sampled (`rtit record --truth`), per register: known and right, known and
 //! wrong, unknown. Any wrong value is an error: the state layer must never show one.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use rtit_replay_core::session::Session;
+use rtit_replay_core::state::Cause;
 
 use super::recordings;
 
@@ -49,6 +51,44 @@ impl Tally {
     }
 }
 
+/// Why the unknown GPR samples are unknown (the forward pass's cause, else the backward's).
+#[derive(Debug, Default)]
+struct Causes {
+    by_kind: BTreeMap<&'static str, u64>,
+    by_cause: BTreeMap<String, u64>,
+}
+
+impl Causes {
+    fn add(&mut self, cause: Option<Cause>) {
+        let (kind, detail) = match cause {
+            Some(c) => (c.kind(), c.to_string()),
+            None => ("conflict between the passes", "conflict".to_string()),
+        };
+        *self.by_kind.entry(kind).or_default() += 1;
+        *self.by_cause.entry(detail).or_default() += 1;
+    }
+
+    fn print(&self, unknown: u64, limit: usize) {
+        if unknown == 0 {
+            return;
+        }
+        let share = |n: u64| 100.0 * n as f64 / unknown as f64;
+        fn sorted<K: std::fmt::Display>(m: &BTreeMap<K, u64>) -> Vec<(u64, String)> {
+            let mut v: Vec<_> = m.iter().map(|(k, &n)| (n, k.to_string())).collect();
+            v.sort_by(|a, b| b.cmp(a));
+            v
+        }
+        println!("why GPR samples are unknown (forward pass's cause)");
+        for (n, kind) in sorted(&self.by_kind) {
+            println!("  {kind:<40} {n:>8} {:>6.1}%", share(n));
+        }
+        println!("largest causes");
+        for (n, cause) in sorted(&self.by_cause).into_iter().take(limit) {
+            println!("  {cause:<60} {n:>8} {:>6.1}%", share(n));
+        }
+    }
+}
+
 /// The registers compared, in gdb's order.
 const NAMES: [&str; 26] = [
     "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
@@ -70,6 +110,7 @@ pub fn run(args: &CheckValuesArgs) -> Result<()> {
     let mut tallies = vec![Tally::default(); NAMES.len()];
     let mut wrong = Vec::new();
     let mut compared = 0;
+    let mut causes = Causes::default();
     for sample in &samples {
         if sample.position > session.last() {
             continue;
@@ -83,7 +124,13 @@ pub fn run(args: &CheckValuesArgs) -> Result<()> {
             let truth = u64::from_str_radix(truth.trim_start_matches("0x"), 16)
                 .with_context(|| format!("truth at position {}: {name} = {truth:?}", sample.position))?;
             match session.register(name) {
-                None => tallies[i].unknown += 1,
+                None => {
+                    tallies[i].unknown += 1;
+                    if i < 16 {
+                        let why = session.why_register(name).and_then(|(f, b)| f.or(b));
+                        causes.add(why.map(|w| w.cause));
+                    }
+                }
                 Some(v) if v == truth => tallies[i].right += 1,
                 Some(v) => {
                     tallies[i].wrong += 1;
@@ -116,6 +163,7 @@ pub fn run(args: &CheckValuesArgs) -> Result<()> {
         }
     }
     println!("{}", gprs.line("all GPRs"));
+    causes.print(gprs.unknown, if args.verbose { usize::MAX } else { 12 });
     let stats = session.values().stats();
     println!(
         "decode {:.1} ms; values {:.1} ms ({} forward and {} backward steps, {} checkpoints, {} conflicts)",

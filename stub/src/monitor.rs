@@ -32,6 +32,9 @@ rtit monitor commands:
                       `maint flush register-cache` and `maint flush dcache`)
   monitor info        a summary of the recording
   monitor insns [N]   the instructions around the current position (N each side, default 5)
+  monitor why-unknown REG|ADDR
+                      why a register (rax, rsp …) or the byte at a hex address is unknown here:
+                      what lost it, and at which position (for `monitor goto`)
   monitor help        this list";
 
 impl MonitorCmd for ReplayTarget {
@@ -46,6 +49,7 @@ impl MonitorCmd for ReplayTarget {
             (Some("goto"), Some(n)) => goto(self, n, &mut out),
             (Some("info"), None) => info(self, &mut out),
             (Some("insns"), n) => insns(self, n, &mut out),
+            (Some("why-unknown"), Some(what)) => why_unknown(self, what, &mut out),
             _ => outputln!(out, "{MONITOR_HELP}"),
         }
         Ok(())
@@ -65,6 +69,38 @@ fn goto(target: &mut ReplayTarget, n: &str, out: &mut ConsoleOutput<'_>) {
         }
         _ => outputln!(out, "goto: `{n}` is not a position (0..={})", s.last()),
     }
+}
+
+/// `monitor why-unknown REG|ADDR`: the cause each pass gives for an unknown value.
+fn why_unknown(target: &mut ReplayTarget, what: &str, out: &mut ConsoleOutput<'_>) {
+    let s = &mut target.session;
+    let name = what.trim_start_matches('$');
+    let (label, known, why) = if let Some(hex) = name.strip_prefix("0x") {
+        let Ok(addr) = u64::from_str_radix(hex, 16) else {
+            return outputln!(out, "why-unknown: `{what}` is not a hex address");
+        };
+        let known = s.read_memory(addr, 1).map(|b| u64::from(b[0]));
+        (format!("the byte at {addr:#x}"), known, s.why_memory(addr))
+    } else {
+        let known = s.register(name);
+        match s.why_register(name) {
+            Some(why) => (name.to_string(), known, Some(why)),
+            None => return outputln!(out, "why-unknown: `{what}` is not a register rtit tracks, nor a 0x address"),
+        }
+    };
+    if let Some(v) = known {
+        return outputln!(out, "{label} is known here: {v:#x}");
+    }
+    let Some((forward, backward)) = why else {
+        return outputln!(out, "{label} is unknown: the history is empty");
+    };
+    let describe = |w: Option<rtit_replay_core::state::Why>| match w {
+        Some(w) => format!("{} at position {}", w.cause, w.position),
+        None => "known, but the other pass disagrees (a model error; please report it)".to_string(),
+    };
+    outputln!(out, "{label} is unknown here (position {})", s.position());
+    outputln!(out, "  going forwards:  {}", describe(forward));
+    outputln!(out, "  going backwards: {}", describe(backward));
 }
 
 fn info(target: &ReplayTarget, out: &mut ConsoleOutput<'_>) {

@@ -82,10 +82,12 @@ pub fn load_linked(name: &str, bytes: Vec<u8>, bias: u64) -> Result<Image, Image
     let base = segments.iter().map(|s| s.start).min().unwrap_or(bias);
     let mut symbols = Symbols::new(functions(&file, |_| Some(bias)), base);
     symbols.load_dwarf(&file, bias);
+    drop(file);
     Ok(Image {
         name: name.to_string(),
         segments,
         symbols,
+        file: Some(bytes.into()),
     })
 }
 
@@ -165,6 +167,7 @@ pub fn load_relocatable(
         name: name.to_string(),
         segments,
         symbols,
+        file: None,
     })
 }
 

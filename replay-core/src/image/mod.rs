@@ -52,6 +52,8 @@ pub struct Image {
     name: String,
     segments: Vec<Segment>,
     symbols: Symbols,
+    /// The whole file, for a linked ELF: what a run-time mapping of it holds.
+    file: Option<Arc<[u8]>>,
 }
 
 impl Image {
@@ -115,6 +117,7 @@ impl Image {
                 writable: false,
             }],
             symbols: Symbols::new(Vec::new(), start),
+            file: None,
         }
     }
 
@@ -217,6 +220,18 @@ impl AddressSpace {
         let p = self.find(addr)?;
         let segment = &self.images[p.image].segments[p.segment];
         (!segment.writable).then(|| &segment.bytes[(addr - p.start) as usize..])
+    }
+
+    /// The bytes a private file mapping of `path` (`len` bytes from file offset `offset`)
+    /// holds when it is made, if the recording has the file: those the file has there.
+    pub fn file_mapping_bytes(&self, path: &str, len: u64, offset: u64) -> Option<&[u8]> {
+        let image = self.images.iter().find(|i| i.name() == path)?;
+        let file = image.file.as_deref()?;
+        let from = usize::try_from(offset).ok().filter(|&o| o <= file.len())?;
+        let to = from
+            .saturating_add(usize::try_from(len).unwrap_or(usize::MAX))
+            .min(file.len());
+        Some(&file[from..to])
     }
 
     /// The image holding `ip`.

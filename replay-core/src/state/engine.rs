@@ -4,12 +4,12 @@
 //! direction kept for the next nearby question (a stepping gdb asks at neighbouring
 //! positions).
 //!
-//! The passes feed each other once, at checkpoints: a question at `p` steps forwards from the
-//! forward checkpoint below `p` *merged with the backward state there*, and backwards from the
-//! backward checkpoint above `p` merged with the forward state there. A value one pass lost
-//! (a pointer through which a store went nowhere known) comes back from the other, and is
-//! carried on by the semantics. Both checkpoint chains are computed by one pass alone, so no
-//! value depends on itself.
+//! The passes feed each other at checkpoints: the forward pass restarts at every checkpoint
+//! from its own state *merged with the backward state there*, and a question at `p` steps
+//! backwards from the backward checkpoint above `p` merged with the forward state there. A
+//! value one pass lost (a pointer through which a store went nowhere known) comes back from
+//! the other, and is carried on by the semantics. The backward chain is computed by the
+//! backward pass alone, so no value depends on itself.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,6 +20,7 @@ use rustc_hash::FxHashMap;
 use super::known::Known;
 use super::maps::MapEffect;
 use super::transition::{self, Between};
+use super::why::{self, Cause};
 use super::State;
 use crate::flow::decode_insn;
 use crate::image::AddressSpace;
@@ -120,6 +121,7 @@ impl Values {
                     let entry: &mut MapEffect = m.entry(p).or_default();
                     entry.forget.extend(e.forget);
                     entry.zero.extend(e.zero);
+                    entry.files.extend(e.files);
                     m
                 }),
             syscalls: inputs.syscalls.into_iter().map(|r| (r.position, r)).collect(),
@@ -185,17 +187,47 @@ impl Values {
                 next: self.ips.get(p as usize + 1).copied(),
             },
         };
+        why::begin(
+            match (&insn, between) {
+                (None, _) => Cause::Undecodable,
+                (_, Between::Unknown) => Cause::Untraced,
+                (_, Between::Insn { insn, .. }) => Cause::Inputs(insn.mnemonic()),
+                (_, Between::Syscall(_)) => Cause::Syscall(u16::MAX),
+            },
+            p,
+        );
+        // A system call after which the next instruction is not the one after it (nor a
+        // new program, nor a restored context) returned into a signal handler: the kernel
+        // set the registers and wrote a signal frame the trace does not show.
+        let signal = matches!((&insn, between), (Some(i), Between::Syscall(_))
+            if self.ips.get(p as usize + 1).is_some_and(|&next| next != i.next_ip())
+                && !self.syscalls.get(&p).is_some_and(|r| transition::changes_context(r.nr)));
         let changes = self.map_changes.get(&(p + 1));
         if forwards {
             transition::forward(st, between, &self.space, &mut self.factory);
+            if signal {
+                why::insist(Cause::Signal);
+                st.forget_all();
+            }
             if let Some(e) = changes {
+                why::insist(Cause::MapChange);
                 e.forget.iter().for_each(|&(a, n)| st.mem.forget(a, n));
                 e.zero.iter().for_each(|&(a, n)| st.mem.write(a, &vec![0; n as usize]));
+                for (start, len, path, offset) in &e.files {
+                    if let Some(bytes) = self.space.file_mapping_bytes(path, *len, *offset) {
+                        st.mem.write(*start, bytes);
+                    }
+                }
             }
             self.stats.forward_steps += 1;
         } else {
             if let Some(e) = changes {
+                why::insist(Cause::MapChange);
                 e.touched().for_each(|(a, n)| st.mem.forget(a, n));
+            }
+            if signal {
+                why::insist(Cause::Signal);
+                st.forget_all();
             }
             transition::backward(st, between, &self.space, &mut self.factory);
             self.stats.backward_steps += 1;
@@ -210,11 +242,14 @@ impl Values {
         self.cross(st, p, false);
     }
 
-    /// Forward checkpoint `k` (computed by the forward pass alone).
+    /// Forward checkpoint `k`: the forward pass from checkpoint `k - 1` merged with the
+    /// backward pass there, so what the forward pass lost (a stack pointer, memory after a
+    /// store through an unknown address) comes back at every checkpoint the backward pass
+    /// knows it at.
     fn forward_checkpoint(&mut self, k: usize) -> &State {
         while self.forward.len() <= k {
             let from = (self.forward.len() as u64 - 1) * INTERVAL;
-            let mut st = self.forward[self.forward.len() - 1].clone();
+            let mut st = self.seeded_forward(self.forward.len() - 1);
             for q in from..from + INTERVAL {
                 self.step_forward(&mut st, q);
             }

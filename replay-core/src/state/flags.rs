@@ -3,6 +3,8 @@
 
 use iced_x86::{ConditionCode, Instruction, RflagsBits};
 
+use super::why::{self, Why};
+
 /// Carry.
 pub const CF: u64 = 1 << 0;
 /// Parity.
@@ -39,18 +41,33 @@ pub fn from_iced(bits: u32) -> u64 {
 }
 
 /// RFLAGS with a mask of the bits that are known.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Flags {
     /// Values (meaningful where known).
     pub value: u64,
     /// Known bits.
     pub known: u64,
+    /// Why the unknown bits are unknown (the last cause that forgot any).
+    why: Why,
 }
+
+/// Equal when the same bits are known with the same values; causes do not count.
+impl PartialEq for Flags {
+    fn eq(&self, other: &Self) -> bool {
+        self.known == other.known && (self.value ^ other.value) & self.known == 0
+    }
+}
+
+impl Eq for Flags {}
 
 impl Flags {
     /// All 32 bits known.
     pub fn known(value: u64) -> Self {
-        Self { value, known: ALL }
+        Self {
+            value,
+            known: ALL,
+            why: Why::default(),
+        }
     }
 
     /// The whole register, if every bit is known.
@@ -60,7 +77,11 @@ impl Flags {
 
     /// One flag, if known.
     pub fn bit(&self, flag: u64) -> Option<bool> {
-        (self.known & flag != 0).then_some(self.value & flag != 0)
+        if self.known & flag == 0 {
+            why::saw(self.why);
+            return None;
+        }
+        Some(self.value & flag != 0)
     }
 
     /// Sets flags (`mask`) to `value`'s bits there.
@@ -71,6 +92,9 @@ impl Flags {
 
     /// Makes flags unknown.
     pub fn forget(&mut self, mask: u64) {
+        if self.known & mask != 0 {
+            self.why = why::current();
+        }
         self.known &= !mask;
     }
 

@@ -20,7 +20,10 @@ pub fn step(
     space: &AddressSpace,
     factory: &mut InstructionInfoFactory,
 ) {
-    if !modelled(st, insn, next, space) {
+    if !modelled(st, insn, next, space)
+        && !super::integer::step(st, insn, space)
+        && !super::vector::step(st, insn, space)
+    {
         generic(st, insn, factory);
     }
 }
@@ -28,6 +31,7 @@ pub fn step(
 /// What an instruction nobody modelled does: its written registers, memory and flags become
 /// unknown.
 pub fn generic(st: &mut State, insn: &Instruction, factory: &mut InstructionInfoFactory) {
+    super::why::insist(super::why::Cause::Unmodelled(insn.mnemonic()));
     let info = factory.info(insn);
     // Memory first: its addresses use the registers before the instruction.
     super::writes::forget_memory(st, insn, info);
@@ -44,7 +48,10 @@ fn push(st: &mut State, value: Option<u64>) {
     st.regs.set(RSP, rsp);
     match rsp {
         Some(a) => st.mem.store(a, 8, value),
-        None => st.mem.forget_all(),
+        None => {
+            super::why::insist(super::why::Cause::UnknownAddress(Mnemonic::Push));
+            st.mem.forget_all()
+        }
     }
 }
 
@@ -167,7 +174,9 @@ fn modelled(st: &mut State, insn: &Instruction, next: Option<u64>, space: &Addre
         M::Shl | M::Sal | M::Shr | M::Sar => {
             let bits = w * 8;
             let Some(count) = read(st, insn, 1, space).map(|c| c & if w == 8 { 63 } else { 31 }) else {
-                return false;
+                st.flags.apply_generic(insn);
+                write(st, insn, 0, None);
+                return true;
             };
             if count == 0 {
                 return true;
@@ -352,6 +361,7 @@ pub fn rep_string(st: &mut State, insn: &Instruction, space: &AddressSpace) {
             st.regs.set(RCX, Some(0));
         }
         _ => {
+            super::why::insist(super::why::Cause::UnknownAddress(insn.mnemonic()));
             st.mem.forget_all();
             st.regs.set(RCX, None);
             st.regs.set(RDI, None);

@@ -2,7 +2,7 @@
 //! knows it; if both know it differently it is a model error, reported as unknown (a
 //! [`Conflict`], which callers count).
 
-use super::{Reg, State};
+use super::{Reg, State, Why};
 use crate::image::AddressSpace;
 
 /// The two passes' states at one position, read together.
@@ -39,6 +39,19 @@ impl Known {
     /// A register, if known; `Err` if the passes disagree.
     pub fn register(&self, r: Reg) -> Result<Option<u64>, Conflict> {
         merge(self.forward.regs.get(r), self.backward.regs.get(r))
+    }
+
+    /// Why a register is unknown to each pass (forward, backward); `None` where known.
+    pub fn why_register(&self, r: Reg) -> (Option<Why>, Option<Why>) {
+        (self.forward.regs.why(r), self.backward.regs.why(r))
+    }
+
+    /// Why a byte is unknown to each pass (forward, backward); `None` where known.
+    pub fn why_memory(&self, addr: u64) -> (Option<Why>, Option<Why>) {
+        (
+            self.forward.mem.why(addr, &self.space),
+            self.backward.mem.why(addr, &self.space),
+        )
     }
 
     /// RFLAGS (all 32 bits), if known.

@@ -1,6 +1,6 @@
 //! What a memory-map change does to memory's contents: a new anonymous mapping (mmap, the
 //! growth of the brk heap) is zero-filled by the kernel; a new file mapping holds the file's
-//! bytes (not known here); unmapped bytes are gone; a protection change keeps the bytes.
+//! bytes (known where the recording holds the file as an image); unmapped bytes are gone; a protection change keeps the bytes.
 
 use crate::recording::{MapChange, Mapping};
 
@@ -14,6 +14,9 @@ pub struct MapEffect {
     pub forget: Vec<(u64, u64)>,
     /// Ranges whose bytes become zero.
     pub zero: Vec<(u64, u64)>,
+    /// New private file mappings: (start, length, path, file offset). Their bytes are the
+    /// file's, known where the recording holds the file as an image.
+    pub files: Vec<(u64, u64, String, u64)>,
 }
 
 impl MapEffect {
@@ -72,6 +75,9 @@ pub fn effect(change: &MapChange) -> MapEffect {
                     e.zero.push(r);
                 } else {
                     e.forget.push(r);
+                    if let (Some(path), true) = (&m.path, m.perms.ends_with('p')) {
+                        e.files.push((r.0, r.1, path.clone(), m.offset));
+                    }
                 }
             }
             e.forget.extend(gone.iter().map(len));

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
+use super::why::{self, Why};
 use crate::image::AddressSpace;
 
 const PAGE: u64 = 4096;
@@ -14,13 +15,16 @@ struct Page {
     bytes: [u8; PAGE as usize],
     /// One bit per byte.
     known: [u64; PAGE as usize / 64],
+    /// Why the page's unknown bytes are unknown (the last cause that forgot any of them).
+    why: Why,
 }
 
 impl Page {
-    fn empty() -> Self {
+    fn empty(why: Why) -> Self {
         Self {
             bytes: [0; PAGE as usize],
             known: [0; PAGE as usize / 64],
+            why,
         }
     }
 
@@ -33,6 +37,9 @@ impl Page {
 #[derive(Clone, Default)]
 pub struct Memory {
     pages: FxHashMap<u64, Arc<Page>>,
+    /// Why the bytes of pages not held are unknown: the last time all memory was forgotten,
+    /// or never known.
+    why_all: Why,
 }
 
 impl std::fmt::Debug for Memory {
@@ -59,11 +66,25 @@ impl Memory {
         page.is_known(i).then_some(page.bytes[i])
     }
 
+    /// Why the byte at `addr` is unknown, if it is (read-only image bytes are known).
+    pub fn why(&self, addr: u64, space: &AddressSpace) -> Option<Why> {
+        if self.read_byte(addr, space).is_some() {
+            return None;
+        }
+        Some(self.pages.get(&(addr / PAGE)).map_or(self.why_all, |p| p.why))
+    }
+
     /// The byte at `addr`, if known here or in a read-only image.
     pub fn read_byte(&self, addr: u64, space: &AddressSpace) -> Option<u8> {
         match self.byte(addr) {
             Some(b) => Some(b),
-            None => space.read_only_bytes_at(addr)?.first().copied(),
+            None => {
+                let b = space.read_only_bytes_at(addr).and_then(|b| b.first().copied());
+                if b.is_none() {
+                    why::saw(self.pages.get(&(addr / PAGE)).map_or(self.why_all, |p| p.why));
+                }
+                b
+            }
         }
     }
 
@@ -84,12 +105,23 @@ impl Memory {
 
     /// Knows `bytes` at `addr`.
     pub fn write(&mut self, addr: u64, bytes: &[u8]) {
-        for (i, &b) in bytes.iter().enumerate() {
-            let a = addr.wrapping_add(i as u64);
-            let page = Arc::make_mut(self.pages.entry(a / PAGE).or_insert_with(|| Arc::new(Page::empty())));
+        let why_all = self.why_all;
+        // Page by page: a file mapping writes megabytes at once.
+        let mut done = 0usize;
+        while done < bytes.len() {
+            let a = addr.wrapping_add(done as u64);
             let j = (a % PAGE) as usize;
-            page.bytes[j] = b;
-            page.known[j / 64] |= 1 << (j % 64);
+            let n = (PAGE as usize - j).min(bytes.len() - done);
+            let page = Arc::make_mut(
+                self.pages
+                    .entry(a / PAGE)
+                    .or_insert_with(|| Arc::new(Page::empty(why_all))),
+            );
+            page.bytes[j..j + n].copy_from_slice(&bytes[done..done + n]);
+            for k in j..j + n {
+                page.known[k / 64] |= 1 << (k % 64);
+            }
+            done += n;
         }
     }
 
@@ -126,16 +158,18 @@ impl Memory {
         while a < end {
             let p = a / PAGE;
             let page_end = (p + 1).saturating_mul(PAGE).min(end);
+            // A page forgotten is kept (its bytes unknown) for the cause it holds.
             if let Some(page) = self.pages.get_mut(&p) {
+                let page = Arc::make_mut(page);
                 if a % PAGE == 0 && page_end - a == PAGE {
-                    self.pages.remove(&p);
+                    page.known = [0; PAGE as usize / 64];
                 } else {
-                    let page = Arc::make_mut(page);
                     for x in a..page_end {
                         let j = (x % PAGE) as usize;
                         page.known[j / 64] &= !(1 << (j % 64));
                     }
                 }
+                page.why = why::current();
             }
             if page_end == a {
                 break;
@@ -172,6 +206,7 @@ impl Memory {
     /// it may have written anywhere.
     pub fn forget_all(&mut self) {
         self.pages.clear();
+        self.why_all = why::current();
     }
 }
 
@@ -223,8 +258,17 @@ mod tests {
         assert_eq!(m.read(0x1000, 3, &space), Some(vec![1, 2, 3]));
         assert_eq!(m.read(0x7fff_0000_0ffe, 2, &space), Some(vec![4, 5]));
         assert_eq!(m.read(0x7fff_0000_1000, 1, &space), None);
-        // The whole address space.
+        // The whole address space, for a cause the forgotten pages keep.
+        why::begin(why::Cause::MapChange, 9);
         m.forget(0, u64::MAX);
-        assert_eq!(m.pages(), 0);
+        assert_eq!(m.read(0x1000, 1, &space), None);
+        assert_eq!(m.read(0x7fff_0000_0ffe, 1, &space), None);
+        assert_eq!(
+            m.why(0x1001, &space),
+            Some(Why {
+                cause: why::Cause::MapChange,
+                position: 9
+            })
+        );
     }
 }

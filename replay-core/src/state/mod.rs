@@ -23,18 +23,22 @@ mod backward;
 mod engine;
 pub mod flags;
 mod forward;
+mod integer;
 mod known;
 pub mod maps;
 pub mod memory;
 mod ops;
 pub mod reg;
 mod transition;
+pub mod vector;
+pub mod why;
 mod writes;
 
 pub use engine::{Inputs, Values, ValuesStats, INTERVAL};
 pub use known::{Conflict, Known, KnownPrefix};
 pub use reg::Reg;
 pub use transition::set_named;
+pub use why::{Cause, Why};
 
 use flags::Flags;
 use memory::Memory;
@@ -49,6 +53,8 @@ pub struct State {
     pub flags: Flags,
     /// Writable memory.
     pub mem: Memory,
+    /// The vector registers.
+    pub vec: vector::VecFile,
 }
 
 impl State {
@@ -61,13 +67,14 @@ impl State {
     /// states of the same position).
     pub fn absorb(&mut self, other: &State) {
         for r in Reg::all() {
-            if self.regs.get(r).is_none() {
-                self.regs.set(r, other.regs.get(r));
+            if self.regs.why(r).is_some() && other.regs.why(r).is_none() {
+                self.regs.copy_from(&other.regs, r);
             }
         }
         let f = other.flags;
         self.flags.put(f.known & !self.flags.known, f.value);
         self.mem.absorb(&other.mem);
+        self.vec.absorb(&other.vec);
     }
 
     /// Forgets everything (what untraced code or a lost stretch of trace leaves).
@@ -75,8 +82,11 @@ impl State {
         self.regs.forget_all();
         self.flags.forget(flags::ALL);
         self.mem.forget_all();
+        self.vec.forget_all();
     }
 }
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_semantics;

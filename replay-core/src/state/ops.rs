@@ -90,7 +90,10 @@ pub fn write(st: &mut State, insn: &Instruction, op: u32, value: Option<u64>) {
             match address(&st.regs, insn, op) {
                 Some(a) if (1..=8).contains(&w) => st.mem.store(a, w, value),
                 Some(a) if w > 0 => st.mem.forget(a, u64::from(w)),
-                _ => st.mem.forget_all(),
+                _ => {
+                    super::why::insist(super::why::Cause::UnknownAddress(insn.mnemonic()));
+                    st.mem.forget_all()
+                }
             }
         }
         _ => {}

@@ -3,6 +3,8 @@
 
 use iced_x86::Register;
 
+use super::why::{self, Why};
+
 /// A tracked register: the 16 general-purpose registers in hardware order, the segment bases
 /// the `fs:`/`gs:` prefixes add, and the segment selectors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -129,20 +131,42 @@ pub fn mask(bytes: u32) -> u64 {
 }
 
 /// The tracked registers, each known or not.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct RegFile {
     values: [u64; COUNT],
     known: u32,
+    /// Why each unknown register is unknown (meaningless where known).
+    why: [Why; COUNT],
 }
 
+/// Equal when the same registers are known with the same values; causes do not count.
+impl PartialEq for RegFile {
+    fn eq(&self, other: &Self) -> bool {
+        self.known == other.known && (0..COUNT).all(|i| self.known & (1 << i) == 0 || self.values[i] == other.values[i])
+    }
+}
+
+impl Eq for RegFile {}
+
 impl RegFile {
-    /// A register's value, if known.
+    /// A register's value, if known. Reading an unknown one notes its cause for whatever
+    /// the current transition makes unknown from it ([`why::saw`]).
     pub fn get(&self, r: Reg) -> Option<u64> {
         let i = r.index();
-        (self.known & (1 << i) != 0).then_some(self.values[i])
+        if self.known & (1 << i) == 0 {
+            why::saw(self.why[i]);
+            return None;
+        }
+        Some(self.values[i])
     }
 
-    /// Sets a register to a value or to unknown.
+    /// Why a register is unknown (`None` if it is known).
+    pub fn why(&self, r: Reg) -> Option<Why> {
+        let i = r.index();
+        (self.known & (1 << i) == 0).then_some(self.why[i])
+    }
+
+    /// Sets a register to a value or to unknown (for the current transition's cause).
     pub fn set(&mut self, r: Reg, value: Option<u64>) {
         let i = r.index();
         match value {
@@ -150,13 +174,25 @@ impl RegFile {
                 self.values[i] = v;
                 self.known |= 1 << i;
             }
-            None => self.known &= !(1 << i),
+            None => {
+                self.known &= !(1 << i);
+                self.why[i] = why::current();
+            }
         }
+    }
+
+    /// Takes a register's value, or its unknown and cause, from another register file.
+    pub fn copy_from(&mut self, other: &RegFile, r: Reg) {
+        let i = r.index();
+        self.values[i] = other.values[i];
+        self.why[i] = other.why[i];
+        self.known = (self.known & !(1 << i)) | (other.known & (1 << i));
     }
 
     /// Makes every register unknown.
     pub fn forget_all(&mut self) {
         self.known = 0;
+        self.why = [why::current(); COUNT];
     }
 
     /// An iced register's value (zero-extended), if its tracked register is known.

@@ -5,6 +5,7 @@
 use iced_x86::{Instruction, InstructionInfoFactory, Mnemonic};
 
 use super::reg::{Reg, R10, R11, R8, R9, RAX, RCX, RDI, RDX, RSI};
+use super::why::{self, Cause};
 use super::{backward, flags, forward, State};
 use crate::image::AddressSpace;
 use crate::syscall::{effect, nr, Effect, SyscallRecord};
@@ -68,6 +69,22 @@ fn clobber(st: &mut State, nr: Option<u64>) {
     }
 }
 
+/// Whether system call `nr` replaces the whole user context when it returns (a new program,
+/// or a restored signal context), so its next instruction is not the one after it.
+pub fn changes_context(nr: u64) -> bool {
+    matches!(nr, nr::RT_SIGRETURN | nr::EXECVE | nr::EXECVEAT)
+}
+
+/// The cause of what a system call loses: its number, if known, saturated to fit.
+fn syscall_cause(nr: Option<u64>, complete: bool) -> Cause {
+    let n = nr.map_or(u16::MAX, |n| u16::try_from(n).unwrap_or(u16::MAX));
+    if complete {
+        Cause::Syscall(n)
+    } else {
+        Cause::SyscallIncomplete(n)
+    }
+}
+
 /// Forwards over what lies between `p` and `p + 1`.
 pub fn forward(st: &mut State, between: Between<'_>, space: &AddressSpace, f: &mut InstructionInfoFactory) {
     match between {
@@ -75,6 +92,7 @@ pub fn forward(st: &mut State, between: Between<'_>, space: &AddressSpace, f: &m
         Between::Unknown => st.forget_all(),
         Between::Syscall(record) => {
             let nr = record.map(|r| r.nr).or(st.regs.get(RAX));
+            why::insist(syscall_cause(nr, record.map_or(true, |r| r.complete)));
             let ret = record.and_then(|r| r.after.get("rax")).and_then(|v| parse(v));
             let e = nr.map_or(Effect::Anywhere, |nr| effect(nr, &args(st), ret));
             match record {
@@ -115,6 +133,7 @@ pub fn backward(st: &mut State, between: Between<'_>, space: &AddressSpace, f: &
         Between::Unknown => st.forget_all(),
         Between::Syscall(record) => {
             let nr = record.map(|r| r.nr);
+            why::insist(syscall_cause(nr, record.map_or(true, |r| r.complete)));
             let ret = record
                 .and_then(|r| r.after.get("rax"))
                 .and_then(|v| parse(v))

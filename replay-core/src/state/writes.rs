@@ -16,7 +16,10 @@ pub fn forget_memory(st: &mut State, insn: &Instruction, info: &InstructionInfo)
             let address = m.virtual_address(0, |r, _, _| address_register(&st.regs, r, true));
             match (address, size) {
                 (Some(a), Some(size)) => st.mem.forget(a, size),
-                _ => st.mem.forget_all(),
+                _ => {
+                    super::why::insist(super::why::Cause::UnknownAddress(insn.mnemonic()));
+                    st.mem.forget_all()
+                }
             }
         }
     }
@@ -25,8 +28,14 @@ pub fn forget_memory(st: &mut State, insn: &Instruction, info: &InstructionInfo)
 /// Forgets the registers `insn` writes; a segment register write (or WRFSBASE/WRGSBASE) also
 /// changes the segment bases.
 pub fn forget_registers(st: &mut State, insn: &Instruction, info: &InstructionInfo) {
+    if super::vector::restores_all(insn) {
+        st.vec.forget_all();
+    }
     for r in info.used_registers() {
         if writes(r.access()) {
+            if let Some(i) = super::vector::index(r.register()) {
+                st.vec.forget(i);
+            }
             st.regs.forget(r.register());
             match r.register() {
                 Register::FS => st.regs.set(Reg::FsBase, None),

@@ -1,0 +1,274 @@
+//! The engine on the instructions of `integer` and `vector`, on a signal delivered at a system
+//! call's return, and on the causes it gives for what it does not know. Expected values are
+//! what the SDM defines (and what `rtit check-values` confirmed against the CPU on
+//! `tests/programs/semantics.c`).
+
+use std::sync::Arc;
+
+use super::reg::{Reg, RAX, RCX, RDI, RDX, RSI, RSP};
+use super::why::Cause;
+use super::{Inputs, State, Values, Why};
+use crate::image::{AddressSpace, Image};
+use crate::syscall::SyscallRecord;
+
+const RBX: Reg = Reg::Gpr(3);
+const RBP: Reg = Reg::Gpr(5);
+
+/// Code at 0x1000 run straight through, one position per instruction.
+fn run(code: &[&[u8]], regs: &[(Reg, u64)], memory: &[(u64, &[u8])]) -> Values {
+    let mut bytes = Vec::new();
+    let mut ips = Vec::new();
+    for insn in code {
+        ips.push(0x1000 + bytes.len() as u64);
+        bytes.extend_from_slice(insn);
+    }
+    let mut space = AddressSpace::new();
+    space.add(Image::from_raw("t", 0x1000, bytes)).expect("add");
+    let mut start = State::unknown();
+    for &(r, v) in regs {
+        start.regs.set(r, Some(v));
+    }
+    start.flags = super::flags::Flags::known(0x202);
+    for &(a, b) in memory {
+        start.mem.write(a, b);
+    }
+    Values::new(
+        space,
+        Inputs {
+            ips: Arc::from(ips),
+            start,
+            ..Inputs::default()
+        },
+    )
+}
+
+fn reg(v: &mut Values, p: u64, r: Reg) -> Option<u64> {
+    v.at(p).expect("a position").register(r).expect("no conflict")
+}
+
+#[test]
+fn carries_wide_multiply_and_divide() {
+    let mut v = run(
+        &[
+            &[0x48, 0x83, 0xf8, 0x01], // cmp rax, 1        (rax = 0: borrow, CF = 1)
+            &[0x48, 0x83, 0xda, 0xff], // sbb rdx, -1       rdx + 1 - CF = rdx
+            &[0x48, 0x19, 0xc9],       // sbb rcx, rcx      -CF: 5 - (2^64 - 1) - 1 borrowed
+            &[0x48, 0xf7, 0xe3],       // mul rbx           rdx:rax = rax * rbx
+            &[0x48, 0xf7, 0xf6],       // div rsi
+            &[0x90],
+        ],
+        &[(RAX, 0), (RDX, 5), (RCX, 77), (RBX, 3), (RSI, 7)],
+        &[],
+    );
+    assert_eq!(reg(&mut v, 2, RDX), Some(5), "5 + 1 - 1");
+    assert_eq!(reg(&mut v, 3, RCX), Some(u64::MAX), "sbb r, r with CF set");
+    // rax = 0 so far; give mul something: start again with other values.
+    assert_eq!(reg(&mut v, 4, RAX), Some(0));
+    assert_eq!(reg(&mut v, 4, RDX), Some(0));
+    let mut v = run(
+        &[&[0x48, 0xf7, 0xe3], &[0x48, 0xf7, 0xf6], &[0x90]],
+        &[(RAX, u64::MAX), (RBX, 3), (RSI, 7)],
+        &[],
+    );
+    // u64::MAX * 3 = 2 * 2^64 + (2^64 - 3).
+    assert_eq!(reg(&mut v, 1, RAX), Some(u64::MAX - 2));
+    assert_eq!(reg(&mut v, 1, RDX), Some(2));
+    let n = (2u128 << 64) + u128::from(u64::MAX - 2);
+    assert_eq!(reg(&mut v, 2, RAX), Some((n / 7) as u64));
+    assert_eq!(reg(&mut v, 2, RDX), Some((n % 7) as u64));
+}
+
+#[test]
+fn a_division_by_zero_is_left_to_the_generic_rule() {
+    let mut v = run(
+        &[&[0x48, 0xf7, 0xf6], &[0x90]], // div rsi with rsi = 0 faults
+        &[(RAX, 10), (RDX, 0), (RSI, 0)],
+        &[],
+    );
+    assert_eq!(reg(&mut v, 1, RAX), None);
+    assert_eq!(
+        v.at(1).expect("p1").why_register(RAX).0.map(|w| w.cause),
+        Some(Cause::Unmodelled(iced_x86::Mnemonic::Div))
+    );
+}
+
+#[test]
+fn bit_scans_know_only_what_every_processor_agrees_on() {
+    let code: [&[u8]; 5] = [
+        &[0xf3, 0x48, 0x0f, 0xbc, 0xc2], // tzcnt rax, rdx
+        &[0x48, 0x0f, 0xbd, 0xca],       // bsr rcx, rdx
+        &[0xf3, 0x48, 0x0f, 0xbc, 0xde], // tzcnt rbx, rsi (rsi = 0)
+        &[0x48, 0x0f, 0xbc, 0xfe],       // bsf rdi, rsi (rsi = 0)
+        &[0x90],
+    ];
+    let mut v = run(&code, &[(RDX, 0x50), (RSI, 0), (RBX, 1), (RDI, 2)], &[]);
+    assert_eq!(reg(&mut v, 1, RAX), Some(4));
+    assert_eq!(reg(&mut v, 2, RCX), Some(6));
+    assert_eq!(
+        reg(&mut v, 3, RBX),
+        None,
+        "tzcnt of zero: 64, or bsf's undefined result"
+    );
+    assert_eq!(reg(&mut v, 4, RDI), None, "bsf of zero: undefined");
+}
+
+#[test]
+fn rotates_byte_swaps_xadd_and_cmpxchg() {
+    let code: [&[u8]; 6] = [
+        &[0x48, 0xc1, 0xc0, 0x08], // rol rax, 8
+        &[0x48, 0x0f, 0xcb],       // bswap rbx
+        &[0x48, 0x0f, 0xc1, 0x0f], // xadd [rdi], rcx
+        &[0x48, 0x0f, 0xb1, 0x17], // cmpxchg [rdi], rdx (rax != [rdi]: rax = [rdi])
+        &[0x48, 0x0f, 0xb1, 0x17], // cmpxchg [rdi], rdx (now equal: [rdi] = rdx)
+        &[0x90],
+    ];
+    let mut v = run(
+        &code,
+        &[
+            (RAX, 0x1100_0000_0000_0022),
+            (RBX, 0x0102_0304_0506_0708),
+            (RCX, 5),
+            (RDX, 99),
+            (RDI, 0x7000),
+        ],
+        &[(0x7000, &40u64.to_le_bytes())],
+    );
+    assert_eq!(reg(&mut v, 1, RAX), Some(0x0000_0000_0000_2211));
+    assert_eq!(reg(&mut v, 2, RBX), Some(0x0807_0605_0403_0201));
+    assert_eq!(reg(&mut v, 3, RCX), Some(40), "xadd returns the old value");
+    assert_eq!(
+        v.at(3).expect("p3").memory(0x7000, 8),
+        Ok(Some(45u64.to_le_bytes().to_vec()))
+    );
+    assert_eq!(reg(&mut v, 4, RAX), Some(45), "not equal: the accumulator takes memory");
+    assert_eq!(
+        v.at(5).expect("p5").memory(0x7000, 8),
+        Ok(Some(99u64.to_le_bytes().to_vec())),
+        "equal: memory takes the source"
+    );
+}
+
+#[test]
+fn sse2_string_idiom_gives_the_index_of_the_first_zero_byte() {
+    // strlen's core: pxor xmm0, xmm0; movdqu xmm1, [rdi]; pcmpeqb xmm1, xmm0;
+    // pmovmskb eax, xmm1; tzcnt eax, eax.
+    let code: [&[u8]; 6] = [
+        &[0x66, 0x0f, 0xef, 0xc0], // pxor xmm0, xmm0
+        &[0xf3, 0x0f, 0x6f, 0x0f], // movdqu xmm1, [rdi]
+        &[0x66, 0x0f, 0x74, 0xc8], // pcmpeqb xmm1, xmm0
+        &[0x66, 0x0f, 0xd7, 0xc1], // pmovmskb eax, xmm1
+        &[0xf3, 0x0f, 0xbc, 0xc0], // tzcnt eax, eax
+        &[0x90],
+    ];
+    let s = b"hello, world\0abc";
+    let mut v = run(&code, &[(RDI, 0x7000), (RAX, 0x1234_5678_9abc_def0)], &[(0x7000, s)]);
+    assert_eq!(reg(&mut v, 4, RAX), Some(1 << 12));
+    assert_eq!(reg(&mut v, 5, RAX), Some(12));
+    // One byte of the string unknown: the mask, and what follows, are unknown.
+    let mut v = run(&code, &[(RDI, 0x7000)], &[(0x7000, &s[..15])]);
+    assert_eq!(reg(&mut v, 4, RAX), None);
+}
+
+#[test]
+fn vector_moves_and_shuffles_round_trip_through_memory() {
+    let code: [&[u8]; 7] = [
+        &[0x66, 0x48, 0x0f, 0x6e, 0xc3], // movq xmm0, rbx
+        &[0x66, 0x0f, 0x70, 0xc8, 0x00], // pshufd xmm1, xmm0, 0 (broadcast the low dword)
+        &[0x66, 0x0f, 0x73, 0xd9, 0x04], // psrldq xmm1, 4
+        &[0xf3, 0x0f, 0x7f, 0x0f],       // movdqu [rdi], xmm1
+        &[0x66, 0x48, 0x0f, 0x7e, 0xc9], // movq rcx, xmm1
+        &[0xc5, 0xf8, 0x77],             // vzeroupper
+        &[0x90],
+    ];
+    let mut v = run(
+        &code,
+        &[(RBX, 0xaaaa_bbbb_1122_3344), (RDI, 0x7000)],
+        &[(0x7000, &[0xff; 16])],
+    );
+    let mut expect = Vec::new();
+    for _ in 0..3 {
+        expect.extend_from_slice(&0x1122_3344u32.to_le_bytes());
+    }
+    expect.extend_from_slice(&[0; 4]);
+    assert_eq!(v.at(4).expect("p4").memory(0x7000, 16), Ok(Some(expect)));
+    assert_eq!(reg(&mut v, 5, RCX), Some(0x1122_3344_1122_3344));
+}
+
+#[test]
+fn a_signal_at_a_system_call_return_makes_the_state_unknown() {
+    // syscall at 0x1000, then the handler at 0x2000 (not the instruction after the call).
+    let mut space = AddressSpace::new();
+    space
+        .add(Image::from_raw("t", 0x1000, vec![0x0f, 0x05, 0x90]))
+        .expect("add");
+    space.add(Image::from_raw("h", 0x2000, vec![0x90, 0x90])).expect("add");
+    let mut start = State::unknown();
+    for (r, x) in [(RAX, 62), (RSP, 0x8000), (RDI, 1), (RSI, 10), (RBP, 3)] {
+        start.regs.set(r, Some(x));
+    }
+    start.mem.write(0x7f00, &[1; 0x100]);
+    let record = SyscallRecord {
+        position: 0,
+        ip: 0x1000,
+        nr: 62,
+        before: Default::default(),
+        after: [("rax".to_string(), "0x0".to_string())].into_iter().collect(),
+        writes: vec![],
+        complete: true,
+    };
+    let mut v = Values::new(
+        space,
+        Inputs {
+            ips: Arc::from(vec![0x1000, 0x2000, 0x2001]),
+            start,
+            syscalls: vec![record],
+            ..Inputs::default()
+        },
+    );
+    let k = v.at(1).expect("p1");
+    for r in [RAX, RSP, RDI, RSI, RBP] {
+        assert_eq!(k.register(r), Ok(None), "{r:?} at the handler");
+        assert_eq!(
+            k.why_register(r).0,
+            Some(Why {
+                cause: Cause::Signal,
+                position: 0
+            })
+        );
+    }
+    assert_eq!(k.memory(0x7f80, 1), Ok(None), "the kernel wrote a frame somewhere");
+    assert_eq!(reg(&mut v, 0, RSP), Some(0x8000), "before the call all is known");
+}
+
+#[test]
+fn unknowns_carry_the_cause_where_they_were_lost() {
+    let code: [&[u8]; 4] = [
+        &[0x0f, 0xa2],       // cpuid: rax, rbx, rcx, rdx unknown
+        &[0x48, 0x89, 0xc6], // mov rsi, rax: unknown for cpuid's reason
+        &[0x48, 0x89, 0x06], // mov [rsi], rax: a store through an unknown address
+        &[0x90],
+    ];
+    let mut v = run(&code, &[(RAX, 1), (RSP, 0x8000)], &[(0x7000, &[5; 8])]);
+    let cpuid = Why {
+        cause: Cause::Unmodelled(iced_x86::Mnemonic::Cpuid),
+        position: 0,
+    };
+    let k = v.at(2).expect("p2");
+    assert_eq!(k.why_register(RSI).0, Some(cpuid), "carried by the move");
+    assert_eq!(k.why_register(RSP).0, None, "known");
+    let k = v.at(3).expect("p3");
+    assert_eq!(
+        k.why_memory(0x7000).0,
+        Some(Why {
+            cause: Cause::UnknownAddress(iced_x86::Mnemonic::Mov),
+            position: 2
+        })
+    );
+    assert_eq!(
+        k.why_memory(0x9000).0,
+        Some(Why {
+            cause: Cause::UnknownAddress(iced_x86::Mnemonic::Mov),
+            position: 2
+        })
+    );
+}
