@@ -7,8 +7,12 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+fn scratch_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("values").join(name)
+}
+
 fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("values").join(name);
+    let dir = scratch_dir(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("scratch dir");
     dir
@@ -111,6 +115,23 @@ fn no_value_is_ever_wrong_from_the_entry_point_and_with_the_dynamic_loader() {
     );
     // A dynamic executable from main: PLT calls, the C library as a shared object.
     check("dynamic", true, true);
+}
+
+#[test]
+fn the_dynamic_loader_from_the_entry_point_with_its_cache_logged() {
+    let out = check("dynamic", true, false);
+    assert!(right(&out, "rsp") > 10.0, "{out}");
+    // The loader maps /etc/ld.so.cache, not an ELF image: the step backend logs its bytes
+    // with the mmap call, so replay knows the library paths it reads there.
+    let syscalls = std::fs::read_to_string(scratch_dir("dynamic-true-false-0").join("rec/syscalls.jsonl"))
+        .expect("syscalls.jsonl");
+    let magic: String = b"glibc-ld.so.cache".iter().map(|b| format!("{b:02x}")).collect();
+    if Path::new("/etc/ld.so.cache").exists() {
+        assert!(
+            syscalls.lines().any(|l| l.contains("\"nr\":9,") && l.contains(&magic)),
+            "an mmap record holds the cache's bytes"
+        );
+    }
 }
 
 /// The percentage of unknown GPR samples `check-values` blamed on a cause kind.

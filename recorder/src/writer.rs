@@ -87,7 +87,31 @@ pub fn cpu_info() -> CpuInfo {
         family: field("cpu family").parse().unwrap_or(0),
         model: field("model\t").parse().unwrap_or(0),
         stepping: field("stepping").parse().unwrap_or(0),
+        xcr0: xcr0(&field("flags")),
     }
+}
+
+/// A bound of XCR0 (the XSAVE components the kernel enabled) from the CPU features
+/// `/proc/cpuinfo` lists: a component the CPU lacks cannot be enabled. Without unsafe code
+/// XGETBV is out of reach; the flags give a superset, which is what bounding XSAVEC needs.
+fn xcr0(flags: &str) -> Option<u64> {
+    let has = |f: &str| flags.split_whitespace().any(|x| x == f);
+    if !has("xsave") {
+        return None;
+    }
+    let mut x = 0b11; // x87, SSE
+    for (flag, bits) in [
+        ("avx", 1 << 2),
+        ("mpx", 0b11 << 3),
+        ("avx512f", 0b111 << 5),
+        ("pku", 1 << 9),
+        ("amx_tile", 0b11 << 17),
+    ] {
+        if has(flag) {
+            x |= bits;
+        }
+    }
+    Some(x)
 }
 
 fn sha256(bytes: &[u8]) -> String {
@@ -234,7 +258,11 @@ fn write_into(tmp: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, Wr
             .unwrap_or_default(),
         environment_variables: std::env::vars_os().count(),
         backend: meta.backend.clone(),
-        cpu: cpu_info(),
+        cpu: CpuInfo {
+            // The program ran on QEMU's CPU model, whose XSAVE state is QEMU's.
+            xcr0: cpu_info().xcr0.filter(|_| meta.backend != "qemu"),
+            ..cpu_info()
+        },
         rtit: RtitRegisters {
             ctl: c.ctl,
             cr3_match: c.cr3_match,

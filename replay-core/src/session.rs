@@ -118,7 +118,10 @@ fn values_inputs(
     let start_memory = recording.snapshot(false)?;
     let ended = complete && matches!(m.end, EndState::Exited { .. } | EndState::Signaled { .. });
     let end = match ended {
-        true => Some(snapshot_state(&m.registers_end, &[], &recording.snapshot(true)?)),
+        true => Some(State {
+            xcr0: m.cpu.xcr0,
+            ..snapshot_state(&m.registers_end, &[], &recording.snapshot(true)?)
+        }),
         false => None,
     };
     Ok(state::Inputs {
@@ -127,7 +130,10 @@ fn values_inputs(
         soft_barriers: soft,
         map_changes,
         syscalls: recording.syscalls()?,
-        start: snapshot_state(&m.registers_start, &files, &start_memory),
+        start: State {
+            xcr0: m.cpu.xcr0,
+            ..snapshot_state(&m.registers_start, &files, &start_memory)
+        },
         end,
     })
 }

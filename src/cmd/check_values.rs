@@ -9,7 +9,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use rtit_replay_core::session::Session;
-use rtit_replay_core::state::Cause;
+use rtit_replay_core::state::Why;
 
 use super::recordings;
 
@@ -56,15 +56,21 @@ impl Tally {
 struct Causes {
     by_kind: BTreeMap<&'static str, u64>,
     by_cause: BTreeMap<String, u64>,
+    /// The earliest position each cause struck at (where to look with `monitor goto`).
+    first: BTreeMap<String, u64>,
 }
 
 impl Causes {
-    fn add(&mut self, cause: Option<Cause>) {
-        let (kind, detail) = match cause {
-            Some(c) => (c.kind(), c.to_string()),
+    fn add(&mut self, why: Option<Why>) {
+        let (kind, detail) = match why {
+            Some(w) => (w.cause.kind(), w.cause.to_string()),
             None => ("conflict between the passes", "conflict".to_string()),
         };
         *self.by_kind.entry(kind).or_default() += 1;
+        if let Some(w) = why {
+            let first = self.first.entry(detail.clone()).or_insert(w.position);
+            *first = (*first).min(w.position);
+        }
         *self.by_cause.entry(detail).or_default() += 1;
     }
 
@@ -82,9 +88,10 @@ impl Causes {
         for (n, kind) in sorted(&self.by_kind) {
             println!("  {kind:<40} {n:>8} {:>6.1}%", share(n));
         }
-        println!("largest causes");
+        println!("largest causes (and the first position each struck at)");
         for (n, cause) in sorted(&self.by_cause).into_iter().take(limit) {
-            println!("  {cause:<60} {n:>8} {:>6.1}%", share(n));
+            let first = self.first.get(&cause).map_or(String::new(), |p| format!("  @{p}"));
+            println!("  {cause:<60} {n:>8} {:>6.1}%{first}", share(n));
         }
     }
 }
@@ -128,7 +135,7 @@ pub fn run(args: &CheckValuesArgs) -> Result<()> {
                     tallies[i].unknown += 1;
                     if i < 16 {
                         let why = session.why_register(name).and_then(|(f, b)| f.or(b));
-                        causes.add(why.map(|w| w.cause));
+                        causes.add(why);
                     }
                 }
                 Some(v) if v == truth => tallies[i].right += 1,

@@ -85,7 +85,12 @@ fn why_unknown(target: &mut ReplayTarget, what: &str, out: &mut ConsoleOutput<'_
         let known = s.register(name);
         match s.why_register(name) {
             Some(why) => (name.to_string(), known, Some(why)),
-            None => return outputln!(out, "why-unknown: `{what}` is not a register rtit tracks, nor a 0x address"),
+            None => {
+                return outputln!(
+                    out,
+                    "why-unknown: `{what}` is not a register rtit tracks, nor a 0x address"
+                )
+            }
         }
     };
     if let Some(v) = known {

@@ -86,6 +86,7 @@ mod tests {
             family,
             model,
             stepping,
+            xcr0: None,
         }
     }
 

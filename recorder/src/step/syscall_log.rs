@@ -10,6 +10,34 @@ use super::tracee::{regs_map, Regs, Tracee};
 /// Bytes one record may hold; a call that wrote more is logged as incomplete.
 const WRITES_BOUND: u64 = 1 << 20;
 
+/// At most this many bytes of one file mapping are logged.
+const MAPPED_FILE_BOUND: u64 = 16 << 20;
+
+const MAP_ANONYMOUS: u64 = 0x20;
+
+/// What a successful `mmap` of a file that is not an ELF image mapped (the dynamic loader's
+/// cache, locale archives, data files): the bytes the program sees there. ELF files are
+/// copied as images and replay reads their mappings from the copies.
+fn mapped_file(tracee: &Tracee, before: &Regs, after: &Regs) -> Option<MemoryWrite> {
+    let (addr, len, flags, fd) = (after.rax, before.rsi, before.r10, before.r8 as i64);
+    if (addr as i64) < 0 || flags & MAP_ANONYMOUS != 0 || fd < 0 || len == 0 || len > MAPPED_FILE_BOUND {
+        return None;
+    }
+    let path = std::fs::read_link(format!("/proc/{}/fd/{fd}", tracee.pid)).ok()?;
+    let mut magic = [0u8; 4];
+    use std::io::Read;
+    let is_elf = std::fs::File::open(&path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok_and(|()| &magic == b"\x7fELF");
+    if is_elf {
+        return None;
+    }
+    // Past the file's last page the mapping faults: what can be read is what is there.
+    let mut bytes = vec![0u8; len as usize];
+    let n = tracee.read(addr, &mut bytes);
+    Some(MemoryWrite::new(addr, &bytes[..n]))
+}
+
 /// The record of call `nr` at `position` (`ip`), from the registers before and after it.
 pub fn record(tracee: &Tracee, position: u64, ip: u64, nr: u64, before: &Regs, after: &Regs) -> SyscallRecord {
     let args = [before.rdi, before.rsi, before.rdx, before.r10, before.r8, before.r9].map(Some);
@@ -24,7 +52,7 @@ pub fn record(tracee: &Tracee, position: u64, ip: u64, nr: u64, before: &Regs, a
         &["rax", "rcx", "r11", "eflags", "fs_base", "gs_base"]
     };
     let after_map = all.into_iter().filter(|(k, _)| kept.contains(&k.as_str())).collect();
-    let (writes, complete) = match effect(nr, &args, Some(after.rax)) {
+    let (mut writes, complete) = match effect(nr, &args, Some(after.rax)) {
         Effect::Writes(ranges) if ranges.iter().map(|r| r.1).sum::<u64>() <= WRITES_BOUND => {
             let mut writes = Vec::new();
             let mut complete = true;
@@ -42,6 +70,9 @@ pub fn record(tracee: &Tracee, position: u64, ip: u64, nr: u64, before: &Regs, a
         Effect::Writes(_) | Effect::Anywhere => (Vec::new(), false),
         Effect::Restores | Effect::SetsBase { .. } => (Vec::new(), true),
     };
+    if nr == 9 {
+        writes.extend(mapped_file(tracee, before, after));
+    }
     SyscallRecord {
         position,
         ip,

@@ -39,6 +39,10 @@ pub struct CpuInfo {
     pub model: u32,
     /// Stepping.
     pub stepping: u32,
+    /// A superset of XCR0, the XSAVE components the OS enabled, when the program ran on this
+    /// CPU (not under QEMU): it bounds what XSAVEC and XSAVES write.
+    #[serde(default, with = "crate::hex::option", skip_serializing_if = "Option::is_none")]
+    pub xcr0: Option<u64>,
 }
 
 /// The kind of an image copy.

@@ -187,15 +187,13 @@ impl Values {
                 next: self.ips.get(p as usize + 1).copied(),
             },
         };
-        why::begin(
-            match (&insn, between) {
-                (None, _) => Cause::Undecodable,
-                (_, Between::Unknown) => Cause::Untraced,
-                (_, Between::Insn { insn, .. }) => Cause::Inputs(insn.mnemonic()),
-                (_, Between::Syscall(_)) => Cause::Syscall(u16::MAX),
-            },
-            p,
-        );
+        let cause = match (&insn, between) {
+            (None, _) => Cause::Undecodable,
+            (_, Between::Unknown) => Cause::Untraced,
+            (_, Between::Insn { insn, .. }) => Cause::Inputs(insn.mnemonic()),
+            (_, Between::Syscall(_)) => Cause::Syscall(u16::MAX),
+        };
+        why::begin(cause, p);
         // A system call after which the next instruction is not the one after it (nor a
         // new program, nor a restored context) returned into a signal handler: the kernel
         // set the registers and wrote a signal frame the trace does not show.
@@ -204,13 +202,10 @@ impl Values {
                 && !self.syscalls.get(&p).is_some_and(|r| transition::changes_context(r.nr)));
         let changes = self.map_changes.get(&(p + 1));
         if forwards {
-            transition::forward(st, between, &self.space, &mut self.factory);
-            if signal {
-                why::insist(Cause::Signal);
-                st.forget_all();
-            }
+            // The map change first: a system call's log holds what the new mapping shows
+            // (a mapped file that is not an image).
             if let Some(e) = changes {
-                why::insist(Cause::MapChange);
+                why::begin(Cause::MapChange, p);
                 e.forget.iter().for_each(|&(a, n)| st.mem.forget(a, n));
                 e.zero.iter().for_each(|&(a, n)| st.mem.write(a, &vec![0; n as usize]));
                 for (start, len, path, offset) in &e.files {
@@ -218,6 +213,12 @@ impl Values {
                         st.mem.write(*start, bytes);
                     }
                 }
+                why::begin(cause, p);
+            }
+            transition::forward(st, between, &self.space, &mut self.factory);
+            if signal {
+                why::insist(Cause::Signal);
+                st.forget_all();
             }
             self.stats.forward_steps += 1;
         } else {

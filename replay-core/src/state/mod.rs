@@ -55,6 +55,8 @@ pub struct State {
     pub mem: Memory,
     /// The vector registers.
     pub vec: vector::VecFile,
+    /// XCR0, if the recording says (a constant of the run): what XSAVEC/XSAVES may write.
+    pub xcr0: Option<u64>,
 }
 
 impl State {
@@ -75,6 +77,7 @@ impl State {
         self.flags.put(f.known & !self.flags.known, f.value);
         self.mem.absorb(&other.mem);
         self.vec.absorb(&other.vec);
+        self.xcr0 = self.xcr0.or(other.xcr0);
     }
 
     /// Forgets everything (what untraced code or a lost stretch of trace leaves).

@@ -134,20 +134,43 @@ const XSAVE_END: [(u32, u64); 11] = [
     (18, 11008),
 ];
 
+/// The size of each XSAVE state component above the legacy area and header (CPUID leaf 0DH
+/// enumerates the same on every processor that has it; SDM vol. 1, 13.2).
+const XSAVE_SIZE: [(u32, u64); 9] = [
+    (2, 256),
+    (3, 64),
+    (4, 64),
+    (5, 64),
+    (6, 512),
+    (7, 1024),
+    (9, 8),
+    (17, 64),
+    (18, 8192),
+];
+
 /// How far an XSAVE-family instruction may write: the end of the last requested component
 /// (EDX:EAX is the request mask), at least the legacy area and header (576 bytes); 16 KiB,
 /// past every component's end, when the mask is unknown or names a component not listed.
-fn xsave_extent(regs: &RegFile) -> u64 {
+/// XSAVEC and XSAVES write the compacted format: the header, then each requested component
+/// that XCR0 enables, at 64-byte alignment at most (with XCR0 unknown, every requested one).
+fn xsave_extent(regs: &RegFile, compacted: bool, xcr0: Option<u64>) -> u64 {
     let mask = match (regs.read(Register::EAX), regs.read(Register::EDX)) {
         (Some(a), Some(d)) => (d << 32) | a,
         _ => return 16 << 10,
     };
-    let mut end = 576;
+    let mask = if compacted {
+        mask & xcr0.unwrap_or(u64::MAX)
+    } else {
+        mask
+    };
+    let mut end: u64 = 576;
     for bit in 0..64 {
-        if mask & (1 << bit) == 0 {
+        if mask & (1 << bit) == 0 || bit < 2 && compacted {
             continue;
         }
-        match XSAVE_END.iter().find(|(c, _)| *c == bit) {
+        let table: &[(u32, u64)] = if compacted { &XSAVE_SIZE } else { &XSAVE_END };
+        match table.iter().find(|(c, _)| *c == bit) {
+            Some(&(_, e)) if compacted => end = end.next_multiple_of(64) + e,
             Some(&(_, e)) => end = end.max(e),
             None => return 16 << 10,
         }
@@ -158,13 +181,11 @@ fn xsave_extent(regs: &RegFile) -> u64 {
 /// Bytes a write of `size` by `insn` may touch, if bounded: its size, or for the XSAVE family
 /// (whose area iced cannot size: it depends on the requested components) the bound above.
 /// Any other write of unknown size is unbounded.
-pub fn extent(regs: &RegFile, insn: &Instruction, size: usize) -> Option<u64> {
+pub fn extent(regs: &RegFile, insn: &Instruction, size: usize, xcr0: Option<u64>) -> Option<u64> {
     use iced_x86::Mnemonic as M;
     match (size, insn.mnemonic()) {
-        (
-            0,
-            M::Xsave | M::Xsave64 | M::Xsavec | M::Xsavec64 | M::Xsaveopt | M::Xsaveopt64 | M::Xsaves | M::Xsaves64,
-        ) => Some(xsave_extent(regs)),
+        (0, M::Xsave | M::Xsave64 | M::Xsaveopt | M::Xsaveopt64) => Some(xsave_extent(regs, false, xcr0)),
+        (0, M::Xsavec | M::Xsavec64 | M::Xsaves | M::Xsaves64) => Some(xsave_extent(regs, true, xcr0)),
         (0, _) => None,
         (n, _) => Some(n as u64),
     }

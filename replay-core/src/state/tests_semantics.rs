@@ -16,6 +16,11 @@ const RBP: Reg = Reg::Gpr(5);
 
 /// Code at 0x1000 run straight through, one position per instruction.
 fn run(code: &[&[u8]], regs: &[(Reg, u64)], memory: &[(u64, &[u8])]) -> Values {
+    run_with(code, regs, memory, None)
+}
+
+/// [`run`] on a processor whose XCR0 the recording gives.
+fn run_with(code: &[&[u8]], regs: &[(Reg, u64)], memory: &[(u64, &[u8])], xcr0: Option<u64>) -> Values {
     let mut bytes = Vec::new();
     let mut ips = Vec::new();
     for insn in code {
@@ -29,6 +34,7 @@ fn run(code: &[&[u8]], regs: &[(Reg, u64)], memory: &[(u64, &[u8])]) -> Values {
         start.regs.set(r, Some(v));
     }
     start.flags = super::flags::Flags::known(0x202);
+    start.xcr0 = xcr0;
     for &(a, b) in memory {
         start.mem.write(a, b);
     }
@@ -271,4 +277,21 @@ fn unknowns_carry_the_cause_where_they_were_lost() {
             position: 2
         })
     );
+}
+
+#[test]
+fn xsavec_forgets_its_compacted_area_and_no_more() {
+    // mov eax, 0xee; xor edx, edx; xsavec [rdi]: components 1-3 and 5-7 requested; the
+    // compacted area is at most 576 + 256 + 64 + 64 + 512 + 1024 = 2496 bytes.
+    let code: [&[u8]; 4] = [&[0xb8, 0xee, 0, 0, 0], &[0x31, 0xd2], &[0x0f, 0xc7, 0x27], &[0x90]];
+    let area = vec![7u8; 4096];
+    let mut v = run(&code, &[(RDI, 0x10000)], &[(0x10000, &area)]);
+    let k = v.at(3).expect("p3");
+    assert_eq!(k.memory(0x10000 + 2495, 1), Ok(None));
+    assert_eq!(k.memory(0x10000 + 2496, 1), Ok(Some(vec![7])));
+    // With XCR0 known (x87, SSE, AVX, opmask, ZMM: no MPX), 64 bytes fewer.
+    let mut v = run_with(&code, &[(RDI, 0x10000)], &[(0x10000, &area)], Some(0xe7));
+    let k = v.at(3).expect("p3");
+    assert_eq!(k.memory(0x10000 + 2431, 1), Ok(None));
+    assert_eq!(k.memory(0x10000 + 2432, 1), Ok(Some(vec![7])));
 }

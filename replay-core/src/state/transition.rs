@@ -91,6 +91,11 @@ pub fn forward(st: &mut State, between: Between<'_>, space: &AddressSpace, f: &m
         Between::Insn { insn, next } => forward::step(st, insn, next, space, f),
         Between::Unknown => st.forget_all(),
         Between::Syscall(record) => {
+            // The registers the recorder saw at the call (the qemu backend's arguments) are
+            // facts at this position.
+            if let Some(r) = record {
+                set_named(st, &r.before);
+            }
             let nr = record.map(|r| r.nr).or(st.regs.get(RAX));
             why::insist(syscall_cause(nr, record.map_or(true, |r| r.complete)));
             let ret = record.and_then(|r| r.after.get("rax")).and_then(|v| parse(v));

@@ -48,9 +48,9 @@ impl Cause {
         match self {
             Cause::NotRecorded => "not in the start state",
             Cause::Unmodelled(_) => "unmodelled instruction",
-            Cause::Inputs(_) => "unknown input (flags)",
+            Cause::Inputs(_) => "unknown input, cause not tracked",
             Cause::UnknownAddress(_) => "store through an unknown address",
-            Cause::Syscall(_) => "system call not logged",
+            Cause::Syscall(_) => "system call (result or writes not logged)",
             Cause::SyscallIncomplete(_) => "system call log incomplete",
             Cause::Signal => "signal delivery",
             Cause::Untraced => "untraced code, interrupt or gap",
@@ -65,7 +65,7 @@ impl fmt::Display for Cause {
         let m = |m: &Mnemonic| format!("{m:?}").to_lowercase();
         match self {
             Cause::Unmodelled(x) => write!(f, "unmodelled instruction `{}`", m(x)),
-            Cause::Inputs(x) => write!(f, "`{}` with unknown flags", m(x)),
+            Cause::Inputs(x) => write!(f, "`{}` with an input whose cause is not tracked", m(x)),
             Cause::UnknownAddress(x) => write!(f, "store through an unknown address (`{}`)", m(x)),
             Cause::Syscall(n) => write!(
                 f,
@@ -170,6 +170,6 @@ mod tests {
             Cause::Untraced,
             "a new transition forgets what was seen"
         );
-        assert_eq!(Cause::Syscall(16).to_string(), "system call 16 (ioctl) not logged");
+        assert_eq!(Cause::Syscall(16).to_string(), "system call 16 (ioctl)");
     }
 }
