@@ -69,7 +69,7 @@ impl fmt::Display for Cause {
             Cause::UnknownAddress(x) => write!(f, "store through an unknown address (`{}`)", m(x)),
             Cause::Syscall(n) => write!(
                 f,
-                "system call {n} ({}) not logged",
+                "system call {n} ({})",
                 crate::syscall::name(u64::from(*n))
             ),
             Cause::SyscallIncomplete(n) => write!(
