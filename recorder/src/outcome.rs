@@ -70,6 +70,8 @@ pub struct Outcome {
     /// The system calls, with their results and the memory they wrote, where the backend
     /// logged them.
     pub syscalls: Vec<rtit_replay_core::syscall::SyscallRecord>,
+    /// What cpuid, rdtsc, rdtscp and xgetbv returned, where the backend saw it.
+    pub results: Vec<rtit_replay_core::recording::InsnResult>,
     /// What the writer must find by decoding the trace (the hardware backend counts nothing).
     pub from_trace: Option<FromTrace>,
     /// With kernel tracing: the run-time address of the kernel's `_text` (kallsyms).

@@ -71,6 +71,19 @@ pub fn set_latest(root: &Path, dir: &Path) -> Result<(), WriteError> {
     std::fs::rename(&tmp, &link).map_err(io(&link))
 }
 
+/// Writes one JSON value per line, if there are any.
+fn write_lines<T: serde::Serialize>(path: &Path, records: &[T]) -> Result<(), WriteError> {
+    if records.is_empty() {
+        return Ok(());
+    }
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).map_err(io(path))?);
+    for r in records {
+        let line = serde_json::to_string(r).map_err(|e| io(path)(e.into()))?;
+        writeln!(f, "{line}").map_err(io(path))?;
+    }
+    f.flush().map_err(io(path))
+}
+
 /// The CPU, from `/proc/cpuinfo` (empty fields where it is unreadable).
 pub fn cpu_info() -> CpuInfo {
     let text = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
@@ -238,15 +251,8 @@ fn write_into(tmp: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, Wr
         f.flush().map_err(io(&path))?;
     }
 
-    if !outcome.syscalls.is_empty() {
-        let path = tmp.join(files::SYSCALLS);
-        let mut f = std::io::BufWriter::new(std::fs::File::create(&path).map_err(io(&path))?);
-        for r in &outcome.syscalls {
-            let line = serde_json::to_string(r).map_err(|e| io(&path)(e.into()))?;
-            writeln!(f, "{line}").map_err(io(&path))?;
-        }
-        f.flush().map_err(io(&path))?;
-    }
+    write_lines(&tmp.join(files::SYSCALLS), &outcome.syscalls)?;
+    write_lines(&tmp.join(files::RESULTS), &outcome.results)?;
 
     let c = &outcome.config;
     let manifest = Manifest {

@@ -130,6 +130,7 @@ fn values_inputs(
         soft_barriers: soft,
         map_changes,
         syscalls: recording.syscalls()?,
+        results: recording.results()?,
         start: State {
             xcr0: m.cpu.xcr0,
             ..snapshot_state(&m.registers_start, &files, &start_memory)

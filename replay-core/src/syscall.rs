@@ -185,7 +185,25 @@ pub fn effect(nr: u64, args: &Args, ret: Option<u64>) -> Effect {
             Some(_) => Writes(vec![]),
             None => Anywhere,
         },
-        334 => buf(a(0), a(1)), // rseq: the kernel writes the area from now on
+        334 => buf(a(0), a(1)),            // rseq: the kernel writes the area from now on
+        131 => optional(a(1), 24),         // sigaltstack: the old stack
+        137 | 138 => buf(a(1), Some(120)), // statfs, fstatfs
+        202 => match a(1).map(|op| op & 0x7f) {
+            // futex: waits, wakes and requeues write no user memory; WAKE_OP writes the
+            // second word, the PI operations the first (the owner's id), and
+            // WAIT_REQUEUE_PI / CMP_REQUEUE_PI both.
+            Some(0..=4 | 9 | 10) => Writes(vec![]),
+            Some(5) => buf(a(4), Some(4)),
+            Some(6..=8 | 13) => buf(a(0), Some(4)),
+            Some(11 | 12) => match (buf(a(0), Some(4)), buf(a(4), Some(4))) {
+                (Writes(mut x), Writes(y)) => {
+                    x.extend(y);
+                    Writes(x)
+                }
+                _ => Anywhere,
+            },
+            _ => Anywhere,
+        },
         nr::ARCH_PRCTL => match a(0) {
             Some(ARCH_SET_FS) => Effect::SetsBase { fs: true, value: a(1) },
             Some(ARCH_SET_GS) => Effect::SetsBase { fs: false, value: a(1) },
@@ -216,6 +234,7 @@ pub fn effect(nr: u64, args: &Args, ret: Option<u64>) -> Effect {
         | 186
         | 200
         | 218
+        | 221
         | 231
         | 234
         | 257
@@ -305,5 +324,23 @@ mod tests {
         );
         let w = MemoryWrite::new(0x10, &[0xde, 0xad]);
         assert_eq!(w.data(), Some(vec![0xde, 0xad]));
+    }
+
+    #[test]
+    fn futex_writes_by_operation() {
+        let futex = |op: u64| {
+            effect(
+                202,
+                &[Some(0x1000), Some(op), Some(1), None, Some(0x2000), None],
+                Some(0),
+            )
+        };
+        assert_eq!(futex(0x80), Effect::Writes(vec![]), "FUTEX_WAIT_PRIVATE");
+        assert_eq!(futex(0x81), Effect::Writes(vec![]), "FUTEX_WAKE_PRIVATE");
+        assert_eq!(futex(5), Effect::Writes(vec![(0x2000, 4)]), "FUTEX_WAKE_OP");
+        assert_eq!(futex(6), Effect::Writes(vec![(0x1000, 4)]), "FUTEX_LOCK_PI");
+        assert_eq!(futex(11), Effect::Writes(vec![(0x1000, 4), (0x2000, 4)]));
+        assert_eq!(futex(0x7f), Effect::Anywhere, "an operation not listed");
+        assert_eq!(effect(202, &[None; 6], None), Effect::Anywhere);
     }
 }

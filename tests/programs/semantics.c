@@ -1,8 +1,11 @@
 /* Exercises the instructions the state layer computes beyond moves and plain arithmetic:
    glibc's SSE2/AVX2 string routines (strlen, strchr, memchr, memcmp, memcpy, strcmp), carries
    (__int128), wide multiply and divide, bit scans, rotates, byte swaps, atomics (xadd,
-   cmpxchg). `rtit check-values` compares every sampled register with the CPU's. */
+   cmpxchg), and cpuid and rdtsc, whose results the step backend logs. `rtit check-values`
+   compares every sampled register with the CPU's. */
+#include <cpuid.h>
 #include <stdint.h>
+#include <x86intrin.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -39,6 +42,9 @@ int main(void) {
         __atomic_fetch_add(&counter, (uint64_t)round, __ATOMIC_SEQ_CST);
         uint64_t expected = counter;
         __atomic_compare_exchange_n(&counter, &expected, expected + 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+        unsigned ea, eb, ec, ed;
+        __cpuid(round & 1, ea, eb, ec, ed);
+        acc += ea ^ eb ^ ec ^ ed ^ (__rdtsc() & 1);
         text[round * 97] = 'x';
     }
     sink = acc;

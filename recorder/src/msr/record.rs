@@ -110,6 +110,7 @@ pub fn record(mut opts: MsrOptions) -> Result<Outcome, String> {
         modules: opts.module.into_iter().collect(),
         gaps: traced.gaps,
         syscalls: Vec::new(),
+        results: Vec::new(),
         from_trace: Some(FromTrace {
             change_offsets: placed.offsets,
         }),

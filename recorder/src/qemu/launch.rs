@@ -250,6 +250,7 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
         children: report.children,
         warnings: Vec::new(),
         syscalls: report.syscalls,
+        results: Vec::new(),
         modules: Vec::new(),
         gaps: Vec::new(),
         from_trace: None,

@@ -28,7 +28,7 @@ use nix::sys::ptrace;
 use nix::sys::signal::Signal;
 use nix::sys::wait::{waitpid, WaitStatus};
 use rtit_replay_core::cofi::{classify, Cofi, FarKind};
-use rtit_replay_core::recording::{ChildProcess, EndState, Maps, TraceEndRecord};
+use rtit_replay_core::recording::{ChildProcess, EndState, InsnResult, Maps, TraceEndRecord};
 use rtit_replay_core::regs::msr;
 use rtit_replay_core::syscall::SyscallRecord;
 
@@ -111,6 +111,19 @@ struct Insn {
     len: u8,
     cofi: Cofi,
     rep: bool,
+    /// The registers it writes that the trace cannot tell (cpuid, rdtsc …), to log.
+    result: &'static [&'static str],
+}
+
+/// What an instruction writes that no semantics can compute: logged in `results.jsonl`.
+fn result_registers(insn: &iced_x86::Instruction) -> &'static [&'static str] {
+    use iced_x86::Mnemonic as M;
+    match insn.mnemonic() {
+        M::Cpuid => &["rax", "rbx", "rcx", "rdx"],
+        M::Rdtsc | M::Xgetbv => &["rax", "rdx"],
+        M::Rdtscp => &["rax", "rcx", "rdx"],
+        _ => &[],
+    }
 }
 
 fn decode(tracee: &Tracee, cache: &mut HashMap<u64, Insn>, ip: u64) -> Insn {
@@ -126,6 +139,7 @@ fn decode(tracee: &Tracee, cache: &mut HashMap<u64, Insn>, ip: u64) -> Insn {
                 classify(&insn)
             },
             rep: insn.has_rep_prefix() || insn.has_repe_prefix() || insn.has_repne_prefix(),
+            result: result_registers(&insn),
         }
     })
 }
@@ -149,6 +163,7 @@ struct Recorder<'a> {
     current_map: Vec<rtit_replay_core::recording::Mapping>,
     images: Images,
     syscalls: Vec<SyscallRecord>,
+    results: Vec<InsnResult>,
     children: Vec<ChildProcess>,
     progress: Option<Box<dyn FnMut(u64) + 'a>>,
     /// Sample the truth at the next instruction too: it follows a far transfer (a system
@@ -306,6 +321,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
         current_map: initial,
         images,
         syscalls: Vec::new(),
+        results: Vec::new(),
         children: Vec::new(),
         progress: opts.progress,
         sample_next: false,
@@ -399,6 +415,18 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
                     let position = rec.model.traced();
                     let before = rep_start.take().unwrap_or(regs);
                     rec.retire(ip, insn, new.rip, &before, syscall_nr)?;
+                    if !insn.result.is_empty() {
+                        let all = regs_map(&new);
+                        let after = insn
+                            .result
+                            .iter()
+                            .filter_map(|&r| Some((r.to_string(), all.get(r)?.clone())));
+                        rec.results.push(InsnResult {
+                            position,
+                            ip,
+                            after: after.collect(),
+                        });
+                    }
                     if syscall_nr != u64::MAX {
                         let r = syscall_log::record(&rec.tracee, position, ip, syscall_nr, &regs, &new);
                         rec.syscalls.push(r);
@@ -462,6 +490,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
         maps,
         images,
         syscalls,
+        results,
         children,
         ..
     } = rec;
@@ -470,6 +499,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
     let tnt_buff = model.rdmsr(msr::TNT_BUFF)?;
     Ok(Outcome {
         syscalls,
+        results,
         modules: Vec::new(),
         gaps: Vec::new(),
         from_trace: None,

@@ -10,6 +10,7 @@
 //! truth.bin       (with `rtit record --truth`) every retired instruction address, u64 LE
 //! truth-regs.jsonl (with --truth) registers at sampled positions
 //! syscalls.jsonl  (optional) each system call's result and the memory it wrote
+//! results.jsonl   (optional) what cpuid, rdtsc, rdtscp and xgetbv returned, where they ran
 //! ```
 //! The writer creates it under a temporary name and renames it when complete, so a directory
 //! with a manifest is a finished recording (possibly marked interrupted).
@@ -55,6 +56,8 @@ pub mod files {
     pub const TRUTH_REGS: &str = "truth-regs.jsonl";
     /// System calls the recorder logged (optional), one JSON record per line.
     pub const SYSCALLS: &str = "syscalls.jsonl";
+    /// Results of instructions the trace cannot tell (cpuid, rdtsc …).
+    pub const RESULTS: &str = "results.jsonl";
     /// Memory snapshot index.
     pub const MEMORY: &str = "memory.json";
     /// Writable memory when tracing started.
@@ -297,6 +300,17 @@ impl Recording {
         Ok(records)
     }
 
+    /// The results of instructions the recorder logged (none if it logged none).
+    pub fn results(&self) -> Result<Vec<InsnResult>, RecordingError> {
+        let path = self.dir.join(files::RESULTS);
+        if !path.exists() {
+            return Ok(Vec::new());
+        }
+        let records: Vec<InsnResult> = json_lines(&path)?;
+        validate::results(&path, &records)?;
+        Ok(records)
+    }
+
     /// The registers `rtit record --truth` sampled: (position, name → value), if any.
     pub fn truth_registers(&self) -> Result<Option<Vec<TruthSample>>, RecordingError> {
         let path = self.dir.join(files::TRUTH_REGS);
@@ -321,6 +335,19 @@ fn json_lines<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, Rec
             })
         })
         .collect()
+}
+
+/// One line of `results.jsonl`: the registers an instruction whose result the trace cannot
+/// tell (cpuid, rdtsc, rdtscp, xgetbv) wrote, as the recorder saw them after it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InsnResult {
+    /// The instruction's position.
+    pub position: u64,
+    /// Its address (a record whose address is not the history's there is ignored).
+    #[serde(with = "hex")]
+    pub ip: u64,
+    /// Name → value (hex) of the registers it wrote.
+    pub after: std::collections::BTreeMap<String, String>,
 }
 
 /// One line of `truth-regs.jsonl`: the registers before the instruction at a position.

@@ -161,9 +161,47 @@ pub(super) fn syscalls(path: &Path, records: &[SyscallRecord]) -> Result<(), Rec
     Ok(())
 }
 
+/// Each instruction result's registers: known names, hexadecimal values.
+pub(super) fn results(path: &Path, records: &[super::InsnResult]) -> Result<(), RecordingError> {
+    for (i, r) in records.iter().enumerate() {
+        for (name, value) in &r.after {
+            let hex = value
+                .strip_prefix("0x")
+                .is_some_and(|h| u64::from_str_radix(h, 16).is_ok());
+            if crate::state::Reg::from_name(name).is_none() || !hex {
+                let what = format!(
+                    "record {} (position {}): `{name}: {value}` is not a register and a 0x value",
+                    i + 1,
+                    r.position
+                );
+                return Err(invalid(path, what));
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_instruction_result_must_name_a_register_and_a_hex_value() {
+        let record = |name: &str, value: &str| super::super::InsnResult {
+            position: 7,
+            ip: 0x1000,
+            after: [(name.to_string(), value.to_string())].into_iter().collect(),
+        };
+        let path = Path::new("rec/results.jsonl");
+        assert!(results(path, &[record("rax", "0x1f")]).is_ok());
+        for (name, value) in [("rax", "1f"), ("rax", "0xzz"), ("xmm0", "0x1")] {
+            let e = results(path, &[record(name, value)]).expect_err("invalid").to_string();
+            assert!(
+                e.contains("results.jsonl") && e.contains("record 1 (position 7)") && e.contains(name),
+                "{e}"
+            );
+        }
+    }
 
     #[test]
     fn only_plain_relative_names_are_inside() {

@@ -24,6 +24,7 @@ use super::why::{self, Cause};
 use super::State;
 use crate::flow::decode_insn;
 use crate::image::AddressSpace;
+use crate::recording::InsnResult;
 use crate::syscall::SyscallRecord;
 
 /// Positions between checkpoints.
@@ -54,6 +55,8 @@ pub struct Inputs {
     pub map_changes: Vec<(u64, MapEffect)>,
     /// System call records by position.
     pub syscalls: Vec<SyscallRecord>,
+    /// What instructions the trace cannot tell returned (cpuid, rdtsc …), by position.
+    pub results: Vec<InsnResult>,
     /// The state at position 0.
     pub start: State,
     /// The state at the last position, if the recording has it.
@@ -84,6 +87,7 @@ pub struct Values {
     soft: Vec<u64>,
     map_changes: FxHashMap<u64, MapEffect>,
     syscalls: FxHashMap<u64, SyscallRecord>,
+    results: FxHashMap<u64, InsnResult>,
     forward: Vec<State>,
     backward: BTreeMap<u64, State>,
     /// Forward checkpoint `k` merged with the backward state at its position.
@@ -125,6 +129,7 @@ impl Values {
                     m
                 }),
             syscalls: inputs.syscalls.into_iter().map(|r| (r.position, r)).collect(),
+            results: inputs.results.into_iter().map(|r| (r.position, r)).collect(),
             forward: vec![inputs.start],
             backward,
             forward_seeded: FxHashMap::default(),
@@ -216,6 +221,9 @@ impl Values {
                 why::begin(cause, p);
             }
             transition::forward(st, between, &self.space, &mut self.factory);
+            if let Some(r) = self.logged_result(p, ip, between) {
+                transition::set_named(st, &r.after);
+            }
             if signal {
                 why::insist(Cause::Signal);
                 st.forget_all();
@@ -230,9 +238,19 @@ impl Values {
                 why::insist(Cause::Signal);
                 st.forget_all();
             }
+            // What the instruction wrote is known after it (and unknown before it).
+            if let Some(r) = self.logged_result(p, ip, between) {
+                transition::set_named(st, &r.after);
+            }
             transition::backward(st, between, &self.space, &mut self.factory);
             self.stats.backward_steps += 1;
         }
+    }
+
+    /// The logged result of the instruction at `p`, if it ran there with nothing between.
+    fn logged_result(&self, p: u64, ip: u64, between: Between<'_>) -> Option<&InsnResult> {
+        let r = self.results.get(&p).filter(|r| r.ip == ip)?;
+        matches!(between, Between::Insn { .. }).then_some(r)
     }
 
     fn step_forward(&mut self, st: &mut State, p: u64) {

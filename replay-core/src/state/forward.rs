@@ -20,7 +20,8 @@ pub fn step(
     space: &AddressSpace,
     factory: &mut InstructionInfoFactory,
 ) {
-    if !modelled(st, insn, next, space)
+    if !super::partial::step(st, insn)
+        && !modelled(st, insn, next, space)
         && !super::integer::step(st, insn, space)
         && !super::vector::step(st, insn, space)
     {
@@ -298,6 +299,16 @@ fn modelled(st: &mut State, insn: &Instruction, next: Option<u64>, space: &Addre
         {
             rep_string(st, insn, space);
         }
+        M::Stosb | M::Stosw | M::Stosd | M::Stosq | M::Movsb | M::Movsw | M::Movsd | M::Movsq
+            if insn.op_kind(0) == OpKind::MemoryESRDI =>
+        {
+            single_string(st, insn, space);
+        }
+        M::Lodsb | M::Lodsw | M::Lodsd | M::Lodsq
+            if insn.op_kind(1) == OpKind::MemorySegRSI && !insn.has_rep_prefix() =>
+        {
+            single_string(st, insn, space);
+        }
         _ if insn.is_jcc_short_or_near() => {
             let target = insn.near_branch_target();
             if let Some(next) = next {
@@ -319,6 +330,60 @@ pub fn is_repeated_string(insn: &Instruction) -> bool {
             insn.op_kind(0),
             OpKind::MemoryESDI | OpKind::MemoryESEDI | OpKind::MemoryESRDI
         )
+}
+
+/// One `movs`, `stos` or `lods` (64-bit addresses): the element moves and the pointers step
+/// by its size, up or down as DF says.
+fn single_string(st: &mut State, insn: &Instruction, space: &AddressSpace) {
+    let m = insn.mnemonic();
+    let size = match m {
+        Mnemonic::Movsb | Mnemonic::Stosb | Mnemonic::Lodsb => 1,
+        Mnemonic::Movsw | Mnemonic::Stosw | Mnemonic::Lodsw => 2,
+        Mnemonic::Movsd | Mnemonic::Stosd | Mnemonic::Lodsd => 4,
+        _ => 8,
+    };
+    let step = |st: &State, r| {
+        let down = st.flags.bit(flags::DF);
+        st.regs.get(r).zip(down).map(|(v, down)| {
+            if down {
+                v.wrapping_sub(size)
+            } else {
+                v.wrapping_add(size)
+            }
+        })
+    };
+    let (is_movs, is_lods) = (
+        matches!(m, Mnemonic::Movsb | Mnemonic::Movsw | Mnemonic::Movsd | Mnemonic::Movsq),
+        matches!(m, Mnemonic::Lodsb | Mnemonic::Lodsw | Mnemonic::Lodsd | Mnemonic::Lodsq),
+    );
+    let value = match (is_movs || is_lods, st.regs.get(RSI)) {
+        (true, Some(src)) => st.mem.read_u64(src, size as u32, space),
+        (true, None) => None,
+        (false, _) => st.regs.get(RAX).map(|v| v & mask(size as u32)),
+    };
+    if is_lods {
+        let r = match size {
+            1 => Register::AL,
+            2 => Register::AX,
+            4 => Register::EAX,
+            _ => Register::RAX,
+        };
+        st.regs.write(r, value);
+    } else {
+        match st.regs.get(RDI) {
+            Some(dst) => st.mem.store(dst, size as u32, value),
+            None => {
+                super::why::insist(super::why::Cause::UnknownAddress(m));
+                st.mem.forget_all();
+            }
+        }
+        let next = step(st, RDI);
+        st.regs.set(RDI, next);
+    }
+    if is_movs || is_lods {
+        let next = step(st, RSI);
+        st.regs.set(RSI, next);
+    }
 }
 
 /// `rep stos` and `rep movs` (the history holds one position for all iterations): exact when

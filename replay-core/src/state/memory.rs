@@ -15,16 +15,21 @@ struct Page {
     bytes: [u8; PAGE as usize],
     /// One bit per byte.
     known: [u64; PAGE as usize / 64],
-    /// Why the page's unknown bytes are unknown (the last cause that forgot any of them).
-    why: Why,
+    /// Why the unknown bytes of each 64-byte line are unknown (the last cause that forgot
+    /// any of them): per line, so a save area forgotten next to older losses in the same
+    /// page does not hide their causes.
+    why: [Why; LINES],
 }
+
+/// 64-byte lines per page.
+const LINES: usize = PAGE as usize / 64;
 
 impl Page {
     fn empty(why: Why) -> Self {
         Self {
             bytes: [0; PAGE as usize],
             known: [0; PAGE as usize / 64],
-            why,
+            why: [why; LINES],
         }
     }
 
@@ -66,12 +71,18 @@ impl Memory {
         page.is_known(i).then_some(page.bytes[i])
     }
 
+    /// The cause recorded for the line holding `addr`.
+    fn line_why(&self, addr: u64) -> Why {
+        let line = (addr % PAGE) as usize / 64;
+        self.pages.get(&(addr / PAGE)).map_or(self.why_all, |p| p.why[line])
+    }
+
     /// Why the byte at `addr` is unknown, if it is (read-only image bytes are known).
     pub fn why(&self, addr: u64, space: &AddressSpace) -> Option<Why> {
         if self.read_byte(addr, space).is_some() {
             return None;
         }
-        Some(self.pages.get(&(addr / PAGE)).map_or(self.why_all, |p| p.why))
+        Some(self.line_why(addr))
     }
 
     /// The byte at `addr`, if known here or in a read-only image.
@@ -81,7 +92,7 @@ impl Memory {
             None => {
                 let b = space.read_only_bytes_at(addr).and_then(|b| b.first().copied());
                 if b.is_none() {
-                    why::saw(self.pages.get(&(addr / PAGE)).map_or(self.why_all, |p| p.why));
+                    why::saw(self.line_why(addr));
                 }
                 b
             }
@@ -161,15 +172,17 @@ impl Memory {
             // A page forgotten is kept (its bytes unknown) for the cause it holds.
             if let Some(page) = self.pages.get_mut(&p) {
                 let page = Arc::make_mut(page);
+                let why = why::current();
                 if a % PAGE == 0 && page_end - a == PAGE {
                     page.known = [0; PAGE as usize / 64];
+                    page.why = [why; LINES];
                 } else {
                     for x in a..page_end {
                         let j = (x % PAGE) as usize;
                         page.known[j / 64] &= !(1 << (j % 64));
+                        page.why[j / 64] = why;
                     }
                 }
-                page.why = why::current();
             }
             if page_end == a {
                 break;

@@ -28,6 +28,7 @@ mod known;
 pub mod maps;
 pub mod memory;
 mod ops;
+mod partial;
 pub mod reg;
 mod transition;
 pub mod vector;

@@ -137,6 +137,9 @@ pub struct RegFile {
     known: u32,
     /// Why each unknown register is unknown (meaningless where known).
     why: [Why; COUNT],
+    /// The bits known of a register that is not wholly known (a `pmovmskb` of partly known
+    /// bytes: `strlen` reads past the end of its string), with their values in `values`.
+    partial: [u64; COUNT],
 }
 
 /// Equal when the same registers are known with the same values; causes do not count.
@@ -177,8 +180,58 @@ impl RegFile {
             None => {
                 self.known &= !(1 << i);
                 self.why[i] = why::current();
+                self.partial[i] = 0;
             }
         }
+    }
+
+    /// A register's value and the mask of its known bits (all ones where wholly known).
+    pub fn bits(&self, r: Reg) -> (u64, u64) {
+        let i = r.index();
+        if self.known & (1 << i) != 0 {
+            return (self.values[i], u64::MAX);
+        }
+        why::saw(self.why[i]);
+        (self.values[i] & self.partial[i], self.partial[i])
+    }
+
+    /// Sets the bits of `known_mask` to those of `value` and the others to unknown.
+    pub fn set_bits(&mut self, r: Reg, value: u64, known_mask: u64) {
+        if known_mask == u64::MAX {
+            return self.set(r, Some(value));
+        }
+        self.set(r, None);
+        let i = r.index();
+        self.values[i] = value & known_mask;
+        self.partial[i] = known_mask;
+    }
+
+    /// An iced register's value and known-bit mask (zero-extended, all known above it).
+    pub fn read_bits(&self, r: Register) -> Option<(u64, u64)> {
+        let s = slot(r)?;
+        let (v, m) = self.bits(s.reg);
+        let w = mask(s.bytes);
+        Some(((v >> s.shift) & w, ((m >> s.shift) & w) | !w))
+    }
+
+    /// Writes an iced register with partly known bits, as [`Self::write`] writes values (a
+    /// 32-bit write zeroes the upper half; 8 and 16-bit ones keep the rest).
+    pub fn write_bits(&mut self, r: Register, value: u64, known_mask: u64) {
+        let Some(s) = slot(r) else { return };
+        let w = mask(s.bytes);
+        let (v, m) = match s.bytes {
+            8 => (value, known_mask),
+            4 if matches!(s.reg, Reg::Gpr(_)) => (value & w, (known_mask & w) | !w),
+            _ => {
+                let (old, old_mask) = self.bits(s.reg);
+                let at = w << s.shift;
+                (
+                    (old & !at) | ((value << s.shift) & at),
+                    (old_mask & !at) | ((known_mask << s.shift) & at),
+                )
+            }
+        };
+        self.set_bits(s.reg, v, m);
     }
 
     /// Takes a register's value, or its unknown and cause, from another register file.
@@ -186,12 +239,14 @@ impl RegFile {
         let i = r.index();
         self.values[i] = other.values[i];
         self.why[i] = other.why[i];
+        self.partial[i] = other.partial[i];
         self.known = (self.known & !(1 << i)) | (other.known & (1 << i));
     }
 
     /// Makes every register unknown.
     pub fn forget_all(&mut self) {
         self.known = 0;
+        self.partial = [0; COUNT];
         self.why = [why::current(); COUNT];
     }
 

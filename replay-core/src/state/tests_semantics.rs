@@ -170,9 +170,37 @@ fn sse2_string_idiom_gives_the_index_of_the_first_zero_byte() {
     let mut v = run(&code, &[(RDI, 0x7000), (RAX, 0x1234_5678_9abc_def0)], &[(0x7000, s)]);
     assert_eq!(reg(&mut v, 4, RAX), Some(1 << 12));
     assert_eq!(reg(&mut v, 5, RAX), Some(12));
-    // One byte of the string unknown: the mask, and what follows, are unknown.
+    // A byte past the terminator unknown (strlen reads past the end of the string): the mask
+    // is partly known, and its lowest set bit, the length, is known.
     let mut v = run(&code, &[(RDI, 0x7000)], &[(0x7000, &s[..15])]);
-    assert_eq!(reg(&mut v, 4, RAX), None);
+    assert_eq!(reg(&mut v, 4, RAX), None, "the mask as a whole");
+    assert_eq!(reg(&mut v, 5, RAX), Some(12));
+    // A byte before it unknown: the length is not known.
+    let mut v = run(&code, &[(RDI, 0x7000)], &[(0x7000, &s[..5]), (0x7006, &s[6..])]);
+    assert_eq!(reg(&mut v, 5, RAX), None);
+}
+
+#[test]
+fn partly_known_masks_go_through_or_shifts_and_test() {
+    // pmovmskb of a half-known vector, shifted, or-ed with a known zero, tested, then bsf.
+    let code: [&[u8]; 7] = [
+        &[0xf3, 0x0f, 0x6f, 0x07], // movdqu xmm0, [rdi]
+        &[0x66, 0x0f, 0xd7, 0xc0], // pmovmskb eax, xmm0
+        &[0x48, 0xc1, 0xe0, 0x04], // shl rax, 4
+        &[0x48, 0x09, 0xd8],       // or rax, rbx
+        &[0x48, 0x85, 0xc0],       // test rax, rax
+        &[0x48, 0x0f, 0xbc, 0xc8], // bsf rcx, rax
+        &[0x90],
+    ];
+    // Byte 2 has its top bit set; bytes 0-3 known, the rest unknown.
+    let mut v = run(&code, &[(RDI, 0x7000), (RBX, 0)], &[(0x7000, &[0, 1, 0x80, 2])]);
+    assert_eq!(reg(&mut v, 2, RAX), None);
+    assert_eq!(
+        v.at(5).expect("p5").eflags().expect("no conflict"),
+        None,
+        "not every flag is known"
+    );
+    assert_eq!(reg(&mut v, 6, RCX), Some(6), "bit 2 shifted by 4");
 }
 
 #[test]
@@ -294,4 +322,27 @@ fn xsavec_forgets_its_compacted_area_and_no_more() {
     let k = v.at(3).expect("p3");
     assert_eq!(k.memory(0x10000 + 2431, 1), Ok(None));
     assert_eq!(k.memory(0x10000 + 2432, 1), Ok(Some(vec![7])));
+}
+
+#[test]
+fn single_string_instructions_move_one_element_and_step_the_pointers() {
+    let code: [&[u8]; 4] = [
+        &[0x48, 0xa5], // movsq [rdi], [rsi]
+        &[0xaa],       // stosb [rdi], al
+        &[0xad],       // lodsd eax, [rsi]
+        &[0x90],
+    ];
+    let src = 0x1122_3344_5566_7788u64.to_le_bytes();
+    let mut v = run(
+        &code,
+        &[(RSI, 0x7000), (RDI, 0x8000), (RAX, 0xffff_ffff_ffff_ff5a)],
+        &[(0x7000, &src), (0x7008, &[1, 2, 3, 4]), (0x8000, &[0; 16])],
+    );
+    assert_eq!(v.at(1).expect("p1").memory(0x8000, 8), Ok(Some(src.to_vec())));
+    assert_eq!(reg(&mut v, 1, RSI), Some(0x7008));
+    assert_eq!(reg(&mut v, 1, RDI), Some(0x8008));
+    assert_eq!(v.at(2).expect("p2").memory(0x8008, 2), Ok(Some(vec![0x5a, 0])));
+    assert_eq!(reg(&mut v, 2, RDI), Some(0x8009));
+    assert_eq!(reg(&mut v, 3, RAX), Some(0x0403_0201), "lodsd zero-extends into rax");
+    assert_eq!(reg(&mut v, 3, RSI), Some(0x700c));
 }

@@ -398,11 +398,9 @@ pub fn step(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
             );
         }
         M::Pmovmskb | M::Vpmovmskb => {
+            // Bit by bit: the known bits of a mask often settle a `bsf` after it.
             let v = read(st, insn, 1, len, space);
-            let r = v
-                .all(0, len)
-                .then(|| (0..len).fold(0u64, |acc, b| acc | (u64::from(v.bytes[b] >> 7) << b)));
-            st.regs.write(insn.op_register(0), r);
+            super::partial::byte_mask(st, insn.op_register(0), &v.bytes, v.known, len);
         }
         M::Ptest | M::Vptest => {
             let (a, b) = (read(st, insn, 0, len, space), read(st, insn, 1, len, space));

@@ -67,11 +67,7 @@ impl fmt::Display for Cause {
             Cause::Unmodelled(x) => write!(f, "unmodelled instruction `{}`", m(x)),
             Cause::Inputs(x) => write!(f, "`{}` with an input whose cause is not tracked", m(x)),
             Cause::UnknownAddress(x) => write!(f, "store through an unknown address (`{}`)", m(x)),
-            Cause::Syscall(n) => write!(
-                f,
-                "system call {n} ({})",
-                crate::syscall::name(u64::from(*n))
-            ),
+            Cause::Syscall(n) => write!(f, "system call {n} ({})", crate::syscall::name(u64::from(*n))),
             Cause::SyscallIncomplete(n) => write!(
                 f,
                 "system call {n} ({}) logged incompletely",

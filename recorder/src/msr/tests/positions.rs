@@ -167,6 +167,7 @@ fn the_writer_counts_the_instructions_and_places_the_map_changes_by_decoding() {
         modules: Vec::new(),
         gaps: t.gaps.clone(),
         syscalls: Vec::new(),
+        results: Vec::new(),
         from_trace: Some(FromTrace {
             change_offsets: offsets,
         }),
