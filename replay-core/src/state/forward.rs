@@ -24,6 +24,7 @@ pub fn step(
         && !modelled(st, insn, next, space)
         && !super::integer::step(st, insn, space)
         && !super::vector::step(st, insn, space)
+        && !super::float::step(st, insn, space)
     {
         generic(st, insn, factory);
     }

@@ -22,6 +22,7 @@
 mod backward;
 mod engine;
 pub mod flags;
+mod float;
 mod forward;
 mod integer;
 mod known;

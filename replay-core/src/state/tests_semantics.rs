@@ -346,3 +346,35 @@ fn single_string_instructions_move_one_element_and_step_the_pointers() {
     assert_eq!(reg(&mut v, 3, RAX), Some(0x0403_0201), "lodsd zero-extends into rax");
     assert_eq!(reg(&mut v, 3, RSI), Some(0x700c));
 }
+
+#[test]
+fn scalar_floats_are_known_where_no_rounding_mode_can_change_them() {
+    let code: [&[u8]; 7] = [
+        &[0xf3, 0x0f, 0x2a, 0xc0],       // cvtsi2ss xmm0, eax
+        &[0xf3, 0x48, 0x0f, 0x2a, 0xcb], // cvtsi2ss xmm1, rbx
+        &[0xf3, 0x0f, 0x59, 0xc1],       // mulss xmm0, xmm1
+        &[0xf3, 0x0f, 0x5e, 0xc1],       // divss xmm0, xmm1
+        &[0xf3, 0x48, 0x0f, 0x2c, 0xc8], // cvttss2si rcx, xmm0
+        &[0x0f, 0x2f, 0xc1],             // comiss xmm0, xmm1
+        &[0x90],
+    ];
+    let mut v = run(&code, &[(RAX, 6), (RBX, 4)], &[]);
+    assert_eq!(reg(&mut v, 5, RCX), Some(6), "6 * 4 / 4");
+    let k = v.at(6).expect("p6");
+    assert_eq!(
+        k.eflags()
+            .expect("no conflict")
+            .map(|f| f & (super::flags::ZF | super::flags::CF)),
+        Some(0),
+        "6 > 4: ZF and CF clear"
+    );
+    // (2^24 - 1) * 3 needs 26 significant bits: its rounding depends on MXCSR.
+    let mut v = run(&code, &[(RAX, (1 << 24) - 1), (RBX, 3)], &[]);
+    assert_eq!(reg(&mut v, 5, RCX), None);
+    // 2^24 + 1 has no exact single.
+    let mut v = run(&code, &[(RAX, 1), (RBX, (1 << 24) + 1)], &[]);
+    assert_eq!(reg(&mut v, 5, RCX), None);
+    // Truncation toward zero, and the integer indefinite value out of range.
+    let mut v = run(&code, &[(RAX, (-7i64) as u64), (RBX, 2)], &[]);
+    assert_eq!(reg(&mut v, 5, RCX), Some((-7i64) as u64), "-7 * 2 / 2");
+}

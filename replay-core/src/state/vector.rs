@@ -50,6 +50,30 @@ pub struct VecFile {
 }
 
 impl VecFile {
+    /// The `len` bytes (at most 8) at byte `at` of register `i`, if all known.
+    pub fn lane(&self, i: usize, at: usize, len: usize) -> Option<u64> {
+        let v = self.get(i);
+        v.all(at, len).then(|| {
+            let mut b = [0u8; 8];
+            b[..len].copy_from_slice(&v.bytes[at..at + len]);
+            u64::from_le_bytes(b)
+        })
+    }
+
+    /// Sets (or makes unknown) the `len` bytes at byte `at` of register `i`; the rest stays.
+    pub fn set_lane(&mut self, i: usize, at: usize, len: usize, value: Option<u64>) {
+        let mut v = self.regs[i];
+        let m = mask(len) << at;
+        match value {
+            Some(x) => {
+                v.bytes[at..at + len].copy_from_slice(&x.to_le_bytes()[..len]);
+                v.known |= m;
+            }
+            None => v.known &= !m,
+        }
+        self.set(i, v);
+    }
+
     /// Register `i`.
     pub fn get(&self, i: usize) -> Value {
         if self.regs[i].known != u32::MAX {
