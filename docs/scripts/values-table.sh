@@ -5,7 +5,7 @@
 # usage: docs/scripts/values-table.sh [RTIT] [SCRATCH_DIR]   (takes about 4 minutes)
 set -u
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
-R=${1:-$REPO/target/release/rtit}; O=${2:-$(mktemp -d)}; mkdir -p "$O"; cd "$O" && rm -rf r-*
+R=$(realpath "${1:-$REPO/target/release/rtit}"); O=${2:-$(mktemp -d)}; mkdir -p "$O"; cd "$O" && rm -rf r-*
 SSE='glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX2,-AVX,-EVEX'
 for n in recursion deep dispatch crash goto signals longjmp; do
   [ -x $n ] || gcc -O1 -g -static -o $n $REPO/examples/c/$n.c

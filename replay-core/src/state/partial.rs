@@ -55,6 +55,9 @@ fn logic_flags(st: &mut State, v: u64, m: u64, w: u32) {
 /// above; false otherwise (the ordinary semantics then see the register as unknown).
 pub fn step(st: &mut State, insn: &Instruction) -> bool {
     let m = insn.mnemonic();
+    if matches!(m, M::Shlx | M::Shrx | M::Sarx) {
+        return shift_x(st, insn);
+    }
     let source = match m {
         M::Mov | M::Bsf | M::Tzcnt => 1,
         M::Or | M::And | M::Test | M::Shl | M::Sal | M::Shr | M::Sar => 0,
@@ -68,11 +71,33 @@ pub fn step(st: &mut State, insn: &Instruction) -> bool {
         return false;
     }
     let w = width(insn, 0);
-    let wm = mask(w);
     let (Some((a, ma)), Some((b, mb))) = (operand(st, insn, 0), operand(st, insn, 1)) else {
         return false;
     };
+    combine(st, insn, m, (a, ma), (b, mb), w)
+}
+
+/// `shlx`, `shrx`, `sarx` (BMI2: destination, source, count) of a partly known source.
+fn shift_x(st: &mut State, insn: &Instruction) -> bool {
+    if insn.op_kind(0) != OpKind::Register || !is_partial(st, insn, 1) {
+        return false;
+    }
+    let (Some(src), Some(count)) = (operand(st, insn, 1), operand(st, insn, 2)) else {
+        return false;
+    };
+    let m = match insn.mnemonic() {
+        M::Shlx => M::Shl,
+        M::Shrx => M::Shr,
+        _ => M::Sar,
+    };
+    combine(st, insn, m, src, count, width(insn, 0))
+}
+
+/// `m` of `(a, known bits)` and `(b, known bits)` in `w` bytes into operand 0.
+fn combine(st: &mut State, insn: &Instruction, m: M, (a, ma): (u64, u64), (b, mb): (u64, u64), w: u32) -> bool {
+    let wm = mask(w);
     let dst = insn.op_register(0);
+    let bmi2 = matches!(insn.mnemonic(), M::Shlx | M::Shrx | M::Sarx);
     match m {
         M::Mov => st.regs.write_bits(dst, b, mb),
         M::Or | M::And | M::Test => {
@@ -108,9 +133,11 @@ pub fn step(st: &mut State, insn: &Instruction) -> bool {
                     ((a >> c) | fill, (ma >> c) | (wm & !(wm >> c)))
                 }
             };
-            st.flags.forget(flags::STATUS);
-            if v & k != 0 {
-                st.flags.put(ZF, 0);
+            if !bmi2 {
+                st.flags.forget(flags::STATUS);
+                if v & k != 0 {
+                    st.flags.put(ZF, 0);
+                }
             }
             st.regs.write_bits(dst, v, k | !wm);
         }

@@ -378,3 +378,16 @@ fn scalar_floats_are_known_where_no_rounding_mode_can_change_them() {
     let mut v = run(&code, &[(RAX, (-7i64) as u64), (RBX, 2)], &[]);
     assert_eq!(reg(&mut v, 5, RCX), Some((-7i64) as u64), "-7 * 2 / 2");
 }
+
+#[test]
+fn bmi2_shifts_carry_partly_known_masks() {
+    let code: [&[u8]; 5] = [
+        &[0xf3, 0x0f, 0x6f, 0x07],       // movdqu xmm0, [rdi]
+        &[0x66, 0x0f, 0xd7, 0xc0],       // pmovmskb eax, xmm0
+        &[0xc4, 0xe2, 0x73, 0xf7, 0xc0], // shrx eax, eax, ecx
+        &[0xf3, 0x0f, 0xbc, 0xd0],       // tzcnt edx, eax
+        &[0x90],
+    ];
+    let mut v = run(&code, &[(RDI, 0x7000), (RCX, 1)], &[(0x7000, &[0, 1, 0x80, 2])]);
+    assert_eq!(reg(&mut v, 4, RDX), Some(1), "bit 2 shifted right by 1");
+}
