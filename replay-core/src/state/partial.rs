@@ -125,12 +125,14 @@ fn combine(st: &mut State, insn: &Instruction, m: M, (a, ma): (u64, u64), (b, mb
                 M::Shl | M::Sal => ((a << c) & wm, ((ma << c) | ((1u64 << c) - 1)) & wm),
                 M::Shr => (a >> c, (ma >> c) | (wm & !(wm >> c))),
                 _ => {
+                    // The top `c` bits copy the sign: known if it is.
                     let sign = 1u64 << (bits - 1);
-                    if ma & sign == 0 || c >= bits {
-                        return false;
+                    let top = wm & !(wm >> c);
+                    match (ma & sign != 0, a & sign != 0) {
+                        (true, true) => ((a >> c) | top, (ma >> c) | top),
+                        (true, false) => (a >> c, (ma >> c) | top),
+                        (false, _) => (a >> c, (ma >> c) & !top),
                     }
-                    let fill = if a & sign != 0 { wm & !(wm >> c) } else { 0 };
-                    ((a >> c) | fill, (ma >> c) | (wm & !(wm >> c)))
                 }
             };
             if !bmi2 {

@@ -391,3 +391,19 @@ fn bmi2_shifts_carry_partly_known_masks() {
     let mut v = run(&code, &[(RDI, 0x7000), (RCX, 1)], &[(0x7000, &[0, 1, 0x80, 2])]);
     assert_eq!(reg(&mut v, 4, RDX), Some(1), "bit 2 shifted right by 1");
 }
+
+#[test]
+fn an_arithmetic_shift_of_an_unknown_sign_keeps_the_bits_below_it() {
+    // strlen's 64-byte step: four masks or-ed into one register, `sar` by the misalignment.
+    let code: [&[u8]; 6] = [
+        &[0xf3, 0x0f, 0x6f, 0x07], // movdqu xmm0, [rdi]
+        &[0x66, 0x0f, 0xd7, 0xc0], // pmovmskb eax, xmm0
+        &[0x48, 0xc1, 0xe0, 0x30], // shl rax, 48
+        &[0x48, 0xc1, 0xf8, 0x30], // sar rax, 48: the sign (bit 15 of the mask) unknown
+        &[0x48, 0x0f, 0xbc, 0xc8], // bsf rcx, rax
+        &[0x90],
+    ];
+    let mut v = run(&code, &[(RDI, 0x7000)], &[(0x7000, &[0, 1, 0x80, 2])]);
+    assert_eq!(reg(&mut v, 4, RAX), None);
+    assert_eq!(reg(&mut v, 5, RCX), Some(2));
+}
