@@ -72,6 +72,8 @@ pub struct Outcome {
     pub syscalls: Vec<rtit_replay_core::syscall::SyscallRecord>,
     /// What cpuid, rdtsc, rdtscp and xgetbv returned, where the backend saw it.
     pub results: Vec<rtit_replay_core::recording::InsnResult>,
+    /// Signal handlers' entries: registers and the frame, where the backend saw them.
+    pub signals: Vec<rtit_replay_core::recording::SignalEntry>,
     /// What the writer must find by decoding the trace (the hardware backend counts nothing).
     pub from_trace: Option<FromTrace>,
     /// With kernel tracing: the run-time address of the kernel's `_text` (kallsyms).

@@ -253,6 +253,7 @@ fn write_into(tmp: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, Wr
 
     write_lines(&tmp.join(files::SYSCALLS), &outcome.syscalls)?;
     write_lines(&tmp.join(files::RESULTS), &outcome.results)?;
+    write_lines(&tmp.join(files::SIGNALS), &outcome.signals)?;
 
     let c = &outcome.config;
     let manifest = Manifest {

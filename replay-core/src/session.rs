@@ -131,6 +131,7 @@ fn values_inputs(
         map_changes,
         syscalls: recording.syscalls()?,
         results: recording.results()?,
+        signals: recording.signals()?,
         start: State {
             xcr0: m.cpu.xcr0,
             ..snapshot_state(&m.registers_start, &files, &start_memory)

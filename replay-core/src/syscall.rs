@@ -27,6 +27,8 @@ pub mod nr {
     pub const ARCH_PRCTL: u64 = 158;
     /// exit
     pub const EXIT: u64 = 60;
+    /// rseq: registers an area the kernel keeps rewriting.
+    pub const RSEQ: u64 = 334;
     /// exit_group
     pub const EXIT_GROUP: u64 = 231;
 }

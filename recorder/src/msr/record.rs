@@ -111,6 +111,7 @@ pub fn record(mut opts: MsrOptions) -> Result<Outcome, String> {
         gaps: traced.gaps,
         syscalls: Vec::new(),
         results: Vec::new(),
+        signals: Vec::new(),
         from_trace: Some(FromTrace {
             change_offsets: placed.offsets,
         }),

@@ -251,6 +251,7 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
         warnings: Vec::new(),
         syscalls: report.syscalls,
         results: Vec::new(),
+        signals: Vec::new(),
         modules: Vec::new(),
         gaps: Vec::new(),
         from_trace: None,

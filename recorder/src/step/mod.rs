@@ -28,9 +28,9 @@ use nix::sys::ptrace;
 use nix::sys::signal::Signal;
 use nix::sys::wait::{waitpid, WaitStatus};
 use rtit_replay_core::cofi::{classify, Cofi, FarKind};
-use rtit_replay_core::recording::{ChildProcess, EndState, InsnResult, Maps, TraceEndRecord};
+use rtit_replay_core::recording::{ChildProcess, EndState, InsnResult, Maps, SignalEntry, TraceEndRecord};
 use rtit_replay_core::regs::msr;
-use rtit_replay_core::syscall::SyscallRecord;
+use rtit_replay_core::syscall::{MemoryWrite, SyscallRecord};
 
 use crate::model::{CpuState, Input, ModelError, ModelOptions, Retired, RtitConfig, UnitModel};
 use crate::outcome::{Outcome, Truth};
@@ -105,6 +105,10 @@ pub struct StepOptions {
 /// fall on the same instruction of every loop iteration.
 const TRUTH_SAMPLE_INTERVAL: u64 = 97;
 
+/// Bytes of stack logged at a signal handler's entry: the frame (return address, siginfo,
+/// ucontext, and the XSAVE area, up to 11 KiB with AMX) and whatever lies above it.
+const SIGNAL_FRAME_BOUND: usize = 16 << 10;
+
 /// An instruction as the backend needs it.
 #[derive(Debug, Clone, Copy)]
 struct Insn {
@@ -164,6 +168,7 @@ struct Recorder<'a> {
     images: Images,
     syscalls: Vec<SyscallRecord>,
     results: Vec<InsnResult>,
+    signals: Vec<SignalEntry>,
     children: Vec<ChildProcess>,
     progress: Option<Box<dyn FnMut(u64) + 'a>>,
     /// Sample the truth at the next instruction too: it follows a far transfer (a system
@@ -322,6 +327,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
         images,
         syscalls: Vec::new(),
         results: Vec::new(),
+        signals: Vec::new(),
         children: Vec::new(),
         progress: opts.progress,
         sample_next: false,
@@ -407,6 +413,16 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
                     entering_handler = false;
                     let r = Retired::new(KERNEL + 0x40, 3, Cofi::Far(FarKind::Iret), new.rip).to_cpl(3);
                     rec.model.apply(&Input::Retire(r));
+                    // What the trace cannot show: every register at the handler, and the
+                    // signal frame the kernel wrote below the old stack pointer.
+                    let mut frame = vec![0u8; SIGNAL_FRAME_BOUND];
+                    let n = rec.tracee.read(new.rsp, &mut frame);
+                    rec.signals.push(SignalEntry {
+                        position: rec.model.traced(),
+                        ip: new.rip,
+                        registers: regs_map(&new),
+                        frame: MemoryWrite::new(new.rsp, &frame[..n]),
+                    });
                 } else if insn.rep && new.rip == ip {
                     // One iteration of a REP string instruction: the instruction retires
                     // when the last one does, with the registers it started with.
@@ -491,6 +507,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
         images,
         syscalls,
         results,
+        signals,
         children,
         ..
     } = rec;
@@ -500,6 +517,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
     Ok(Outcome {
         syscalls,
         results,
+        signals,
         modules: Vec::new(),
         gaps: Vec::new(),
         from_trace: None,

@@ -11,6 +11,7 @@
 //! truth-regs.jsonl (with --truth) registers at sampled positions
 //! syscalls.jsonl  (optional) each system call's result and the memory it wrote
 //! results.jsonl   (optional) what cpuid, rdtsc, rdtscp and xgetbv returned, where they ran
+//! signals.jsonl   (optional) the registers at each signal handler's entry and the frame
 //! ```
 //! The writer creates it under a temporary name and renames it when complete, so a directory
 //! with a manifest is a finished recording (possibly marked interrupted).
@@ -58,6 +59,8 @@ pub mod files {
     pub const SYSCALLS: &str = "syscalls.jsonl";
     /// Results of instructions the trace cannot tell (cpuid, rdtsc …).
     pub const RESULTS: &str = "results.jsonl";
+    /// Signal deliveries: registers at the handler and the frame the kernel wrote.
+    pub const SIGNALS: &str = "signals.jsonl";
     /// Memory snapshot index.
     pub const MEMORY: &str = "memory.json";
     /// Writable memory when tracing started.
@@ -311,6 +314,17 @@ impl Recording {
         Ok(records)
     }
 
+    /// The signal deliveries the recorder logged (none if it logged none).
+    pub fn signals(&self) -> Result<Vec<SignalEntry>, RecordingError> {
+        let path = self.dir.join(files::SIGNALS);
+        if !path.exists() {
+            return Ok(Vec::new());
+        }
+        let records: Vec<SignalEntry> = json_lines(&path)?;
+        validate::signals(&path, &records)?;
+        Ok(records)
+    }
+
     /// The registers `rtit record --truth` sampled: (position, name → value), if any.
     pub fn truth_registers(&self) -> Result<Option<Vec<TruthSample>>, RecordingError> {
         let path = self.dir.join(files::TRUTH_REGS);
@@ -348,6 +362,21 @@ pub struct InsnResult {
     pub ip: u64,
     /// Name → value (hex) of the registers it wrote.
     pub after: std::collections::BTreeMap<String, String>,
+}
+
+/// One line of `signals.jsonl`: a signal handler's entry, where the kernel set every register
+/// and wrote a signal frame that the trace cannot show.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignalEntry {
+    /// The position of the handler's first instruction.
+    pub position: u64,
+    /// Its address (a record whose address is not the history's there is ignored).
+    #[serde(with = "hex")]
+    pub ip: u64,
+    /// Name → value (hex) of every register there.
+    pub registers: std::collections::BTreeMap<String, String>,
+    /// The stack from the handler's stack pointer up: the frame, and what lies above it.
+    pub frame: crate::syscall::MemoryWrite,
 }
 
 /// One line of `truth-regs.jsonl`: the registers before the instruction at a position.

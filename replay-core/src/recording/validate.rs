@@ -164,18 +164,48 @@ pub(super) fn syscalls(path: &Path, records: &[SyscallRecord]) -> Result<(), Rec
 /// Each instruction result's registers: known names, hexadecimal values.
 pub(super) fn results(path: &Path, records: &[super::InsnResult]) -> Result<(), RecordingError> {
     for (i, r) in records.iter().enumerate() {
-        for (name, value) in &r.after {
-            let hex = value
-                .strip_prefix("0x")
-                .is_some_and(|h| u64::from_str_radix(h, 16).is_ok());
-            if crate::state::Reg::from_name(name).is_none() || !hex {
-                let what = format!(
-                    "record {} (position {}): `{name}: {value}` is not a register and a 0x value",
-                    i + 1,
-                    r.position
-                );
-                return Err(invalid(path, what));
-            }
+        registers(path, i, r.position, &r.after, false)?;
+    }
+    Ok(())
+}
+
+/// A record's register map: names of tracked registers (with `eflags` and `rip` where
+/// `whole` is set: a signal entry has every register), hexadecimal values.
+fn registers(
+    path: &Path,
+    i: usize,
+    position: u64,
+    map: &std::collections::BTreeMap<String, String>,
+    whole: bool,
+) -> Result<(), RecordingError> {
+    for (name, value) in map {
+        let hex = value
+            .strip_prefix("0x")
+            .is_some_and(|h| u64::from_str_radix(h, 16).is_ok());
+        let named = crate::state::Reg::from_name(name).is_some() || whole && (name == "eflags" || name == "rip");
+        if !named || !hex {
+            let what = format!(
+                "record {} (position {position}): `{name}: {value}` is not a register and a 0x value",
+                i + 1
+            );
+            return Err(invalid(path, what));
+        }
+    }
+    Ok(())
+}
+
+/// Each signal entry's registers and frame bytes.
+pub(super) fn signals(path: &Path, records: &[super::SignalEntry]) -> Result<(), RecordingError> {
+    for (i, r) in records.iter().enumerate() {
+        registers(path, i, r.position, &r.registers, true)?;
+        if r.frame.data().is_none() {
+            let what = format!(
+                "record {} (position {}): the frame bytes at {:#x} are not hexadecimal pairs",
+                i + 1,
+                r.position,
+                r.frame.address
+            );
+            return Err(invalid(path, what));
         }
     }
     Ok(())

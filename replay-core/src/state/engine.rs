@@ -24,7 +24,7 @@ use super::why::{self, Cause};
 use super::State;
 use crate::flow::decode_insn;
 use crate::image::AddressSpace;
-use crate::recording::InsnResult;
+use crate::recording::{InsnResult, SignalEntry};
 use crate::syscall::SyscallRecord;
 
 /// Positions between checkpoints.
@@ -57,10 +57,29 @@ pub struct Inputs {
     pub syscalls: Vec<SyscallRecord>,
     /// What instructions the trace cannot tell returned (cpuid, rdtsc …), by position.
     pub results: Vec<InsnResult>,
+    /// Signal handlers' entries: their registers and frames, by position.
+    pub signals: Vec<SignalEntry>,
     /// The state at position 0.
     pub start: State,
     /// The state at the last position, if the recording has it.
     pub end: Option<State>,
+}
+
+/// The areas registered with a successful `rseq` call: its logged writes (step backend) or
+/// its arguments (qemu backend).
+fn rseq_areas(syscalls: &[SyscallRecord]) -> Vec<(u64, u64)> {
+    let hex = |v: &String| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok();
+    let mut areas = Vec::new();
+    for r in syscalls.iter().filter(|r| r.nr == crate::syscall::nr::RSEQ) {
+        if r.after.get("rax").and_then(hex) != Some(0) {
+            continue;
+        }
+        areas.extend(r.writes.iter().map(|w| (w.address, w.bytes.len() as u64 / 2)));
+        if let (Some(a), Some(n)) = (r.before.get("rdi").and_then(hex), r.before.get("rsi").and_then(hex)) {
+            areas.push((a, n));
+        }
+    }
+    areas
 }
 
 /// How the engine did (for `rtit check-values` and the cost report).
@@ -88,6 +107,7 @@ pub struct Values {
     map_changes: FxHashMap<u64, MapEffect>,
     syscalls: FxHashMap<u64, SyscallRecord>,
     results: FxHashMap<u64, InsnResult>,
+    signals: FxHashMap<u64, SignalEntry>,
     forward: Vec<State>,
     backward: BTreeMap<u64, State>,
     /// Forward checkpoint `k` merged with the backward state at its position.
@@ -104,10 +124,15 @@ pub struct Values {
 
 impl Values {
     /// An engine over a history.
-    pub fn new(space: AddressSpace, inputs: Inputs) -> Self {
+    pub fn new(space: AddressSpace, mut inputs: Inputs) -> Self {
         let last = (inputs.ips.len() as u64).saturating_sub(1);
+        // A registered rseq area is rewritten by the kernel at any return to the program:
+        // unknown in every state (before its registration too: a harmless loss).
+        let volatile = rseq_areas(&inputs.syscalls);
+        inputs.start.mem.set_volatile(&volatile);
         let mut backward = BTreeMap::new();
-        if let Some(end) = inputs.end {
+        if let Some(mut end) = inputs.end {
+            end.mem.set_volatile(&volatile);
             backward.insert(last, end);
         }
         let (mut hard, mut soft) = (inputs.hard_barriers, inputs.soft_barriers);
@@ -130,6 +155,7 @@ impl Values {
                 }),
             syscalls: inputs.syscalls.into_iter().map(|r| (r.position, r)).collect(),
             results: inputs.results.into_iter().map(|r| (r.position, r)).collect(),
+            signals: inputs.signals.into_iter().map(|r| (r.position, r)).collect(),
             forward: vec![inputs.start],
             backward,
             forward_seeded: FxHashMap::default(),
@@ -227,6 +253,14 @@ impl Values {
             if signal {
                 why::insist(Cause::Signal);
                 st.forget_all();
+            }
+            // A logged signal delivery: every register at the handler, and its frame.
+            let entry = self.signals.get(&(p + 1));
+            if let Some(e) = entry.filter(|e| self.ips.get(p as usize + 1) == Some(&e.ip)) {
+                transition::set_named(st, &e.registers);
+                if let Some(bytes) = e.frame.data() {
+                    st.mem.write(e.frame.address, &bytes);
+                }
             }
             self.stats.forward_steps += 1;
         } else {

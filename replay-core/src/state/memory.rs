@@ -45,6 +45,9 @@ pub struct Memory {
     /// Why the bytes of pages not held are unknown: the last time all memory was forgotten,
     /// or never known.
     why_all: Why,
+    /// Ranges the kernel rewrites whenever it returns to the program (a registered rseq
+    /// area: its `cpu_id` changes when the thread migrates), so never known.
+    volatile: Arc<[(u64, u64)]>,
 }
 
 impl std::fmt::Debug for Memory {
@@ -77,16 +80,34 @@ impl Memory {
         self.pages.get(&(addr / PAGE)).map_or(self.why_all, |p| p.why[line])
     }
 
+    /// Declares ranges the kernel may rewrite at any time: never known.
+    pub fn set_volatile(&mut self, ranges: &[(u64, u64)]) {
+        self.volatile = ranges.into();
+    }
+
     /// Why the byte at `addr` is unknown, if it is (read-only image bytes are known).
     pub fn why(&self, addr: u64, space: &AddressSpace) -> Option<Why> {
         if self.read_byte(addr, space).is_some() {
             return None;
+        }
+        if self.volatile.iter().any(|&(a, n)| addr.wrapping_sub(a) < n) {
+            return Some(Why {
+                cause: why::Cause::KernelUpdated,
+                position: 0,
+            });
         }
         Some(self.line_why(addr))
     }
 
     /// The byte at `addr`, if known here or in a read-only image.
     pub fn read_byte(&self, addr: u64, space: &AddressSpace) -> Option<u8> {
+        if self.volatile.iter().any(|&(a, n)| addr.wrapping_sub(a) < n) {
+            why::saw(Why {
+                cause: why::Cause::KernelUpdated,
+                position: 0,
+            });
+            return None;
+        }
         match self.byte(addr) {
             Some(b) => Some(b),
             None => {

@@ -407,3 +407,39 @@ fn an_arithmetic_shift_of_an_unknown_sign_keeps_the_bits_below_it() {
     assert_eq!(reg(&mut v, 4, RAX), None);
     assert_eq!(reg(&mut v, 5, RCX), Some(2));
 }
+
+#[test]
+fn a_registered_rseq_area_is_never_known() {
+    // syscall (rseq registering 32 bytes at 0x7000, logged); nop.
+    let mut space = AddressSpace::new();
+    space
+        .add(Image::from_raw("t", 0x1000, vec![0x0f, 0x05, 0x90]))
+        .expect("add");
+    let mut start = State::unknown();
+    for (r, x) in [(RAX, 334), (RDI, 0x7000), (RSI, 32), (RDX, 0)] {
+        start.regs.set(r, Some(x));
+    }
+    start.mem.write(0x7000, &[0; 64]);
+    let record = SyscallRecord {
+        position: 0,
+        ip: 0x1000,
+        nr: 334,
+        before: Default::default(),
+        after: [("rax".to_string(), "0x0".to_string())].into_iter().collect(),
+        writes: vec![crate::syscall::MemoryWrite::new(0x7000, &[0xff; 32])],
+        complete: true,
+    };
+    let mut v = Values::new(
+        space,
+        Inputs {
+            ips: Arc::from(vec![0x1000, 0x1002]),
+            start,
+            syscalls: vec![record],
+            ..Inputs::default()
+        },
+    );
+    let k = v.at(1).expect("p1");
+    assert_eq!(k.memory(0x7004, 4), Ok(None), "cpu_id changes when the thread migrates");
+    assert_eq!(k.why_memory(0x7004).0.map(|w| w.cause), Some(Cause::KernelUpdated));
+    assert_eq!(k.memory(0x7020, 8), Ok(Some(vec![0; 8])), "past the area");
+}

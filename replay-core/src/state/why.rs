@@ -40,6 +40,8 @@ pub enum Cause {
     Undecodable,
     /// A memory-map change (mmap, munmap, mprotect, brk) touched the range.
     MapChange,
+    /// Memory the kernel rewrites whenever it returns to the program (an rseq area).
+    KernelUpdated,
 }
 
 impl Cause {
@@ -56,6 +58,7 @@ impl Cause {
             Cause::Untraced => "untraced code, interrupt or gap",
             Cause::Undecodable => "undecodable instruction",
             Cause::MapChange => "memory-map change",
+            Cause::KernelUpdated => "memory the kernel updates (rseq)",
         }
     }
 }

@@ -168,6 +168,7 @@ fn the_writer_counts_the_instructions_and_places_the_map_changes_by_decoding() {
         gaps: t.gaps.clone(),
         syscalls: Vec::new(),
         results: Vec::new(),
+        signals: Vec::new(),
         from_trace: Some(FromTrace {
             change_offsets: offsets,
         }),
