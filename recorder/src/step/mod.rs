@@ -171,6 +171,9 @@ struct Recorder<'a> {
     signals: Vec<SignalEntry>,
     children: Vec<ChildProcess>,
     progress: Option<Box<dyn FnMut(u64) + 'a>>,
+    /// Whether an instruction retired untraced (outside an IP filter) since the last traced
+    /// one: a signal delivery logged then may follow user code the trace does not show.
+    untraced_since_traced: bool,
     /// Sample the truth at the next instruction too: it follows a far transfer (a system
     /// call, where the kernel may deliver a signal), where the state layer is most at risk.
     sample_next: bool,
@@ -188,6 +191,7 @@ impl Recorder<'_> {
             }
             self.sample_next = matches!(insn.cofi, Cofi::Far(_));
         }
+        self.untraced_since_traced = !self.model.packet_en();
         self.retired += 1;
         if self.retired & 0xffff == 0 {
             if let Some(p) = &mut self.progress {
@@ -331,6 +335,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
         children: Vec::new(),
         progress: opts.progress,
         sample_next: false,
+        untraced_since_traced: false,
     };
     let pid = rec.tracee.pid;
     let mut regs = regs_start;
@@ -422,6 +427,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
                         ip: new.rip,
                         registers: regs_map(&new),
                         frame: MemoryWrite::new(new.rsp, &frame[..n]),
+                        only_kernel: !rec.untraced_since_traced,
                     });
                 } else if insn.rep && new.rip == ip {
                     // One iteration of a REP string instruction: the instruction retires

@@ -377,6 +377,10 @@ pub struct SignalEntry {
     pub registers: std::collections::BTreeMap<String, String>,
     /// The stack from the handler's stack pointer up: the frame, and what lies above it.
     pub frame: crate::syscall::MemoryWrite,
+    /// Whether only the kernel ran since the last traced instruction (no untraced user code,
+    /// as an IP filter leaves): then the kernel wrote nothing else the program can see.
+    #[serde(default)]
+    pub only_kernel: bool,
 }
 
 /// One line of `truth-regs.jsonl`: the registers before the instruction at a position.

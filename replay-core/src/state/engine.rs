@@ -246,17 +246,46 @@ impl Values {
                 }
                 why::begin(cause, p);
             }
-            transition::forward(st, between, &self.space, &mut self.factory);
+            // A signal delivery the recorder logged (step backend): only the kernel ran
+            // between, and it wrote the registers and the frame, which the log holds. The
+            // instruction before retired (a fault or an interrupt comes after it), unless it
+            // is a REP string instruction, which an interrupt can stop half-way.
+            let entry = self
+                .signals
+                .get(&(p + 1))
+                .filter(|e| self.ips.get(p as usize + 1) == Some(&e.ip));
+            let delivered = match (entry.filter(|e| e.only_kernel), &insn, between) {
+                (Some(_), Some(i), Between::Unknown) if !super::forward::is_repeated_string(i) => {
+                    transition::forward(
+                        st,
+                        Between::Insn { insn: i, next: None },
+                        &self.space,
+                        &mut self.factory,
+                    );
+                    true
+                }
+                (Some(_), Some(_), Between::Syscall(_)) if signal => {
+                    transition::forward(st, between, &self.space, &mut self.factory);
+                    true
+                }
+                _ => {
+                    transition::forward(st, between, &self.space, &mut self.factory);
+                    false
+                }
+            };
             if let Some(r) = self.logged_result(p, ip, between) {
                 transition::set_named(st, &r.after);
             }
-            if signal {
+            if delivered {
+                why::insist(Cause::Signal);
+                st.regs.forget_all();
+                st.flags.forget(super::flags::ALL);
+                st.vec.forget_all();
+            } else if signal {
                 why::insist(Cause::Signal);
                 st.forget_all();
             }
-            // A logged signal delivery: every register at the handler, and its frame.
-            let entry = self.signals.get(&(p + 1));
-            if let Some(e) = entry.filter(|e| self.ips.get(p as usize + 1) == Some(&e.ip)) {
+            if let Some(e) = entry {
                 transition::set_named(st, &e.registers);
                 if let Some(bytes) = e.frame.data() {
                     st.mem.write(e.frame.address, &bytes);

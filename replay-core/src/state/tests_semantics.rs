@@ -443,3 +443,51 @@ fn a_registered_rseq_area_is_never_known() {
     assert_eq!(k.why_memory(0x7004).0.map(|w| w.cause), Some(Cause::KernelUpdated));
     assert_eq!(k.memory(0x7020, 8), Ok(Some(vec![0; 8])), "past the area");
 }
+
+#[test]
+fn a_logged_signal_delivery_keeps_memory_when_only_the_kernel_ran() {
+    // mov [rdi], rax at 0x1000; a signal interrupts after it; the handler at 0x2000.
+    let mut space = AddressSpace::new();
+    space
+        .add(Image::from_raw("t", 0x1000, vec![0x48, 0x89, 0x07]))
+        .expect("add");
+    space.add(Image::from_raw("h", 0x2000, vec![0x90, 0x90])).expect("add");
+    let values = |only_kernel: bool| {
+        let mut start = State::unknown();
+        for (r, x) in [(RAX, 0x55), (RDI, 0x7000), (RSP, 0x9100)] {
+            start.regs.set(r, Some(x));
+        }
+        start.mem.write(0x7000, &[0; 16]);
+        let entry = crate::recording::SignalEntry {
+            position: 1,
+            ip: 0x2000,
+            registers: [("rsp", "0x8f00"), ("rdi", "0xa")]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            frame: crate::syscall::MemoryWrite::new(0x8f00, &[0xab; 8]),
+            only_kernel,
+        };
+        Values::new(
+            space.clone(),
+            Inputs {
+                ips: Arc::from(vec![0x1000, 0x2000, 0x2001]),
+                hard_barriers: vec![1],
+                start,
+                signals: vec![entry],
+                ..Inputs::default()
+            },
+        )
+    };
+    let mut v = values(true);
+    let k = v.at(1).expect("p1");
+    assert_eq!(k.register(RSP), Ok(Some(0x8f00)), "from the log");
+    assert_eq!(k.register(RAX), Ok(None), "not in the log");
+    assert_eq!(k.memory(0x7000, 1), Ok(Some(vec![0x55])), "the store before the signal");
+    assert_eq!(k.memory(0x8f00, 1), Ok(Some(vec![0xab])), "the frame");
+    // Untraced user code may have run before the delivery: all memory is unknown.
+    let mut v = values(false);
+    let k = v.at(1).expect("p1");
+    assert_eq!(k.register(RSP), Ok(Some(0x8f00)));
+    assert_eq!(k.memory(0x7000, 1), Ok(None));
+}
