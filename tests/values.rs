@@ -57,15 +57,27 @@ fn check_source(source: &str, dynamic: bool, from_main: bool, env: &[(&str, &str
         .status()
         .expect("rtit record");
     assert!(status.code().is_some(), "rtit record ran");
+    check_values(&rec, &name)
+}
+
+/// `rtit check-values REC`'s output, asserting it succeeded (no wrong value, no conflict).
+fn check_values(rec: &Path, name: &str) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_rtit"))
         .arg("check-values")
-        .arg(&rec)
+        .arg(rec)
         .output()
         .expect("rtit check-values");
     let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{name}: no value may be wrong:\n{text}");
     text
 }
+
+/// The environment that makes glibc pick its SSE2 string routines, as it does on QEMU's CPU
+/// model (SSE4.2 off too: `pcmpistri` is not modelled).
+const SSE2: (&str, &str) = (
+    "GLIBC_TUNABLES",
+    "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX2,-AVX,-EVEX,-SSE4_2",
+);
 
 /// The known-and-right percentage `check-values` printed for a row.
 fn right(out: &str, row: &str) -> f64 {
@@ -150,11 +162,7 @@ fn blamed(out: &str, kind: &str) -> f64 {
 #[test]
 fn glibc_string_routines_carries_atomics_and_cpuid_are_computed_exactly() {
     // The SSE2 string routines glibc picks on QEMU's CPU model (and on any CPU told so).
-    let sse2 = [(
-        "GLIBC_TUNABLES",
-        "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX2,-AVX,-EVEX,-SSE4_2",
-    )];
-    let out = check_source("tests/programs/semantics.c", false, true, &sse2);
+    let out = check_source("tests/programs/semantics.c", false, true, &[SSE2]);
     assert!(right(&out, "all GPRs") >= 99.0, "{out}");
     assert_eq!(right(&out, "rsp"), 100.0, "{out}");
     assert_eq!(blamed(&out, "store through"), 0.0, "{out}");
@@ -186,10 +194,7 @@ fn debian_grep_from_its_entry_point() {
     let status = Command::new(env!("CARGO_BIN_EXE_rtit"))
         .args(["record", "--backend", "step", "--truth", "--out"])
         .arg(&rec)
-        .env(
-            "GLIBC_TUNABLES",
-            "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX2,-AVX,-EVEX,-SSE4_2",
-        )
+        .env(SSE2.0, SSE2.1)
         .current_dir(&dir)
         .args(["--", "/usr/bin/grep", "o", "in.txt"])
         .stdout(Stdio::null())
@@ -197,13 +202,7 @@ fn debian_grep_from_its_entry_point() {
         .status()
         .expect("rtit record");
     assert!(status.success(), "grep found matches: status 0");
-    let out = Command::new(env!("CARGO_BIN_EXE_rtit"))
-        .arg("check-values")
-        .arg(&rec)
-        .output()
-        .expect("rtit check-values");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "no value may be wrong:\n{text}");
+    let text = check_values(&rec, "grep");
     assert!(right(&text, "rsp") >= 99.0, "{text}");
     assert!(right(&text, "all GPRs") >= 99.0, "{text}");
 }

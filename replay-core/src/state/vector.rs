@@ -251,11 +251,8 @@ fn elementwise(a: &Value, b: &Value, len: usize, e: usize, f: impl Fn(u64, u64) 
 /// instruction.
 fn sources(st: &State, insn: &Instruction, len: usize, space: &AddressSpace) -> (Value, Value) {
     let first = if insn.op_count() == 3 { 1 } else { 0 };
-    let same = insn.op_kind(first) == OpKind::Register
-        && insn.op_kind(first + 1) == OpKind::Register
-        && insn.op_register(first) == insn.op_register(first + 1);
     let a = read(st, insn, first, len, space);
-    if same {
+    if same_sources(insn) {
         return (a, a);
     }
     (a, read(st, insn, first + 1, len, space))
@@ -401,25 +398,26 @@ pub fn step(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
             let v = elementwise(&a, &b, len, 1, |a, b| if min { a.min(b) } else { a.max(b) });
             write(st, insn, v, len);
         }
-        M::Paddb | M::Paddw | M::Paddd | M::Paddq | M::Vpaddb | M::Vpaddw | M::Vpaddd | M::Vpaddq => {
-            let e = element(m);
+        M::Paddb
+        | M::Paddw
+        | M::Paddd
+        | M::Paddq
+        | M::Vpaddb
+        | M::Vpaddw
+        | M::Vpaddd
+        | M::Vpaddq
+        | M::Psubb
+        | M::Psubw
+        | M::Psubd
+        | M::Psubq
+        | M::Vpsubb
+        | M::Vpsubw
+        | M::Vpsubd
+        | M::Vpsubq => {
+            let (e, sub) = element(m);
             let (a, b) = sources(st, insn, len, space);
-            write(
-                st,
-                insn,
-                elementwise(&a, &b, len, e, |a, b| a.wrapping_add(b) & bits(e)),
-                len,
-            );
-        }
-        M::Psubb | M::Psubw | M::Psubd | M::Psubq | M::Vpsubb | M::Vpsubw | M::Vpsubd | M::Vpsubq => {
-            let e = element(m);
-            let (a, b) = sources(st, insn, len, space);
-            write(
-                st,
-                insn,
-                elementwise(&a, &b, len, e, |a, b| a.wrapping_sub(b) & bits(e)),
-                len,
-            );
+            let f = |a: u64, b: u64| if sub { a.wrapping_sub(b) } else { a.wrapping_add(b) } & bits(e);
+            write(st, insn, elementwise(&a, &b, len, e, f), len);
         }
         M::Pmovmskb | M::Vpmovmskb => {
             // Bit by bit: the known bits of a mask often settle a `bsf` after it.
@@ -545,14 +543,19 @@ pub fn step(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
     true
 }
 
-/// The element size of an add or subtract.
-fn element(m: M) -> usize {
-    match m {
+/// The element size of an add or subtract, and whether it subtracts.
+fn element(m: M) -> (usize, bool) {
+    let sub = matches!(
+        m,
+        M::Psubb | M::Psubw | M::Psubd | M::Psubq | M::Vpsubb | M::Vpsubw | M::Vpsubd | M::Vpsubq
+    );
+    let size = match m {
         M::Paddb | M::Psubb | M::Vpaddb | M::Vpsubb => 1,
         M::Paddw | M::Psubw | M::Vpaddw | M::Vpsubw => 2,
         M::Paddd | M::Psubd | M::Vpaddd | M::Vpsubd => 4,
         _ => 8,
-    }
+    };
+    (size, sub)
 }
 
 /// `vzeroupper` (bytes 16 and up of every register become zero) and `vzeroall`.
