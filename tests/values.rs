@@ -206,3 +206,37 @@ fn debian_grep_from_its_entry_point() {
     assert!(right(&text, "rsp") >= 99.0, "{text}");
     assert!(right(&text, "all GPRs") >= 99.0, "{text}");
 }
+
+/// How many samples `check-values` compared.
+fn samples(out: &str) -> u64 {
+    out.split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no sample count:\n{out}"))
+}
+
+#[test]
+fn the_qemu_backend_samples_registers_through_qemus_gdbstub() {
+    // Debian's sort under qemu-x86_64, from the loader's first instruction: the registers come
+    // from QEMU's gdbstub at random stops between blocks, placed by the plugin's position.
+    let dir = scratch("qemu-sort");
+    let lines: String = (0..3000).map(|i| format!("{}\n", (i * 7919) % 3001)).collect();
+    std::fs::write(dir.join("in.txt"), lines).expect("input");
+    let rec = dir.join("rec");
+    let out = Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .args(["record", "--backend", "qemu", "--truth", "--out"])
+        .arg(&rec)
+        .current_dir(&dir)
+        .args(["--", "/usr/bin/sort", "-n", "in.txt"])
+        .stdout(Stdio::null())
+        .output()
+        .expect("rtit record");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let text = check_values(&rec, "qemu sort");
+    // The entry's registers, and more taken at random while it ran.
+    assert!(samples(&text) >= 5, "{text}");
+    assert_eq!(right(&text, "rip"), 100.0, "{text}");
+    // Known from the start: all GPRs are known at the entry sample at least.
+    assert!(right(&text, "all GPRs") > 0.0, "{text}");
+}

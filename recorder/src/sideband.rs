@@ -178,6 +178,40 @@ fn syscall_name(syscall: u64) -> &'static str {
     }
 }
 
+/// At most this many bytes of one file mapping are logged.
+const MAPPED_FILE_BOUND: u64 = 16 << 20;
+
+/// MAP_ANONYMOUS.
+const MAP_ANONYMOUS: u64 = 0x20;
+
+/// What a successful `mmap(_, len, _, flags, fd, _)` that returned `addr` mapped when the
+/// file (`fd`'s target `path`) is not an ELF image: the dynamic loader's cache, locale
+/// archives, data files. ELF files are copied as images and replay reads their mappings from
+/// the copies; these bytes go into the call's log. `read` reads the program's memory.
+pub fn mapped_file(
+    path: &std::path::Path,
+    addr: u64,
+    len: u64,
+    flags: u64,
+    read: impl FnOnce(u64, &mut [u8]) -> usize,
+) -> Option<rtit_replay_core::syscall::MemoryWrite> {
+    if (addr as i64) < 0 || flags & MAP_ANONYMOUS != 0 || len == 0 || len > MAPPED_FILE_BOUND {
+        return None;
+    }
+    let mut magic = [0u8; 4];
+    use std::io::Read;
+    let is_elf = std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok_and(|()| &magic == b"\x7fELF");
+    if is_elf {
+        return None;
+    }
+    // Past the file's last page the mapping faults: what can be read is what is there.
+    let mut bytes = vec![0u8; len as usize];
+    let n = read(addr, &mut bytes);
+    Some(rtit_replay_core::syscall::MemoryWrite::new(addr, &bytes[..n]))
+}
+
 /// What changed between two maps, if anything.
 pub fn diff(old: &[Mapping], new: &[Mapping], position: u64, syscall: u64) -> Option<MapChange> {
     let added: Vec<Mapping> = new.iter().filter(|m| !old.contains(m)).cloned().collect();

@@ -101,6 +101,7 @@ pub fn cpu_info() -> CpuInfo {
         model: field("model\t").parse().unwrap_or(0),
         stepping: field("stepping").parse().unwrap_or(0),
         xcr0: xcr0(&field("flags")),
+        syscall_keeps_registers: false,
     }
 }
 
@@ -268,6 +269,8 @@ fn write_into(tmp: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, Wr
         cpu: CpuInfo {
             // The program ran on QEMU's CPU model, whose XSAVE state is QEMU's.
             xcr0: cpu_info().xcr0.filter(|_| meta.backend != "qemu"),
+            // QEMU user mode runs a system call without `syscall`'s writes to rcx and r11.
+            syscall_keeps_registers: meta.backend == "qemu",
             ..cpu_info()
         },
         rtit: RtitRegisters {

@@ -120,6 +120,7 @@ fn values_inputs(
     let end = match ended {
         true => Some(State {
             xcr0: m.cpu.xcr0,
+            syscall_keeps_registers: m.cpu.syscall_keeps_registers,
             ..snapshot_state(&m.registers_end, &[], &recording.snapshot(true)?)
         }),
         false => None,
@@ -134,6 +135,7 @@ fn values_inputs(
         signals: recording.signals()?,
         start: State {
             xcr0: m.cpu.xcr0,
+            syscall_keeps_registers: m.cpu.syscall_keeps_registers,
             ..snapshot_state(&m.registers_start, &files, &start_memory)
         },
         end,

@@ -93,12 +93,20 @@ fn why_unknown(target: &mut ReplayTarget, what: &str, out: &mut ConsoleOutput<'_
             }
         }
     };
-    if let Some(v) = known {
-        return outputln!(out, "{label} is known here: {v:#x}");
-    }
     let Some((forward, backward)) = why else {
         return outputln!(out, "{label} is unknown: the history is empty");
     };
+    if let Some(v) = known {
+        // Known from one pass at least; say which pass lost it (a store through an address
+        // only the other pass knows forgets memory in the first).
+        outputln!(out, "{label} is known here: {v:#x}");
+        for (pass, w) in [("forwards", forward), ("backwards", backward)] {
+            if let Some(w) = w {
+                outputln!(out, "  going {pass}: unknown ({} at position {})", w.cause, w.position);
+            }
+        }
+        return;
+    }
     let describe = |w: Option<rtit_replay_core::state::Why>| match w {
         Some(w) => format!("{} at position {}", w.cause, w.position),
         None => "known, but the other pass disagrees (a model error; please report it)".to_string(),

@@ -22,7 +22,7 @@ use std::sync::atomic::Ordering;
 use ffi::{say, PluginId, QemuInfo, Tb};
 use rtit_recorder::qemu::block::{Access, Block};
 use rtit_recorder::qemu::report::Args;
-use shared::{counts, inert, with_plugin, ACCESSED, PLUGIN, STARTED, STOP};
+use shared::{counts, inert, with_plugin, ACCESSED, PLUGIN, POSITION, STARTED, STOP};
 use state::Plugin;
 
 /// The plugin API version this plugin was written against (QEMU_PLUGIN_VERSION of 7.2).
@@ -36,9 +36,17 @@ extern "C" fn tb_exec(_vcpu: c_uint, userdata: *mut c_void) {
     let counts = counts(true);
     let id = userdata as usize as u32;
     match STOP.load(Ordering::Relaxed) {
-        0 => with_plugin(|p| p.executed(id, counts)),
-        signal => with_plugin(|p| p.interrupt_before(id, counts, signal)),
-    };
+        0 => {
+            let at = with_plugin(|p| {
+                p.executed(id, counts);
+                p.sample_position()
+            });
+            POSITION.store(at.unwrap_or(u64::MAX), Ordering::Relaxed);
+        }
+        signal => {
+            with_plugin(|p| p.interrupt_before(id, counts, signal));
+        }
+    }
 }
 
 extern "C" fn tb_trans(_id: PluginId, tb: *mut Tb) {
@@ -182,6 +190,12 @@ pub unsafe extern "C" fn qemu_plugin_install(
             return -1;
         }
     }
+    if args.truth {
+        if let Err(e) = write_counters(&args.out) {
+            say(&e);
+            return -1;
+        }
+    }
     match Plugin::new(args) {
         Ok(p) => *guard = Some(p),
         Err(e) => {
@@ -195,4 +209,15 @@ pub unsafe extern "C" fn qemu_plugin_install(
     ffi::qemu_plugin_register_vcpu_syscall_ret_cb(id, syscall_ret);
     ffi::qemu_plugin_register_atexit_cb(id, atexit, std::ptr::null_mut());
     0
+}
+
+/// Tells `rtit record --truth` where the sample counters are in this process.
+fn write_counters(out: &str) -> Result<(), String> {
+    let counters = rtit_recorder::qemu::report::Counters {
+        position: POSITION.as_ptr() as u64,
+        started: STARTED.as_ptr() as u64,
+    };
+    let path = std::path::Path::new(out).join(rtit_recorder::qemu::report::files::COUNTERS);
+    let text = serde_json::to_vec(&counters).map_err(|e| e.to_string())?;
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))
 }

@@ -15,6 +15,11 @@ pub static STARTED: AtomicU64 = AtomicU64::new(0);
 /// each).
 pub static ACCESSED: AtomicU64 = AtomicU64::new(0);
 
+/// The position before the running block while tracing, else `u64::MAX`: `rtit record
+/// --truth` reads it (with [`STARTED`]) from outside while QEMU's gdbstub holds the program
+/// between two blocks, to place a register sample.
+pub static POSITION: AtomicU64 = AtomicU64::new(u64::MAX);
+
 /// The plugin; `None` once it has finished.
 pub static PLUGIN: Mutex<Option<Plugin>> = Mutex::new(None);
 

@@ -87,6 +87,7 @@ mod tests {
             model,
             stepping,
             xcr0: None,
+            syscall_keeps_registers: false,
         }
     }
 

@@ -12,7 +12,7 @@ use rtit_replay_core::recording::{EndState, MemoryRegion, TraceEndRecord};
 use super::report::{files, Args, PluginEnd, Report};
 use super::stop::{StopError, StopPipe};
 use crate::model::RtitConfig;
-use crate::outcome::{Outcome, Truth};
+use crate::outcome::{Outcome, RegisterMap, Truth};
 use crate::sideband::{Images, Snapshot};
 use crate::step::{check_executable, resolve, StartAt};
 
@@ -47,6 +47,9 @@ pub enum QemuError {
         /// Where the report should be.
         dir: String,
     },
+    /// Sampling registers for `--truth` failed.
+    #[error(transparent)]
+    Truth(#[from] super::truth::TruthError),
     /// Stopping QEMU on a signal failed.
     #[error(transparent)]
     Stop(#[from] StopError),
@@ -171,7 +174,14 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
         }
     }
     cmd.env("LD_PRELOAD", preload);
-    cmd.arg("-plugin").arg(option).arg(program).args(&opts.args);
+    cmd.arg("-plugin").arg(option);
+    // With the truth, QEMU's gdbstub waits on this socket before the first instruction; the
+    // sampler reads registers through it (see `super::truth`).
+    let socket = dir.join("gdbstub.sock");
+    if opts.truth {
+        cmd.arg("-g").arg(&socket);
+    }
+    cmd.arg(program).args(&opts.args);
     // QEMU writes a core file of the guest into the working directory when it dies of a
     // signal, unless the core size limit is 0. QEMU stays in rtit's process group, so an
     // interactive program keeps the terminal.
@@ -186,7 +196,24 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
         });
     }
     let mut child = cmd.spawn().map_err(io(qemu))?;
+    let sampler = if opts.truth {
+        let at_entry = matches!(opts.start, StartAt::Entry);
+        match super::truth::Sampler::start(&socket, dir, child.id(), at_entry) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e.into());
+            }
+        }
+    } else {
+        None
+    };
     let status = pipe.wait(&mut child, &opts.interrupted, super::stop::GRACE)?;
+    let samples = sampler
+        .map(super::truth::Sampler::finish)
+        .transpose()?
+        .unwrap_or_default();
     let report_path = dir.join(files::REPORT);
     let text = std::fs::read(&report_path).map_err(|_| QemuError::NoReport {
         status: status.to_string(),
@@ -209,16 +236,22 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
     })?;
     let read = |name: &str| std::fs::read(dir.join(name)).map_err(io(Path::new(name)));
     let trace = read(files::TRACE)?;
+    let mut warnings = Vec::new();
     let truth = opts.truth.then(|| -> Result<Truth, QemuError> {
         let bytes = read(files::TRUTH)?;
-        let ips = bytes
+        let ips: Vec<u64> = bytes
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
             .collect();
-        Ok(Truth {
-            ips,
-            samples: Vec::new(),
-        })
+        let taken = samples.len();
+        let samples = placed(samples, &ips);
+        if samples.len() < taken {
+            warnings.push(format!(
+                "{} of {taken} register samples were left out: the trace has another instruction at their position",
+                taken - samples.len()
+            ));
+        }
+        Ok(Truth { ips, samples })
     });
     let truth = truth.transpose()?;
     let snapshot = |name: &str, regions: &[MemoryRegion], truncated: bool| -> Result<Snapshot, QemuError> {
@@ -248,7 +281,7 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
     Ok(Outcome {
         trace_end: report.tnt_buff.map(|tnt_buff| TraceEndRecord { tnt_buff }),
         children: report.children,
-        warnings: Vec::new(),
+        warnings,
         syscalls: report.syscalls,
         results: Vec::new(),
         signals: Vec::new(),
@@ -270,6 +303,21 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
         end,
         config,
     })
+}
+
+/// The samples whose `rip` is the trace's instruction at their position. A stop between
+/// two iterations of a REP string instruction, or in a block the trace leaves out, has a
+/// position that is not the sampled instruction's.
+fn placed(samples: Vec<(u64, RegisterMap)>, ips: &[u64]) -> Vec<(u64, RegisterMap)> {
+    samples
+        .into_iter()
+        .filter(|(at, regs)| {
+            let rip = regs
+                .get("rip")
+                .and_then(|r| u64::from_str_radix(r.trim_start_matches("0x"), 16).ok());
+            rip.is_some() && ips.get(*at as usize).copied() == rip
+        })
+        .collect()
 }
 
 /// How the run ended, from the plugin's view and QEMU's exit status.

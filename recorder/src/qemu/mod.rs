@@ -14,3 +14,4 @@ pub mod initial;
 pub mod launch;
 pub mod report;
 pub mod stop;
+pub mod truth;

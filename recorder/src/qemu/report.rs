@@ -19,6 +19,20 @@ pub mod files {
     pub const MEMORY_END: &str = "memory-end.bin";
     /// The [`super::Report`].
     pub const REPORT: &str = "report.json";
+    /// The [`super::Counters`], with `truth`.
+    pub const COUNTERS: &str = "counters.json";
+}
+
+/// Where, in QEMU's process, the plugin keeps the two counters `rtit record --truth` reads
+/// while the program is stopped in QEMU's gdbstub (see `crate::qemu::truth`): the position
+/// before the running block (`u64::MAX` while not tracing), and how many of that block's
+/// instructions started. Both are `u64`s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Counters {
+    /// The address of the position.
+    pub position: u64,
+    /// The address of the running block's started-instruction count.
+    pub started: u64,
 }
 
 /// The lowest descriptor number the plugin keeps open (its output files, and the pipe on

@@ -10,32 +10,15 @@ use super::tracee::{regs_map, Regs, Tracee};
 /// Bytes one record may hold; a call that wrote more is logged as incomplete.
 const WRITES_BOUND: u64 = 1 << 20;
 
-/// At most this many bytes of one file mapping are logged.
-const MAPPED_FILE_BOUND: u64 = 16 << 20;
-
-const MAP_ANONYMOUS: u64 = 0x20;
-
-/// What a successful `mmap` of a file that is not an ELF image mapped (the dynamic loader's
-/// cache, locale archives, data files): the bytes the program sees there. ELF files are
-/// copied as images and replay reads their mappings from the copies.
+/// What a successful `mmap` of a file that is not an ELF image mapped (see
+/// [`crate::sideband::mapped_file`]).
 fn mapped_file(tracee: &Tracee, before: &Regs, after: &Regs) -> Option<MemoryWrite> {
-    let (addr, len, flags, fd) = (after.rax, before.rsi, before.r10, before.r8 as i64);
-    if (addr as i64) < 0 || flags & MAP_ANONYMOUS != 0 || fd < 0 || len == 0 || len > MAPPED_FILE_BOUND {
+    let fd = before.r8 as i64;
+    if fd < 0 {
         return None;
     }
     let path = std::fs::read_link(format!("/proc/{}/fd/{fd}", tracee.pid)).ok()?;
-    let mut magic = [0u8; 4];
-    use std::io::Read;
-    let is_elf = std::fs::File::open(&path)
-        .and_then(|mut f| f.read_exact(&mut magic))
-        .is_ok_and(|()| &magic == b"\x7fELF");
-    if is_elf {
-        return None;
-    }
-    // Past the file's last page the mapping faults: what can be read is what is there.
-    let mut bytes = vec![0u8; len as usize];
-    let n = tracee.read(addr, &mut bytes);
-    Some(MemoryWrite::new(addr, &bytes[..n]))
+    crate::sideband::mapped_file(&path, after.rax, before.rsi, before.r10, |a, b| tracee.read(a, b))
 }
 
 /// The record of call `nr` at `position` (`ip`), from the registers before and after it.

@@ -43,6 +43,11 @@ pub struct CpuInfo {
     /// CPU (not under QEMU): it bounds what XSAVEC and XSAVES write.
     #[serde(default, with = "crate::hex::option", skip_serializing_if = "Option::is_none")]
     pub xcr0: Option<u64>,
+    /// The program ran on a CPU model whose `syscall` leaves rcx, r11 and RFLAGS as they were
+    /// (QEMU user mode: it emulates the kernel without the instruction's own register
+    /// writes); on a real CPU `syscall` sets rcx and r11.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub syscall_keeps_registers: bool,
 }
 
 /// The kind of an image copy.

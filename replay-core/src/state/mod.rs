@@ -59,6 +59,9 @@ pub struct State {
     pub vec: vector::VecFile,
     /// XCR0, if the recording says (a constant of the run): what XSAVEC/XSAVES may write.
     pub xcr0: Option<u64>,
+    /// Whether `syscall` leaves rcx, r11 and RFLAGS as they were (a constant of the run:
+    /// the recording's CPU model says).
+    pub syscall_keeps_registers: bool,
 }
 
 impl State {
@@ -80,6 +83,7 @@ impl State {
         self.mem.absorb(&other.mem);
         self.vec.absorb(&other.vec);
         self.xcr0 = self.xcr0.or(other.xcr0);
+        self.syscall_keeps_registers |= other.syscall_keeps_registers;
     }
 
     /// Forgets everything (what untraced code or a lost stretch of trace leaves).

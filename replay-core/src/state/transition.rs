@@ -56,13 +56,16 @@ fn apply_effect_to_memory(st: &mut State, e: &Effect) {
 }
 
 /// What every system call leaves unknown: `rax` (the result), `rcx` and `r11` (which
-/// SYSCALL and the kernel's return path overwrite), RFLAGS, and the segment bases when the
-/// call is one that can set them (or is not known).
+/// SYSCALL and the kernel's return path overwrite) and RFLAGS unless the recording's CPU
+/// model keeps them (QEMU), and the segment bases when the call is one that can set them
+/// (or is not known).
 fn clobber(st: &mut State, nr: Option<u64>) {
-    for r in [RAX, RCX, R11] {
-        st.regs.set(r, None);
+    st.regs.set(RAX, None);
+    if !st.syscall_keeps_registers {
+        st.regs.set(RCX, None);
+        st.regs.set(R11, None);
+        st.flags.forget(flags::ALL);
     }
-    st.flags.forget(flags::ALL);
     if nr.map_or(true, |n| n == nr::ARCH_PRCTL || n == nr::RT_SIGRETURN) {
         st.regs.set(Reg::FsBase, None);
         st.regs.set(Reg::GsBase, None);

@@ -309,6 +309,12 @@ impl Plugin {
         self.syscall.is_some()
     }
 
+    /// The position of the running block's first instruction while tracing, else
+    /// `u64::MAX` (see `shared::POSITION`).
+    pub fn sample_position(&self) -> u64 {
+        self.engine.block_base().unwrap_or(u64::MAX)
+    }
+
     /// Whether tracing has started.
     pub fn tracing(&self) -> bool {
         self.engine.tracing()

@@ -133,6 +133,19 @@ impl Plugin {
             Effect::Restores | Effect::SetsBase { .. } => r.complete = true,
             _ => {}
         }
+        if r.nr == nr::MMAP {
+            if let (Some(fd), Some(len), Some(flags)) = (args[4], args[1], args[3]) {
+                let path = ((fd as i32) >= 0)
+                    .then(|| std::fs::read_link(format!("/proc/self/fd/{}", fd as i32)).ok())
+                    .flatten();
+                if let Some(path) = path {
+                    r.writes
+                        .extend(rtit_recorder::sideband::mapped_file(&path, ret, len, flags, |a, b| {
+                            self.read(a, b)
+                        }));
+                }
+            }
+        }
         r
     }
 

@@ -157,6 +157,15 @@ impl Engine {
         self.model.as_ref().map_or(0, UnitModel::traced)
     }
 
+    /// The position of the running block's first instruction (before tracing began, when it
+    /// began inside that block): with the block's started-instruction count it places a
+    /// register sample taken between two blocks (`rtit record --truth`). `None` while not
+    /// tracing or after the end.
+    pub fn block_base(&self) -> Option<u64> {
+        let first = self.pending.as_ref().map_or(0, |p| p.first as u64);
+        (self.model.is_some() && !self.ended).then(|| self.position().wrapping_sub(first))
+    }
+
     /// RTIT_TNT_BUFF as software reads it when tracing stops (1: empty), for the recording's
     /// end of trace.
     pub fn tnt_buff(&mut self) -> u64 {
