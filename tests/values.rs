@@ -237,6 +237,8 @@ fn the_qemu_backend_samples_registers_through_qemus_gdbstub() {
     // The entry's registers, and more taken at random while it ran.
     assert!(samples(&text) >= 5, "{text}");
     assert_eq!(right(&text, "rip"), 100.0, "{text}");
-    // Known from the start: all GPRs are known at the entry sample at least.
-    assert!(right(&text, "all GPRs") > 0.0, "{text}");
+    // With the plugin's logs (mapped files, the CPUID table, QEMU's syscall keeping rcx and
+    // r11), sort's values are known throughout.
+    assert!(right(&text, "rsp") >= 99.0, "{text}");
+    assert!(right(&text, "all GPRs") >= 99.0, "{text}");
 }

@@ -74,6 +74,8 @@ pub struct Outcome {
     pub results: Vec<rtit_replay_core::recording::InsnResult>,
     /// Signal handlers' entries: registers and the frame, where the backend saw them.
     pub signals: Vec<rtit_replay_core::recording::SignalEntry>,
+    /// What CPUID returns on the CPU model the program ran on (qemu backend).
+    pub cpuid: Vec<rtit_replay_core::recording::cpuid::CpuidLeaf>,
     /// What the writer must find by decoding the trace (the hardware backend counts nothing).
     pub from_trace: Option<FromTrace>,
     /// With kernel tracing: the run-time address of the kernel's `_text` (kallsyms).

@@ -255,6 +255,11 @@ fn write_into(tmp: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, Wr
     write_lines(&tmp.join(files::SYSCALLS), &outcome.syscalls)?;
     write_lines(&tmp.join(files::RESULTS), &outcome.results)?;
     write_lines(&tmp.join(files::SIGNALS), &outcome.signals)?;
+    if !outcome.cpuid.is_empty() {
+        let path = tmp.join(files::CPUID);
+        let text = serde_json::to_vec(&outcome.cpuid).map_err(|e| io(&path)(e.into()))?;
+        std::fs::write(&path, text).map_err(io(&path))?;
+    }
 
     let c = &outcome.config;
     let manifest = Manifest {
@@ -268,7 +273,12 @@ fn write_into(tmp: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, Wr
         backend: meta.backend.clone(),
         cpu: CpuInfo {
             // The program ran on QEMU's CPU model, whose XSAVE state is QEMU's.
-            xcr0: cpu_info().xcr0.filter(|_| meta.backend != "qemu"),
+            // Under QEMU, what its CPU model supports (CPUID leaf 0xd) bounds its XCR0.
+            xcr0: match meta.backend.as_str() {
+                "qemu" => rtit_replay_core::recording::cpuid::lookup(&outcome.cpuid, 0xd, 0)
+                    .map(|r| u64::from(r[0]) | u64::from(r[3]) << 32),
+                _ => cpu_info().xcr0,
+            },
             // QEMU user mode runs a system call without `syscall`'s writes to rcx and r11.
             syscall_keeps_registers: meta.backend == "qemu",
             ..cpu_info()

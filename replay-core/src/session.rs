@@ -133,6 +133,7 @@ fn values_inputs(
         syscalls: recording.syscalls()?,
         results: recording.results()?,
         signals: recording.signals()?,
+        cpuid: recording.cpuid()?,
         start: State {
             xcr0: m.cpu.xcr0,
             syscall_keeps_registers: m.cpu.syscall_keeps_registers,

@@ -112,6 +112,7 @@ pub fn record(mut opts: MsrOptions) -> Result<Outcome, String> {
         syscalls: Vec::new(),
         results: Vec::new(),
         signals: Vec::new(),
+        cpuid: Vec::new(),
         from_trace: Some(FromTrace {
             change_offsets: placed.offsets,
         }),

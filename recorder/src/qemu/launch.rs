@@ -237,6 +237,10 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
     let read = |name: &str| std::fs::read(dir.join(name)).map_err(io(Path::new(name)));
     let trace = read(files::TRACE)?;
     let mut warnings = Vec::new();
+    let cpuid = super::cpuid::probe(qemu, dir).unwrap_or_else(|e| {
+        warnings.push(format!("{e}: CPUID's results stay unknown in replay"));
+        Vec::new()
+    });
     let truth = opts.truth.then(|| -> Result<Truth, QemuError> {
         let bytes = read(files::TRUTH)?;
         let ips: Vec<u64> = bytes
@@ -285,6 +289,7 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
         syscalls: report.syscalls,
         results: Vec::new(),
         signals: Vec::new(),
+        cpuid,
         modules: Vec::new(),
         gaps: Vec::new(),
         from_trace: None,

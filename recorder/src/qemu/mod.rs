@@ -8,6 +8,7 @@
 //! and asking the plugin to stop on a signal in [`stop`].
 
 pub mod block;
+pub mod cpuid;
 pub mod engine;
 pub mod guest_maps;
 pub mod initial;

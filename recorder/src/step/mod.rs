@@ -524,6 +524,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
         syscalls,
         results,
         signals,
+        cpuid: Vec::new(),
         modules: Vec::new(),
         gaps: Vec::new(),
         from_trace: None,

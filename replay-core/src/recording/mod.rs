@@ -16,6 +16,7 @@
 //! The writer creates it under a temporary name and renames it when complete, so a directory
 //! with a manifest is a finished recording (possibly marked interrupted).
 
+pub mod cpuid;
 mod error;
 pub use crate::hex;
 mod manifest;
@@ -59,6 +60,8 @@ pub mod files {
     pub const SYSCALLS: &str = "syscalls.jsonl";
     /// Results of instructions the trace cannot tell (cpuid, rdtsc …).
     pub const RESULTS: &str = "results.jsonl";
+    /// What CPUID returns on the recording's CPU model, leaf by leaf (qemu backend).
+    pub const CPUID: &str = "cpuid.json";
     /// Signal deliveries: registers at the handler and the frame the kernel wrote.
     pub const SIGNALS: &str = "signals.jsonl";
     /// Memory snapshot index.
@@ -312,6 +315,19 @@ impl Recording {
         let records: Vec<InsnResult> = json_lines(&path)?;
         validate::results(&path, &records)?;
         Ok(records)
+    }
+
+    /// The CPUID table of the recording's CPU model (empty if it has none).
+    pub fn cpuid(&self) -> Result<Vec<cpuid::CpuidLeaf>, RecordingError> {
+        let path = self.dir.join(files::CPUID);
+        if !path.exists() {
+            return Ok(Vec::new());
+        }
+        let text = read(&path)?;
+        serde_json::from_slice(&text).map_err(|e| RecordingError::Invalid {
+            path: path.display().to_string(),
+            message: format!("not a CPUID table: {e}"),
+        })
     }
 
     /// The signal deliveries the recorder logged (none if it logged none).

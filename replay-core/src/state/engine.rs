@@ -19,11 +19,13 @@ use rustc_hash::FxHashMap;
 
 use super::known::Known;
 use super::maps::MapEffect;
+use super::reg::{RAX, RBX, RCX, RDX};
 use super::transition::{self, Between};
 use super::why::{self, Cause};
 use super::State;
 use crate::flow::decode_insn;
 use crate::image::AddressSpace;
+use crate::recording::cpuid::CpuidLeaf;
 use crate::recording::{InsnResult, SignalEntry};
 use crate::syscall::SyscallRecord;
 
@@ -59,6 +61,9 @@ pub struct Inputs {
     pub results: Vec<InsnResult>,
     /// Signal handlers' entries: their registers and frames, by position.
     pub signals: Vec<SignalEntry>,
+    /// What CPUID returns on the recording's CPU model (qemu backend), where no result is
+    /// logged per execution.
+    pub cpuid: Vec<CpuidLeaf>,
     /// The state at position 0.
     pub start: State,
     /// The state at the last position, if the recording has it.
@@ -108,6 +113,7 @@ pub struct Values {
     syscalls: FxHashMap<u64, SyscallRecord>,
     results: FxHashMap<u64, InsnResult>,
     signals: FxHashMap<u64, SignalEntry>,
+    cpuid: Vec<CpuidLeaf>,
     forward: Vec<State>,
     backward: BTreeMap<u64, State>,
     /// Forward checkpoint `k` merged with the backward state at its position.
@@ -156,6 +162,7 @@ impl Values {
             syscalls: inputs.syscalls.into_iter().map(|r| (r.position, r)).collect(),
             results: inputs.results.into_iter().map(|r| (r.position, r)).collect(),
             signals: inputs.signals.into_iter().map(|r| (r.position, r)).collect(),
+            cpuid: inputs.cpuid,
             forward: vec![inputs.start],
             backward,
             forward_seeded: FxHashMap::default(),
@@ -254,6 +261,16 @@ impl Values {
                 .signals
                 .get(&(p + 1))
                 .filter(|e| self.ips.get(p as usize + 1) == Some(&e.ip));
+            // CPUID from the model's table, for its inputs before it runs.
+            let cpuid = match (&insn, between) {
+                (Some(i), Between::Insn { .. }) if i.mnemonic() == iced_x86::Mnemonic::Cpuid => {
+                    match (st.regs.get(RAX), st.regs.get(RCX)) {
+                        (Some(a), Some(c)) => crate::recording::cpuid::lookup(&self.cpuid, a as u32, c as u32),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            };
             let delivered = match (entry.filter(|e| e.only_kernel), &insn, between) {
                 (Some(_), Some(i), Between::Unknown) if !super::forward::is_repeated_string(i) => {
                     transition::forward(
@@ -275,6 +292,10 @@ impl Values {
             };
             if let Some(r) = self.logged_result(p, ip, between) {
                 transition::set_named(st, &r.after);
+            } else if let Some(out) = cpuid {
+                for (r, v) in [RAX, RBX, RCX, RDX].into_iter().zip(out) {
+                    st.regs.set(r, Some(u64::from(v)));
+                }
             }
             if delivered {
                 why::insist(Cause::Signal);

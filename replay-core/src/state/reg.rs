@@ -35,6 +35,8 @@ pub const RAX: Reg = Reg::Gpr(0);
 pub const RCX: Reg = Reg::Gpr(1);
 /// `rdx`.
 pub const RDX: Reg = Reg::Gpr(2);
+/// `rbx`.
+pub const RBX: Reg = Reg::Gpr(3);
 /// `rsp`.
 pub const RSP: Reg = Reg::Gpr(4);
 /// `rbp`.

@@ -185,6 +185,9 @@ impl Plugin {
         regs.insert("rip".into(), format!("{entry:#x}"));
         // Linux starts a process with only IF (and the reserved bit 1) set.
         regs.insert("eflags".into(), "0x202".into());
+        // No segment base is set before the program sets one.
+        regs.insert("fs_base".into(), "0x0".into());
+        regs.insert("gs_base".into(), "0x0".into());
         if let Some(rsp) = rsp {
             regs.insert("rsp".into(), format!("{rsp:#x}"));
         }

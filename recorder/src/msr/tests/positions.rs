@@ -169,6 +169,7 @@ fn the_writer_counts_the_instructions_and_places_the_map_changes_by_decoding() {
         syscalls: Vec::new(),
         results: Vec::new(),
         signals: Vec::new(),
+        cpuid: Vec::new(),
         from_trace: Some(FromTrace {
             change_offsets: offsets,
         }),

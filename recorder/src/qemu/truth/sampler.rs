@@ -1,4 +1,4 @@
-//! The sampling thread: waits a random 0.3–2 ms, stops the program through QEMU's gdbstub,
+//! The sampling thread: waits a random 0.1–0.7 ms, stops the program through QEMU's gdbstub,
 //! reads the registers and the plugin's counters, and lets it go on.
 
 use std::io::IoSliceMut;
@@ -95,7 +95,7 @@ impl Jitter {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
-        Duration::from_micros(300 + self.0 % 1700)
+        Duration::from_micros(100 + self.0 % 600)
     }
 }
 

@@ -1,0 +1,175 @@
+//! The CPUID table of QEMU's CPU model (`cpuid.json`): the plugin API cannot read what a
+//! `cpuid` returned, but QEMU's answer is a fixed function of its version and `-cpu`, so
+//! `rtit record` runs a probe program under the same `qemu-x86_64` once and asks every leaf
+//! and subleaf. The dynamic loader sizes its lazy-binding save area from CPUID leaf 0xd;
+//! without it the stack pointer is lost at the first call through the PLT.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use rtit_replay_core::recording::cpuid::{from_probe, CpuidLeaf, SUBLEAVES};
+
+/// Where the probe loads: a static executable with one segment.
+const BASE: u64 = 0x40_0000;
+/// ELF header and one program header.
+const HEADERS: u64 = 64 + 56;
+
+/// Leaves probed in each range, from its first.
+const LEAVES: u32 = 0x40;
+
+/// The probe's code for leaves `first..=last`: for each leaf and subleaf `0..SUBLEAVES`,
+/// `cpuid` and write eax, ebx, ecx, edx (16 bytes) to stdout; then exit(0).
+fn code(first: u32, last: u32) -> Vec<u8> {
+    let mut c = vec![0x41, 0xbc]; // mov r12d, first
+    c.extend(first.to_le_bytes());
+    let outer = c.len();
+    c.extend([0x45, 0x31, 0xed]); // xor r13d, r13d
+    let inner = c.len();
+    c.extend([
+        0x44, 0x89, 0xe0, // mov eax, r12d
+        0x44, 0x89, 0xe9, // mov ecx, r13d
+        0x0f, 0xa2, // cpuid
+        0x48, 0x83, 0xec, 0x10, // sub rsp, 16
+        0x89, 0x04, 0x24, // mov [rsp], eax
+        0x89, 0x5c, 0x24, 0x04, // mov [rsp+4], ebx
+        0x89, 0x4c, 0x24, 0x08, // mov [rsp+8], ecx
+        0x89, 0x54, 0x24, 0x0c, // mov [rsp+12], edx
+        0xb8, 0x01, 0x00, 0x00, 0x00, // mov eax, 1 (write)
+        0xbf, 0x01, 0x00, 0x00, 0x00, // mov edi, 1
+        0x48, 0x89, 0xe6, // mov rsi, rsp
+        0xba, 0x10, 0x00, 0x00, 0x00, // mov edx, 16
+        0x0f, 0x05, // syscall
+        0x48, 0x83, 0xc4, 0x10, // add rsp, 16
+        0x41, 0xff, 0xc5, // inc r13d
+        0x41, 0x83, 0xfd, // cmp r13d, SUBLEAVES
+    ]);
+    c.push(SUBLEAVES as u8);
+    c.push(0x72); // jb inner
+    c.push((inner as i64 - (c.len() as i64 + 1)) as u8);
+    c.extend([0x41, 0xff, 0xc4, 0x41, 0x81, 0xfc]); // inc r12d; cmp r12d, last
+    c.extend(last.to_le_bytes());
+    c.push(0x76); // jbe outer
+    c.push((outer as i64 - (c.len() as i64 + 1)) as u8);
+    c.extend([0xb8, 0x3c, 0x00, 0x00, 0x00, 0x31, 0xff, 0x0f, 0x05]); // exit(0)
+    c
+}
+
+/// A static x86-64 ELF executable of `code`, loaded at [`BASE`] and entered at its start.
+fn elf(code: &[u8]) -> Vec<u8> {
+    let size = HEADERS + code.len() as u64;
+    let mut e = Vec::with_capacity(size as usize);
+    e.extend(b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0");
+    e.extend(2u16.to_le_bytes()); // ET_EXEC
+    e.extend(0x3eu16.to_le_bytes()); // EM_X86_64
+    e.extend(1u32.to_le_bytes());
+    e.extend((BASE + HEADERS).to_le_bytes()); // entry
+    e.extend(64u64.to_le_bytes()); // phoff
+    e.extend(0u64.to_le_bytes()); // shoff
+    e.extend(0u32.to_le_bytes()); // flags
+    for v in [64u16, 56, 1, 64, 0, 0] {
+        e.extend(v.to_le_bytes()); // ehsize, phentsize, phnum, shentsize, shnum, shstrndx
+    }
+    e.extend(1u32.to_le_bytes()); // PT_LOAD
+    e.extend(5u32.to_le_bytes()); // R + X
+    e.extend(0u64.to_le_bytes()); // offset
+    e.extend(BASE.to_le_bytes()); // vaddr
+    e.extend(BASE.to_le_bytes()); // paddr
+    e.extend(size.to_le_bytes()); // filesz
+    e.extend(size.to_le_bytes()); // memsz
+    e.extend(0x1000u64.to_le_bytes()); // align
+    e.extend(code);
+    e
+}
+
+/// Runs the probe under `qemu` (in directory `dir`) for the basic leaves and the extended
+/// ones (each range up to its maximum, as leaf 0 and 0x80000000 say) and builds the table.
+/// A failure leaves the table empty: replay then leaves CPUID's results unknown.
+pub fn probe(qemu: &Path, dir: &Path) -> Result<Vec<CpuidLeaf>, String> {
+    let mut results = Vec::new();
+    for first in [0u32, 0x8000_0000] {
+        let out = run(qemu, dir, first, first + LEAVES - 1)?;
+        // Leaf `first` says the range's highest leaf: the others are out of range, where a
+        // CPU answers with some other leaf's data.
+        let max = out.iter().find(|r| r.0 == first).map_or(first, |r| r.2[0]);
+        results.extend(out.into_iter().filter(|r| r.0 <= max));
+    }
+    Ok(from_probe(&results))
+}
+
+fn run(qemu: &Path, dir: &Path, first: u32, last: u32) -> Result<Vec<(u32, u32, [u32; 4])>, String> {
+    let exe = dir.join(format!("cpuid-probe-{first:x}"));
+    std::fs::write(&exe, elf(&code(first, last))).map_err(|e| format!("{}: {e}", exe.display()))?;
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("{}: {e}", exe.display()))?;
+    let out = Command::new(qemu)
+        .arg(&exe)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .map_err(|e| format!("{}: {e}", qemu.display()))?;
+    let _ = std::fs::remove_file(&exe);
+    let expected = (last - first + 1) as usize * SUBLEAVES as usize * 16;
+    if !out.status.success() || out.stdout.len() != expected {
+        return Err(format!(
+            "the CPUID probe under {} ended with {} after {} of {expected} bytes",
+            qemu.display(),
+            out.status,
+            out.stdout.len()
+        ));
+    }
+    let word = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    Ok(out
+        .stdout
+        .chunks_exact(16)
+        .enumerate()
+        .map(|(i, r)| {
+            let leaf = first + (i / SUBLEAVES as usize) as u32;
+            let sub = (i % SUBLEAVES as usize) as u32;
+            (leaf, sub, [word(&r[0..]), word(&r[4..]), word(&r[8..]), word(&r[12..])])
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iced_x86::{Decoder, DecoderOptions, Mnemonic};
+
+    #[test]
+    fn the_probe_code_decodes_as_written_and_its_loops_close() {
+        let code = code(0x8000_0000, 0x8000_0003);
+        let mut d = Decoder::with_ip(64, &code, BASE + HEADERS, DecoderOptions::NONE);
+        let insns: Vec<_> = d.iter().collect();
+        assert!(insns.iter().all(|i| !i.is_invalid()));
+        let m: Vec<Mnemonic> = insns.iter().map(|i| i.mnemonic()).collect();
+        assert_eq!(m.iter().filter(|&&x| x == Mnemonic::Cpuid).count(), 1);
+        assert_eq!(m.iter().filter(|&&x| x == Mnemonic::Syscall).count(), 2);
+        let jb = insns.iter().find(|i| i.mnemonic() == Mnemonic::Jb).expect("jb");
+        let inner = insns[2].ip(); // after mov r12d and xor r13d
+        assert_eq!(jb.near_branch_target(), inner);
+        let jbe = insns.iter().find(|i| i.mnemonic() == Mnemonic::Jbe).expect("jbe");
+        assert_eq!(jbe.near_branch_target(), insns[1].ip());
+        assert_eq!(insns[0].immediate32(), 0x8000_0000);
+    }
+
+    #[test]
+    fn qemu_answers_the_probe() {
+        let Some(qemu) = crate::qemu::launch::find_qemu() else {
+            eprintln!("skipped: no qemu-x86_64");
+            return;
+        };
+        let dir = std::env::temp_dir().join(format!("rtit-cpuid-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let table = probe(&qemu, &dir).expect("the probe runs");
+        let _ = std::fs::remove_dir_all(&dir);
+        let vendor = rtit_replay_core::recording::cpuid::lookup(&table, 0, 0).expect("leaf 0");
+        // "GenuineIntel" or "AuthenticAMD": ebx, edx, ecx spell it.
+        let name: Vec<u8> = [vendor[1], vendor[3], vendor[2]]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        assert!(name.iter().all(u8::is_ascii_alphanumeric), "{name:?}");
+        assert!(rtit_replay_core::recording::cpuid::lookup(&table, 0x8000_0000, 0).is_some());
+    }
+}
