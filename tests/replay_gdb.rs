@@ -533,3 +533,70 @@ fn symbol_in(object: &[u8], name: &str) -> u64 {
     let file = object::File::parse(object).expect("ELF");
     0x2000_0000 + file.symbols().find(|s| s.name() == Ok(name)).expect("symbol").address()
 }
+
+/// The function of each frame of a `bt` (addresses and arguments differ between a native run
+/// and one under QEMU, which loads the program elsewhere).
+fn frame_functions(out: &str) -> Vec<String> {
+    frames(out)
+        .iter()
+        .map(|f| {
+            let rest = f.split_once("  ").map_or(f.as_str(), |(_, r)| r);
+            let rest = rest.split_once(" in ").map_or(rest, |(_, r)| r);
+            rest.split_whitespace().next().unwrap_or("").to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn qemu_backend_backtrace_and_finish_at_write_match_native_gdb() {
+    // Debian's grep, dynamically linked, recorded with the qemu backend from its entry point:
+    // at its one `write` (stdout flushed at exit, 13 frames deep through libc) `bt` lists the
+    // frames native gdb lists and `finish` returns what native gdb's does.
+    let dir = common::scratch("replay_gdb", "qemu-grep-write");
+    std::fs::write(dir.join("in.txt"), "hello\nworld\nfoo\nzebra\napple\n").expect("input");
+    let out_file = std::fs::File::create(dir.join("out.txt")).expect("output");
+    let status = Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .args(["record", "--backend", "qemu", "--out"])
+        .arg(dir.join("rec"))
+        .env("RTIT_QEMU_PLUGIN", common::plugin())
+        .current_dir(&dir)
+        .args(["--", "/usr/bin/grep", "o", "in.txt"])
+        .stdout(out_file)
+        .stderr(Stdio::null())
+        .status()
+        .expect("rtit record");
+    assert!(status.success(), "grep found matches");
+    let commands = ["set breakpoint pending on", "break write", "continue", "bt", "finish"];
+    let native = Command::new("gdb")
+        .args([
+            "-batch",
+            "-nx",
+            "-ex",
+            "set breakpoint pending on",
+            "-ex",
+            "break write",
+        ])
+        .arg("-ex")
+        .arg(format!("run o in.txt > {}", dir.join("native.txt").display()))
+        .args(["-ex", "bt", "-ex", "finish", "/usr/bin/grep"])
+        .current_dir(&dir)
+        .output()
+        .expect("gdb");
+    let native = String::from_utf8_lossy(&native.stdout).into_owned() + &String::from_utf8_lossy(&native.stderr);
+    let rec = Recording::open(&dir.join("rec")).expect("the recording opens");
+    let replayed = Server::start(&rec).gdb(None, &commands);
+    let want = frame_functions(&native);
+    assert!(want.len() >= 10, "native gdb's backtrace: {native}");
+    assert_eq!(
+        frame_functions(&replayed),
+        want,
+        "replayed:\n{replayed}\nnative:\n{native}"
+    );
+    let value = |out: &str| {
+        out.lines()
+            .find(|l| l.starts_with("Value returned"))
+            .map(str::to_string)
+    };
+    assert_eq!(value(&replayed), value(&native), "finish: {replayed}");
+    assert!(value(&native).is_some(), "{native}");
+}
