@@ -151,18 +151,17 @@ const XSAVE_SIZE: [(u32, u64); 9] = [
 /// How far an XSAVE-family instruction may write: the end of the last requested component
 /// (EDX:EAX is the request mask), at least the legacy area and header (576 bytes); 16 KiB,
 /// past every component's end, when the mask is unknown or names a component not listed.
-/// XSAVEC and XSAVES write the compacted format: the header, then each requested component
-/// that XCR0 enables, at 64-byte alignment at most (with XCR0 unknown, every requested one).
+/// Only components XCR0 enables are written (with XCR0 unknown, every requested one). XSAVEC
+/// and XSAVES write the compacted format: the header, then each such component at 64-byte
+/// alignment at most.
 fn xsave_extent(regs: &RegFile, compacted: bool, xcr0: Option<u64>) -> u64 {
     let mask = match (regs.read(Register::EAX), regs.read(Register::EDX)) {
         (Some(a), Some(d)) => (d << 32) | a,
         _ => return 16 << 10,
     };
-    let mask = if compacted {
-        mask & xcr0.unwrap_or(u64::MAX)
-    } else {
-        mask
-    };
+    // Both formats write only the components in RFBM = XCR0 AND EDX:EAX (SDM vol. 1,
+    // 13.7 and 13.10); a bound on XCR0 bounds RFBM.
+    let mask = mask & xcr0.unwrap_or(u64::MAX);
     let mut end: u64 = 576;
     for bit in 0..64 {
         if mask & (1 << bit) == 0 || bit < 2 && compacted {

@@ -325,6 +325,24 @@ fn xsavec_forgets_its_compacted_area_and_no_more() {
 }
 
 #[test]
+fn xsave_writes_only_what_xcr0_enables() {
+    // mov eax, 0xee; xor edx, edx; xsave [rdi]: with XCR0 = x87, SSE, AVX (no AVX-512),
+    // the standard area ends with AVX at 832 bytes, not with ZMM_Hi256 at 2688: the
+    // caller's frame above the area (_dl_runtime_resolve_xsave's) stays known.
+    let code: [&[u8]; 4] = [&[0xb8, 0xee, 0, 0, 0], &[0x31, 0xd2], &[0x0f, 0xae, 0x27], &[0x90]];
+    let area = vec![7u8; 4096];
+    let mut v = run_with(&code, &[(RDI, 0x10000)], &[(0x10000, &area)], Some(0x7));
+    let k = v.at(3).expect("p3");
+    assert_eq!(k.memory(0x10000 + 831, 1), Ok(None));
+    assert_eq!(k.memory(0x10000 + 832, 1), Ok(Some(vec![7])));
+    // XCR0 unknown: every requested component may be written.
+    let mut v = run(&code, &[(RDI, 0x10000)], &[(0x10000, &area)]);
+    let k = v.at(3).expect("p3");
+    assert_eq!(k.memory(0x10000 + 2687, 1), Ok(None));
+    assert_eq!(k.memory(0x10000 + 2688, 1), Ok(Some(vec![7])));
+}
+
+#[test]
 fn single_string_instructions_move_one_element_and_step_the_pointers() {
     let code: [&[u8]; 4] = [
         &[0x48, 0xa5], // movsq [rdi], [rsi]
