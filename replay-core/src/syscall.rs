@@ -31,6 +31,8 @@ pub mod nr {
     pub const RSEQ: u64 = 334;
     /// exit_group
     pub const EXIT_GROUP: u64 = 231;
+    /// restart_syscall: what an interrupted sleep returns to (-ERESTART_RESTARTBLOCK).
+    pub const RESTART_SYSCALL: u64 = 219;
 }
 
 /// Linux x86-64 system call names by number (`asm/unistd_64.h`), `?` where none, for messages.

@@ -217,7 +217,13 @@ impl Values {
         let between = match &insn {
             None => Between::Unknown,
             Some(i) if transition::is_syscall(i) && !hard => {
-                Between::Syscall(self.syscalls.get(&p).filter(|r| r.ip == ip))
+                let record = self.syscalls.get(&p).filter(|r| r.ip == ip);
+                // Back at itself with no handler between: the call is restarted.
+                if self.ips.get(p as usize + 1) == Some(&ip) {
+                    Between::Restart(record)
+                } else {
+                    Between::Syscall(record)
+                }
             }
             Some(_) if hard || soft => Between::Unknown,
             Some(i) => Between::Insn {
@@ -229,7 +235,7 @@ impl Values {
             (None, _) => Cause::Undecodable,
             (_, Between::Unknown) => Cause::Untraced,
             (_, Between::Insn { insn, .. }) => Cause::Inputs(insn.mnemonic()),
-            (_, Between::Syscall(_)) => Cause::Syscall(u16::MAX),
+            (_, Between::Syscall(_) | Between::Restart(_)) => Cause::Syscall(u16::MAX),
         };
         why::begin(cause, p);
         // A system call after which the next instruction is not the one after it (nor a

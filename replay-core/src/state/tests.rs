@@ -200,3 +200,72 @@ fn prepare_walks_the_whole_history_once_so_position_0_needs_no_more_steps() {
     v.prepare(|_, _| panic!("no backward pass"));
     assert_eq!(v.stats().backward_steps, 0);
 }
+
+/// A system call at `ip` numbered `nr` that returned `ret`.
+fn returned(position: u64, nr: u64, ret: u64) -> SyscallRecord {
+    SyscallRecord {
+        position,
+        ip: 0x1000,
+        nr,
+        before: Default::default(),
+        after: [("rax".to_string(), format!("{ret:#x}"))].into_iter().collect(),
+        writes: vec![],
+        complete: true,
+    }
+}
+
+#[test]
+fn a_restarted_system_call_changes_nothing_but_the_return_registers() {
+    // syscall (read, interrupted: -ERESTARTSYS), syscall again (returns 16), nop.
+    let (space, _) = program(&[(&[0x0f, 0x05], "syscall"), (&[0x90], "nop")]);
+    let ips = vec![0x1000, 0x1000, 0x1002];
+    let start = state(&[(RAX, 0), (RDI, 5), (RSP, 0x8000), (RBX, 7)], &[(0x7f00, &[1; 16])]);
+    let mut end = state(&[(RAX, 16), (RDI, 5), (RSP, 0x8000), (RBX, 7)], &[]);
+    end.flags = super::flags::Flags::known(0x202);
+    let syscalls = vec![returned(0, 0, (-512i64) as u64), returned(1, 0, 16)];
+    let mut v = Values::new(
+        space.clone(),
+        Inputs {
+            ips: Arc::from(ips.clone()),
+            start: start.clone(),
+            syscalls: syscalls.clone(),
+            ..Inputs::default()
+        },
+    );
+    let k = v.at(1).expect("p1");
+    assert_eq!(k.register(RAX), Ok(Some(0)), "the number again, not -ERESTARTSYS");
+    assert_eq!(k.register(RDI), Ok(Some(5)));
+    assert_eq!(k.register(RBX), Ok(Some(7)));
+    assert_eq!(k.register(RCX), Ok(None), "syscall's return wrote rcx");
+    assert_eq!(
+        k.memory(0x7f00, 16),
+        Ok(Some(vec![1; 16])),
+        "no signal frame, nothing read"
+    );
+    assert_eq!(v.at(2).expect("p2").register(RAX), Ok(Some(16)));
+    // Backwards from the end alone: rax before the restart is the logged number.
+    let mut v = Values::new(
+        space.clone(),
+        Inputs {
+            ips: Arc::from(ips.clone()),
+            end: Some(end),
+            syscalls,
+            ..Inputs::default()
+        },
+    );
+    let k = v.at(1).expect("p1");
+    assert_eq!(k.register(RBX), Ok(Some(7)), "carried back over the second call");
+    assert_eq!(v.at(0).expect("p0").register(RAX), Ok(Some(0)));
+    assert_eq!(v.at(0).expect("p0").register(RBX), Ok(Some(7)));
+    // -ERESTART_RESTARTBLOCK: the kernel restarts through restart_syscall.
+    let mut v = Values::new(
+        space,
+        Inputs {
+            ips: Arc::from(ips),
+            start,
+            syscalls: vec![returned(0, 35, (-516i64) as u64)],
+            ..Inputs::default()
+        },
+    );
+    assert_eq!(v.at(1).expect("p1").register(RAX), Ok(Some(219)));
+}

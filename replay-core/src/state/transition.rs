@@ -22,6 +22,9 @@ pub enum Between<'a> {
     },
     /// A `syscall` at `p`, and its log record if any.
     Syscall(Option<&'a SyscallRecord>),
+    /// A `syscall` at `p` that the kernel (or QEMU) interrupted and will restart: it ran
+    /// again at `p + 1` with nothing done, and its log record if any.
+    Restart(Option<&'a SyscallRecord>),
     /// Something the trace does not show (an interrupt, a gap, untraced code, an
     /// undecodable instruction).
     Unknown,
@@ -61,14 +64,33 @@ fn apply_effect_to_memory(st: &mut State, e: &Effect) {
 /// (or is not known).
 fn clobber(st: &mut State, nr: Option<u64>) {
     st.regs.set(RAX, None);
+    clobber_return(st);
+    if nr.map_or(true, |n| n == nr::ARCH_PRCTL || n == nr::RT_SIGRETURN) {
+        st.regs.set(Reg::FsBase, None);
+        st.regs.set(Reg::GsBase, None);
+    }
+}
+
+/// What the return to the program writes, whatever the call did: `rcx`, `r11` and RFLAGS
+/// unless the recording's CPU model keeps them.
+fn clobber_return(st: &mut State) {
     if !st.syscall_keeps_registers {
         st.regs.set(RCX, None);
         st.regs.set(R11, None);
         st.flags.forget(flags::ALL);
     }
-    if nr.map_or(true, |n| n == nr::ARCH_PRCTL || n == nr::RT_SIGRETURN) {
-        st.regs.set(Reg::FsBase, None);
-        st.regs.set(Reg::GsBase, None);
+}
+
+/// `rax` when an interrupted call returns to itself to be restarted, from its logged result:
+/// -ERESTARTSYS, -ERESTARTNOINTR and -ERESTARTNOHAND give the call's number back,
+/// -ERESTART_RESTARTBLOCK gives `restart_syscall` (Linux, arch/x86/kernel/signal.c; QEMU
+/// user mode uses -ERESTARTSYS alone and leaves rax as it was, the number).
+fn restarted_rax(record: &SyscallRecord) -> Option<u64> {
+    let ret = record.after.get("rax").and_then(|v| parse(v))?;
+    match 0u64.wrapping_sub(ret) {
+        512..=514 => Some(record.nr),
+        516 => Some(nr::RESTART_SYSCALL),
+        _ => None,
     }
 }
 
@@ -93,6 +115,15 @@ pub fn forward(st: &mut State, between: Between<'_>, space: &AddressSpace, f: &m
     match between {
         Between::Insn { insn, next } => forward::step(st, insn, next, space, f),
         Between::Unknown => st.forget_all(),
+        Between::Restart(record) => {
+            if let Some(r) = record {
+                set_named(st, &r.before);
+            }
+            let nr = record.map(|r| r.nr).or(st.regs.get(RAX));
+            why::insist(syscall_cause(nr, true));
+            clobber_return(st);
+            st.regs.set(RAX, record.and_then(restarted_rax));
+        }
         Between::Syscall(record) => {
             // The registers the recorder saw at the call (the qemu backend's arguments) are
             // facts at this position.
@@ -139,6 +170,15 @@ pub fn backward(st: &mut State, between: Between<'_>, space: &AddressSpace, f: &
     match between {
         Between::Insn { insn, next } => backward::step(st, insn, next, space, f),
         Between::Unknown => st.forget_all(),
+        Between::Restart(record) => {
+            why::insist(syscall_cause(record.map(|r| r.nr), true));
+            clobber_return(st);
+            // rax held the number before; after, the number again or restart_syscall's.
+            st.regs.set(RAX, record.map(|r| r.nr));
+            if let Some(r) = record {
+                set_named(st, &r.before);
+            }
+        }
         Between::Syscall(record) => {
             let nr = record.map(|r| r.nr);
             why::insist(syscall_cause(nr, record.map_or(true, |r| r.complete)));
