@@ -172,6 +172,14 @@ pub fn run(args: &CheckValuesArgs) -> Result<()> {
     println!("{}", gprs.line("all GPRs"));
     causes.print(gprs.unknown, if args.verbose { usize::MAX } else { 12 });
     let stats = session.values().stats();
+    let unmodelled = session.values().unmodelled();
+    if !unmodelled.is_empty() {
+        println!("instructions nobody modelled, as often as the forward pass met them");
+        let limit = if args.verbose { usize::MAX } else { 12 };
+        for (m, n) in unmodelled.iter().take(limit) {
+            println!("  {:<20} {n:>10}", format!("{m:?}").to_lowercase());
+        }
+    }
     println!(
         "decode {:.1} ms; values {:.1} ms ({} forward and {} backward steps, {} checkpoints, {} conflicts)",
         opened.as_secs_f64() * 1e3,

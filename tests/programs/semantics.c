@@ -1,7 +1,8 @@
 /* Exercises the instructions the state layer computes beyond moves and plain arithmetic:
    glibc's SSE2/AVX2 string routines (strlen, strchr, memchr, memcmp, memcpy, strcmp), carries
    (__int128), wide multiply and divide, bit scans, rotates, byte swaps, atomics (xadd,
-   cmpxchg), and cpuid and rdtsc, whose results the step backend logs. `rtit check-values`
+   cmpxchg), vector packs, aligns, shuffles and dword min/max, movbe, and cpuid and rdtsc,
+   whose results the step backend logs. `rtit check-values`
    compares every sampled register with the CPU's. */
 #include <cpuid.h>
 #include <stdint.h>
@@ -22,6 +23,29 @@ __attribute__((noinline)) static uint64_t mix(uint64_t a, uint64_t b) {
     r += __builtin_popcountll(a);
     if (b != 0) r += a / b + a % b + (uint64_t)((int64_t)a / ((int64_t)b | 1));
     return r;
+}
+
+/* Each result flows into the returned sum, which the loop carries in a register: a wrong
+   model makes later samples wrong, an unmodelled instruction makes them unknown. */
+__attribute__((noinline, target("ssse3,sse4.1,movbe"))) static uint64_t shuffles(uint64_t a, uint64_t b,
+                                                                                const uint64_t *p) {
+    __m128i x = _mm_set_epi64x((long long)a, (long long)b);
+    __m128i y = _mm_set_epi64x((long long)(b ^ 0x00ff00ff00ff00ffULL), (long long)(a * 3));
+    __m128i v[9];
+    v[0] = _mm_packus_epi16(x, y);
+    v[1] = _mm_packs_epi16(y, x);
+    v[2] = _mm_alignr_epi8(x, y, 5);
+    v[3] = _mm_min_epu32(x, y);
+    v[4] = _mm_max_epi32(x, y);
+    v[5] = _mm_castps_si128(_mm_shuffle_ps(_mm_castsi128_ps(x), _mm_castsi128_ps(y), 0x9c));
+    v[6] = _mm_castpd_si128(_mm_shuffle_pd(_mm_castsi128_pd(x), _mm_castsi128_pd(y), 1));
+    v[7] = _mm_castps_si128(_mm_movehl_ps(_mm_castsi128_ps(x), _mm_castsi128_ps(y)));
+    v[8] = _mm_castps_si128(_mm_movelh_ps(_mm_castsi128_ps(y), _mm_castsi128_ps(x)));
+    uint64_t r = 0;
+    for (int i = 0; i < 9; i++) {
+        r = (r << 7 | r >> 57) ^ (uint64_t)_mm_cvtsi128_si64(v[i]) ^ (uint64_t)_mm_extract_epi64(v[i], 1);
+    }
+    return r + __builtin_bswap64(*p);
 }
 
 int main(void) {
@@ -45,6 +69,7 @@ int main(void) {
         unsigned ea, eb, ec, ed;
         __cpuid(round & 1, ea, eb, ec, ed);
         acc += ea ^ eb ^ ec ^ ed ^ (__rdtsc() & 1);
+        acc += shuffles(acc, n * 0x0101010101010101ULL + (uint64_t)round, &counter);
         text[round * 97] = 'x';
     }
     sink = acc;

@@ -126,6 +126,8 @@ pub struct Values {
     decoded: FxHashMap<u64, Option<Instruction>>,
     factory: InstructionInfoFactory,
     stats: ValuesStats,
+    /// How often the forward chain met each instruction nobody modelled.
+    unmodelled: FxHashMap<iced_x86::Mnemonic, u64>,
 }
 
 impl Values {
@@ -173,6 +175,7 @@ impl Values {
             decoded: FxHashMap::default(),
             factory: InstructionInfoFactory::new(),
             stats: ValuesStats::default(),
+            unmodelled: FxHashMap::default(),
         }
     }
 
@@ -361,6 +364,9 @@ impl Values {
             let mut st = self.seeded_forward(self.forward.len() - 1);
             for q in from..from + INTERVAL {
                 self.step_forward(&mut st, q);
+                if let Some(Cause::Unmodelled(m)) = why::insisted() {
+                    *self.unmodelled.entry(m).or_default() += 1;
+                }
             }
             self.forward.push(st);
         }
@@ -507,6 +513,14 @@ impl Values {
         let forward = self.forward_at(p);
         let backward = self.backward_at(p);
         Some(Known::new(forward, backward, self.space.clone()))
+    }
+
+    /// The instructions nobody modelled that the forward chain met (each position of the
+    /// history it walked once), most frequent first: what to model next.
+    pub fn unmodelled(&self) -> Vec<(iced_x86::Mnemonic, u64)> {
+        let mut v: Vec<_> = self.unmodelled.iter().map(|(&m, &n)| (m, n)).collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        v
     }
 
     /// Records a conflict seen by a caller of [`Known`].

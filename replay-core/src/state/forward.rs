@@ -310,6 +310,9 @@ fn modelled(st: &mut State, insn: &Instruction, next: Option<u64>, space: &Addre
         {
             single_string(st, insn, space);
         }
+        // Nothing but rip, which the history gives.
+        M::Nop | M::Endbr64 | M::Pause => {}
+        _ if insn.is_jmp_short_or_near() || insn.is_jmp_near_indirect() => {}
         _ if insn.is_jcc_short_or_near() => {
             let target = insn.near_branch_target();
             if let Some(next) = next {

@@ -30,6 +30,15 @@ pub fn step(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
             });
             write(st, insn, 0, v);
         }
+        // A load or store with the bytes reversed; flags untouched.
+        M::Movbe => {
+            let v = read(st, insn, 1, space).map(|v| match w {
+                8 => v.swap_bytes(),
+                4 => u64::from((v as u32).swap_bytes()),
+                _ => u64::from((v as u16).swap_bytes()),
+            });
+            write(st, insn, 0, v);
+        }
         M::Bt | M::Bts | M::Btr | M::Btc => return bit_test(st, insn, space, w),
         M::Xadd => {
             let (a, b) = (read(st, insn, 0, space), read(st, insn, 1, space));

@@ -15,7 +15,7 @@
 //! makes everything unknown; map changes make their ranges unknown.
 //!
 //! Files: `reg` (registers), `flags` (RFLAGS bits, conditions), `memory` (known bytes, pages
-//! copied on write), `ops` (operands), `writes` (what iced-x86 says an instruction writes), `forward` and `backward` (semantics), `transition`
+//! copied on write), `ops` (operands), `vector` and `shuffle` (SSE/AVX2), `writes` (what iced-x86 says an instruction writes), `forward` and `backward` (semantics), `transition`
 //! (one position to the next: instructions, system calls, events), `engine` (checkpoints and
 //! queries), `known` (reading both passes at one position).
 
@@ -31,6 +31,7 @@ pub mod memory;
 mod ops;
 mod partial;
 pub mod reg;
+mod shuffle;
 mod transition;
 pub mod vector;
 pub mod why;

@@ -23,18 +23,18 @@ const WIDTH: usize = 32;
 /// One register's bytes and which are known.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Value {
-    bytes: [u8; WIDTH],
-    known: u32,
+    pub(super) bytes: [u8; WIDTH],
+    pub(super) known: u32,
 }
 
 impl Value {
-    fn all(&self, from: usize, len: usize) -> bool {
+    pub(super) fn all(&self, from: usize, len: usize) -> bool {
         let m = mask(len) << from;
         self.known & m == m
     }
 }
 
-fn mask(len: usize) -> u32 {
+pub(super) fn mask(len: usize) -> u32 {
     if len >= 32 {
         u32::MAX
     } else {
@@ -133,7 +133,7 @@ pub fn index(r: Register) -> Option<usize> {
 }
 
 /// Operand `op` as a vector of `len` bytes: a register's low bytes or memory.
-fn read(st: &State, insn: &Instruction, op: u32, len: usize, space: &AddressSpace) -> Value {
+pub(super) fn read(st: &State, insn: &Instruction, op: u32, len: usize, space: &AddressSpace) -> Value {
     let mut v = Value::default();
     match insn.op_kind(op) {
         OpKind::Register => {
@@ -180,7 +180,7 @@ fn write_reg(st: &mut State, insn: &Instruction, i: usize, v: Value, len: usize)
 }
 
 /// Writes `len` bytes of `v` to operand 0 (a vector register or memory).
-fn write(st: &mut State, insn: &Instruction, v: Value, len: usize) {
+pub(super) fn write(st: &mut State, insn: &Instruction, v: Value, len: usize) {
     match insn.op_kind(0) {
         OpKind::Register => {
             let r = insn.op_register(0);
@@ -229,7 +229,7 @@ fn length(insn: &Instruction) -> usize {
 }
 
 /// Element-wise `f` over elements of `e` bytes; an element is known where both inputs' are.
-fn elementwise(a: &Value, b: &Value, len: usize, e: usize, f: impl Fn(u64, u64) -> u64) -> Value {
+pub(super) fn elementwise(a: &Value, b: &Value, len: usize, e: usize, f: impl Fn(u64, u64) -> u64) -> Value {
     let mut out = Value::default();
     for at in (0..len).step_by(e) {
         if !(a.all(at, e) && b.all(at, e)) {
@@ -335,6 +335,18 @@ pub fn step(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
                     write(st, insn, v, 8);
                 }
             }
+        }
+        // movhlps x1, x2: x1's low half from x2's high half; movlhps: x1's high from x2's low.
+        M::Movhlps | M::Movlhps => {
+            let (Some(d), Some(src)) = (index(insn.op_register(0)), index(insn.op_register(1))) else {
+                return false;
+            };
+            let (to, from) = if m == M::Movhlps { (0, 8) } else { (8, 0) };
+            let s = st.vec.get(src);
+            let mut v = st.vec.get(d);
+            v.bytes[to..to + 8].copy_from_slice(&s.bytes[from..from + 8]);
+            v.known = (v.known & !(mask(8) << to)) | (((s.known >> from) & mask(8)) << to);
+            st.vec.set(d, v);
         }
         M::Pxor | M::Xorps | M::Xorpd | M::Vpxor | M::Vxorps | M::Vxorpd if same_sources(insn) => {
             let zero = Value {
@@ -538,7 +550,7 @@ pub fn step(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
             }
             write(st, insn, out, len);
         }
-        _ => return false,
+        _ => return super::shuffle::step(st, insn, len, space),
     }
     true
 }

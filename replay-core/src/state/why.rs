@@ -114,6 +114,11 @@ pub fn insist(cause: Cause) {
     STRICT.with(|s| s.set(true));
 }
 
+/// The cause the current transition insisted on, if it did.
+pub fn insisted() -> Option<Cause> {
+    STRICT.with(Cell::get).then(|| NOW.with(Cell::get).cause)
+}
+
 /// Notes that an unknown value was read, and why it was unknown.
 pub fn saw(why: Why) {
     SEEN.with(|s| {
