@@ -102,7 +102,14 @@ pub fn cpu_info() -> CpuInfo {
         stepping: field("stepping").parse().unwrap_or(0),
         xcr0: xcr0(&field("flags")),
         syscall_keeps_registers: false,
+        lzcnt: flag(&field("flags"), "abm"),
+        bmi1: flag(&field("flags"), "bmi1"),
     }
+}
+
+/// Whether `/proc/cpuinfo`'s flags name `f` (unknown if there are no flags).
+fn flag(flags: &str, f: &str) -> Option<bool> {
+    (!flags.is_empty()).then(|| flags.split_whitespace().any(|x| x == f))
 }
 
 /// A bound of XCR0 (the XSAVE components the kernel enabled) from the CPU features
@@ -126,6 +133,11 @@ fn xcr0(flags: &str) -> Option<u64> {
         }
     }
     Some(x)
+}
+
+/// Bit `bit` of register `reg` (eax, ebx, ecx, edx) of CPUID `leaf` (subleaf 0) in a table.
+fn cpuid_bit(table: &[rtit_replay_core::recording::cpuid::CpuidLeaf], leaf: u32, reg: usize, bit: u32) -> Option<bool> {
+    rtit_replay_core::recording::cpuid::lookup(table, leaf, 0).map(|r| r[reg] >> bit & 1 == 1)
 }
 
 fn sha256(bytes: &[u8]) -> String {
@@ -281,6 +293,16 @@ fn write_into(tmp: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, Wr
             },
             // QEMU user mode runs a system call without `syscall`'s writes to rcx and r11.
             syscall_keeps_registers: meta.backend == "qemu",
+            // Under QEMU, its CPU model's CPUID: LZCNT is leaf 0x80000001 ECX bit 5, BMI1
+            // leaf 7 EBX bit 3.
+            lzcnt: match meta.backend.as_str() {
+                "qemu" => cpuid_bit(&outcome.cpuid, 0x8000_0001, 2, 5),
+                _ => cpu_info().lzcnt,
+            },
+            bmi1: match meta.backend.as_str() {
+                "qemu" => cpuid_bit(&outcome.cpuid, 7, 1, 3),
+                _ => cpu_info().bmi1,
+            },
             ..cpu_info()
         },
         rtit: RtitRegisters {

@@ -119,8 +119,7 @@ fn values_inputs(
     let ended = complete && matches!(m.end, EndState::Exited { .. } | EndState::Signaled { .. });
     let end = match ended {
         true => Some(State {
-            xcr0: m.cpu.xcr0,
-            syscall_keeps_registers: m.cpu.syscall_keeps_registers,
+            cpu: cpu(&m.cpu),
             ..snapshot_state(&m.registers_end, &[], &recording.snapshot(true)?)
         }),
         false => None,
@@ -135,12 +134,21 @@ fn values_inputs(
         signals: recording.signals()?,
         cpuid: recording.cpuid()?,
         start: State {
-            xcr0: m.cpu.xcr0,
-            syscall_keeps_registers: m.cpu.syscall_keeps_registers,
+            cpu: cpu(&m.cpu),
             ..snapshot_state(&m.registers_start, &files, &start_memory)
         },
         end,
     })
+}
+
+/// The CPU behaviours the state layer needs, from the manifest.
+fn cpu(c: &crate::recording::CpuInfo) -> state::Cpu {
+    state::Cpu {
+        xcr0: c.xcr0,
+        syscall_keeps_registers: c.syscall_keeps_registers,
+        lzcnt: c.lzcnt,
+        bmi1: c.bmi1,
+    }
 }
 
 /// Every position's instruction from the runs of a timeline: each run is sequential from its

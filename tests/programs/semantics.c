@@ -1,7 +1,7 @@
 /* Exercises the instructions the state layer computes beyond moves and plain arithmetic:
    glibc's SSE2/AVX2 string routines (strlen, strchr, memchr, memcmp, memcpy, strcmp), carries
    (__int128), wide multiply and divide, bit scans, rotates, byte swaps, atomics (xadd,
-   cmpxchg), vector packs, aligns, shuffles and dword min/max, movbe, and cpuid and rdtsc,
+   cmpxchg), vector packs, aligns, shuffles and dword min/max, movbe, lzcnt and tzcnt, and cpuid and rdtsc,
    whose results the step backend logs. `rtit check-values`
    compares every sampled register with the CPU's. */
 #include <cpuid.h>
@@ -27,7 +27,7 @@ __attribute__((noinline)) static uint64_t mix(uint64_t a, uint64_t b) {
 
 /* Each result flows into the returned sum, which the loop carries in a register: a wrong
    model makes later samples wrong, an unmodelled instruction makes them unknown. */
-__attribute__((noinline, target("ssse3,sse4.1,movbe"))) static uint64_t shuffles(uint64_t a, uint64_t b,
+__attribute__((noinline, target("ssse3,sse4.1,movbe,lzcnt,bmi"))) static uint64_t shuffles(uint64_t a, uint64_t b,
                                                                                 const uint64_t *p) {
     __m128i x = _mm_set_epi64x((long long)a, (long long)b);
     __m128i y = _mm_set_epi64x((long long)(b ^ 0x00ff00ff00ff00ffULL), (long long)(a * 3));
@@ -45,6 +45,9 @@ __attribute__((noinline, target("ssse3,sse4.1,movbe"))) static uint64_t shuffles
     for (int i = 0; i < 9; i++) {
         r = (r << 7 | r >> 57) ^ (uint64_t)_mm_cvtsi128_si64(v[i]) ^ (uint64_t)_mm_extract_epi64(v[i], 1);
     }
+    /* lzcnt and tzcnt, zero sources included (the operand size, not bsr/bsf's result). */
+    r += (uint64_t)__builtin_ia32_lzcnt_u64(a & 0xffff) + (uint64_t)__builtin_ia32_tzcnt_u64(b & 0xff00);
+    r += (uint64_t)__builtin_ia32_lzcnt_u32((unsigned)(a >> 60)) + (uint64_t)__builtin_ia32_tzcnt_u32((unsigned)(b >> 62));
     return r + __builtin_bswap64(*p);
 }
 

@@ -88,6 +88,8 @@ mod tests {
             stepping,
             xcr0: None,
             syscall_keeps_registers: false,
+            lzcnt: None,
+            bmi1: None,
         }
     }
 

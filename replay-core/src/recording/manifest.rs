@@ -48,6 +48,14 @@ pub struct CpuInfo {
     /// writes); on a real CPU `syscall` sets rcx and r11.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub syscall_keeps_registers: bool,
+    /// Whether the CPU runs `lzcnt` as LZCNT (ABM); without it the same bytes are `bsr`,
+    /// whose result differs. Unknown in recordings made before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lzcnt: Option<bool>,
+    /// Whether the CPU has BMI1, so `tzcnt` of zero is the operand size rather than `bsf`'s
+    /// unchanged destination.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bmi1: Option<bool>,
 }
 
 /// The kind of an image copy.

@@ -21,7 +21,7 @@ pub fn step(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
         M::Adc | M::Sbb => carry_arith(st, insn, space, w),
         M::Mul | M::Imul if insn.op_count() == 1 => widening_multiply(st, insn, space),
         M::Div | M::Idiv => return divide(st, insn, space),
-        M::Tzcnt | M::Bsf | M::Bsr | M::Popcnt => bit_count(st, insn, space, w),
+        M::Tzcnt | M::Lzcnt | M::Bsf | M::Bsr | M::Popcnt => bit_count(st, insn, space, w),
         M::Rol | M::Ror => rotate(st, insn, space, w),
         M::Bswap => {
             let v = read(st, insn, 0, space).map(|v| match w {
@@ -241,8 +241,32 @@ fn divide(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
 fn bit_count(st: &mut State, insn: &Instruction, space: &AddressSpace, w: u32) {
     let src = read(st, insn, 1, space).map(|v| v & mask(w));
     st.flags.apply_generic(insn);
+    // `lzcnt` and `tzcnt` are `rep bsr` and `rep bsf`: a CPU without LZCNT (BMI1) runs them
+    // as the plain scans. The recording says which; if it does not, nothing is computed.
+    let m = match (insn.mnemonic(), st.cpu.lzcnt, st.cpu.bmi1) {
+        (M::Lzcnt, Some(false), _) => M::Bsr,
+        (M::Tzcnt, _, Some(false)) => M::Bsf,
+        (M::Lzcnt, None, _) => return write(st, insn, 0, None),
+        (m, ..) => m,
+    };
+    if let (M::Lzcnt, Some(s)) | (M::Tzcnt, Some(s)) = (m, src) {
+        if m == M::Lzcnt || st.cpu.bmi1 == Some(true) {
+            // The count of zeros from the top (or bottom); CF says the source was zero, ZF
+            // that the count is (SDM vol. 2, LZCNT, TZCNT).
+            let bits = 8 * w;
+            let r = if s == 0 {
+                bits
+            } else if m == M::Lzcnt {
+                s.leading_zeros() - (64 - bits)
+            } else {
+                s.trailing_zeros()
+            };
+            st.flags
+                .put(CF | ZF, if s == 0 { CF } else { 0 } | if r == 0 { ZF } else { 0 });
+            return write(st, insn, 0, Some(u64::from(r)));
+        }
+    }
     let v = src.and_then(|s| {
-        let m = insn.mnemonic();
         if m == M::Popcnt {
             st.flags.put(flags::STATUS, if s == 0 { ZF } else { 0 });
             return Some(u64::from(s.count_ones()));

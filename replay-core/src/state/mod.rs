@@ -58,11 +58,32 @@ pub struct State {
     pub mem: Memory,
     /// The vector registers.
     pub vec: vector::VecFile,
-    /// XCR0, if the recording says (a constant of the run): what XSAVEC/XSAVES may write.
+    /// What the recording says of the CPU the program ran on (constants of the run).
+    pub cpu: Cpu,
+}
+
+/// The CPU behaviours the semantics depend on, as the recording gives them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Cpu {
+    /// A bound of XCR0: what the XSAVE family may write.
     pub xcr0: Option<u64>,
-    /// Whether `syscall` leaves rcx, r11 and RFLAGS as they were (a constant of the run:
-    /// the recording's CPU model says).
+    /// Whether `syscall` leaves rcx, r11 and RFLAGS as they were (QEMU user mode).
     pub syscall_keeps_registers: bool,
+    /// Whether `lzcnt` is LZCNT (else it runs as `bsr`); unknown: neither is computed.
+    pub lzcnt: Option<bool>,
+    /// Whether `tzcnt` is TZCNT (BMI1; else it runs as `bsf`).
+    pub bmi1: Option<bool>,
+}
+
+impl Cpu {
+    fn or(self, other: Cpu) -> Cpu {
+        Cpu {
+            xcr0: self.xcr0.or(other.xcr0),
+            syscall_keeps_registers: self.syscall_keeps_registers | other.syscall_keeps_registers,
+            lzcnt: self.lzcnt.or(other.lzcnt),
+            bmi1: self.bmi1.or(other.bmi1),
+        }
+    }
 }
 
 impl State {
@@ -83,8 +104,7 @@ impl State {
         self.flags.put(f.known & !self.flags.known, f.value);
         self.mem.absorb(&other.mem);
         self.vec.absorb(&other.vec);
-        self.xcr0 = self.xcr0.or(other.xcr0);
-        self.syscall_keeps_registers |= other.syscall_keeps_registers;
+        self.cpu = self.cpu.or(other.cpu);
     }
 
     /// Forgets everything (what untraced code or a lost stretch of trace leaves).

@@ -21,6 +21,19 @@ fn run(code: &[&[u8]], regs: &[(Reg, u64)], memory: &[(u64, &[u8])]) -> Values {
 
 /// [`run`] on a processor whose XCR0 the recording gives.
 fn run_with(code: &[&[u8]], regs: &[(Reg, u64)], memory: &[(u64, &[u8])], xcr0: Option<u64>) -> Values {
+    run_on(
+        code,
+        regs,
+        memory,
+        super::Cpu {
+            xcr0,
+            ..Default::default()
+        },
+    )
+}
+
+/// [`run`] on a processor the recording describes.
+fn run_on(code: &[&[u8]], regs: &[(Reg, u64)], memory: &[(u64, &[u8])], cpu: super::Cpu) -> Values {
     let mut bytes = Vec::new();
     let mut ips = Vec::new();
     for insn in code {
@@ -34,7 +47,7 @@ fn run_with(code: &[&[u8]], regs: &[(Reg, u64)], memory: &[(u64, &[u8])], xcr0: 
         start.regs.set(r, Some(v));
     }
     start.flags = super::flags::Flags::known(0x202);
-    start.xcr0 = xcr0;
+    start.cpu = cpu;
     for &(a, b) in memory {
         start.mem.write(a, b);
     }
@@ -508,4 +521,31 @@ fn a_logged_signal_delivery_keeps_memory_when_only_the_kernel_ran() {
     let k = v.at(1).expect("p1");
     assert_eq!(k.register(RSP), Ok(Some(0x8f00)));
     assert_eq!(k.memory(0x7000, 1), Ok(None));
+}
+
+#[test]
+fn lzcnt_and_tzcnt_follow_what_the_cpu_runs_them_as() {
+    // lzcnt rax, rbx; tzcnt rcx, rdx (rdx = 0); nop.
+    let code: [&[u8]; 3] = [
+        &[0xf3, 0x48, 0x0f, 0xbd, 0xc3],
+        &[0xf3, 0x48, 0x0f, 0xbc, 0xca],
+        &[0x90],
+    ];
+    let regs = [(RAX, 5), (RBX, 0x10), (RCX, 7), (RDX, 0)];
+    let cpu = |lzcnt, bmi1| {
+        let cpu = super::Cpu {
+            lzcnt,
+            bmi1,
+            ..Default::default()
+        };
+        let mut v = run_on(&code, &regs, &[], cpu);
+        (reg(&mut v, 2, RAX), reg(&mut v, 2, RCX))
+    };
+    assert_eq!(cpu(Some(true), Some(true)), (Some(59), Some(64)), "LZCNT and TZCNT");
+    assert_eq!(
+        cpu(Some(false), Some(false)),
+        (Some(4), None),
+        "bsr; bsf of zero leaves rcx"
+    );
+    assert_eq!(cpu(None, None), (None, None), "not known which");
 }

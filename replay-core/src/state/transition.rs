@@ -74,7 +74,7 @@ fn clobber(st: &mut State, nr: Option<u64>) {
 /// What the return to the program writes, whatever the call did: `rcx`, `r11` and RFLAGS
 /// unless the recording's CPU model keeps them.
 fn clobber_return(st: &mut State) {
-    if !st.syscall_keeps_registers {
+    if !st.cpu.syscall_keeps_registers {
         st.regs.set(RCX, None);
         st.regs.set(R11, None);
         st.flags.forget(flags::ALL);
