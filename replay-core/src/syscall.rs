@@ -215,8 +215,57 @@ pub fn effect(nr: u64, args: &Args, ret: Option<u64>) -> Effect {
             _ => Anywhere,
         },
         nr::RT_SIGRETURN => Effect::Restores,
+        78 | 217 => counted(a(1), a(2)), // getdents, getdents64: the entries read
+        79 => counted(a(0), a(1)),       // getcwd: the path and its NUL
+        98 => buf(a(1), Some(144)),      // getrusage
+        100 => optional(a(0), 32),       // times
+        115 => match a(0) {
+            Some(0) => Writes(vec![]), // getgroups(0, _): the count alone
+            _ => buf(a(1), ret.filter(|&r| (r as i64) >= 0).map(|r| r * 4)),
+        },
+        // getresuid, getresgid: three 4-byte ids.
+        118 | 120 => match (a(0), a(1), a(2)) {
+            (Some(x), Some(y), Some(z)) => Writes(vec![(x, 4), (y, 4), (z, 4)]),
+            _ => Anywhere,
+        },
+        127 => buf(a(0), a(1)),         // rt_sigpending
+        230 => optional(a(3), 16),      // clock_nanosleep: the remainder
+        38 => optional(a(2), 32),       // setitimer: the old timer
+        36 => buf(a(1), Some(32)),      // getitimer
+        // epoll_wait, epoll_pwait: the events, 12 bytes each.
+        232 | 281 => buf(a(1), ret.filter(|&r| (r as i64) >= 0).map(|r| r * 12)),
         // Calls that write no user memory (map changes are in maps.json).
-        1..=3
+        37
+        | 41
+        | 42
+        | 44
+        | 46
+        | 48..=50
+        | 74..=77
+        | 80..=84
+        | 86..=88
+        | 90..=95
+        | 105
+        | 106
+        | 109
+        | 111
+        | 112
+        | 121
+        | 124
+        | 160
+        | 203
+        | 213
+        | 233
+        | 258
+        | 263
+        | 268
+        | 269
+        | 291
+        | 316
+        | 324
+        | 436
+        | 439
+        | 1..=3
         | 8..=12
         | 18
         | 20
@@ -346,5 +395,54 @@ mod tests {
         assert_eq!(futex(11), Effect::Writes(vec![(0x1000, 4), (0x2000, 4)]));
         assert_eq!(futex(0x7f), Effect::Anywhere, "an operation not listed");
         assert_eq!(effect(202, &[None; 6], None), Effect::Anywhere);
+    }
+}
+
+#[cfg(test)]
+mod table_tests {
+    use super::*;
+
+    #[test]
+    fn the_numbers_the_table_lists_are_the_calls_it_means() {
+        for (n, want) in [
+            (78, "getdents"),
+            (217, "getdents64"),
+            (79, "getcwd"),
+            (98, "getrusage"),
+            (100, "times"),
+            (115, "getgroups"),
+            (118, "getresuid"),
+            (120, "getresgid"),
+            (127, "rt_sigpending"),
+            (230, "clock_nanosleep"),
+            (38, "setitimer"),
+            (36, "getitimer"),
+            (232, "epoll_wait"),
+            (281, "epoll_pwait"),
+            (87, "unlink"),
+            (95, "umask"),
+            (263, "unlinkat"),
+            (436, "close_range"),
+            (439, "faccessat2"),
+        ] {
+            assert_eq!(name(n), want, "{n}");
+        }
+    }
+
+    #[test]
+    fn directory_entries_and_ids_are_bounded() {
+        let args = [Some(3), Some(0x1000), Some(32768), None, None, None];
+        assert_eq!(effect(217, &args, Some(480)), Effect::Writes(vec![(0x1000, 480)]));
+        let ids = [Some(0x10), Some(0x20), Some(0x30), None, None, None];
+        assert_eq!(
+            effect(118, &ids, Some(0)),
+            Effect::Writes(vec![(0x10, 4), (0x20, 4), (0x30, 4)])
+        );
+        assert_eq!(effect(115, &[Some(0), None, None, None, None, None], Some(3)), Effect::Writes(vec![]));
+        assert_eq!(
+            effect(115, &[Some(8), Some(0x40), None, None, None, None], Some(3)),
+            Effect::Writes(vec![(0x40, 12)])
+        );
+        assert_eq!(effect(87, &args, Some(0)), Effect::Writes(vec![]));
     }
 }
