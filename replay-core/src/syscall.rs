@@ -228,10 +228,10 @@ pub fn effect(nr: u64, args: &Args, ret: Option<u64>) -> Effect {
             (Some(x), Some(y), Some(z)) => Writes(vec![(x, 4), (y, 4), (z, 4)]),
             _ => Anywhere,
         },
-        127 => buf(a(0), a(1)),         // rt_sigpending
-        230 => optional(a(3), 16),      // clock_nanosleep: the remainder
-        38 => optional(a(2), 32),       // setitimer: the old timer
-        36 => buf(a(1), Some(32)),      // getitimer
+        127 => buf(a(0), a(1)),    // rt_sigpending
+        230 => optional(a(3), 16), // clock_nanosleep: the remainder
+        38 => optional(a(2), 32),  // setitimer: the old timer
+        36 => buf(a(1), Some(32)), // getitimer
         // epoll_wait, epoll_pwait: the events, 12 bytes each.
         232 | 281 => buf(a(1), ret.filter(|&r| (r as i64) >= 0).map(|r| r * 12)),
         // Calls that write no user memory (map changes are in maps.json).
@@ -438,7 +438,10 @@ mod table_tests {
             effect(118, &ids, Some(0)),
             Effect::Writes(vec![(0x10, 4), (0x20, 4), (0x30, 4)])
         );
-        assert_eq!(effect(115, &[Some(0), None, None, None, None, None], Some(3)), Effect::Writes(vec![]));
+        assert_eq!(
+            effect(115, &[Some(0), None, None, None, None, None], Some(3)),
+            Effect::Writes(vec![])
+        );
         assert_eq!(
             effect(115, &[Some(8), Some(0x40), None, None, None, None], Some(3)),
             Effect::Writes(vec![(0x40, 12)])

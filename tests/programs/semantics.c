@@ -1,7 +1,8 @@
 /* Exercises the instructions the state layer computes beyond moves and plain arithmetic:
    glibc's SSE2/AVX2 string routines (strlen, strchr, memchr, memcmp, memcpy, strcmp), carries
    (__int128), wide multiply and divide, bit scans, rotates, byte swaps, atomics (xadd,
-   cmpxchg), vector packs, aligns, shuffles and dword min/max, movbe, lzcnt and tzcnt, and cpuid and rdtsc,
+   cmpxchg), vector packs, aligns, shuffles and dword min/max, movbe, lzcnt and tzcnt, scalar
+   float arithmetic that rounds, and cpuid and rdtsc,
    whose results the step backend logs. `rtit check-values`
    compares every sampled register with the CPU's. */
 #include <cpuid.h>
@@ -51,6 +52,21 @@ __attribute__((noinline, target("ssse3,sse4.1,movbe,lzcnt,bmi"))) static uint64_
     return r + __builtin_bswap64(*p);
 }
 
+/* Scalar double and single arithmetic that rounds (MXCSR is the default from execve on). */
+__attribute__((noinline)) static uint64_t floats(uint64_t a, uint64_t b) {
+    double x = (double)(a >> 11) * 0x1p-53 + 1.0, y = (double)(b & 0xffff) + 0.1;
+    double s = x + y, d = x - y, p = x * y, q = x / y;
+    __m128d r = _mm_sqrt_sd(_mm_set_sd(p), _mm_set_sd(p));
+    __m128d m = _mm_min_sd(_mm_set_sd(s), _mm_set_sd(d));
+    float f = (float)q * 3.0f + (float)s / 7.0f;
+    uint64_t bits[4];
+    memcpy(&bits[0], &s, 8);
+    memcpy(&bits[1], &q, 8);
+    bits[2] = (uint64_t)_mm_cvtsd_si64(_mm_set_sd(p * 1e6)) ^ (uint64_t)_mm_cvtsd_si64(r);
+    memcpy(&bits[3], &f, 4);
+    return bits[0] ^ bits[1] * 3 ^ bits[2] * 5 ^ (bits[3] & 0xffffffff) ^ (uint64_t)_mm_cvtsd_si64(m);
+}
+
 int main(void) {
     for (int i = 0; i < 4095; i++) text[i] = (char)('a' + (i * 7) % 26);
     text[4095] = 0;
@@ -72,6 +88,7 @@ int main(void) {
         unsigned ea, eb, ec, ed;
         __cpuid(round & 1, ea, eb, ec, ed);
         acc += ea ^ eb ^ ec ^ ed ^ (__rdtsc() & 1);
+        acc += floats(acc, (uint64_t)round * 0x9e3779b9ULL);
         acc += shuffles(acc, n * 0x0101010101010101ULL + (uint64_t)round, &counter);
         text[round * 97] = 'x';
     }

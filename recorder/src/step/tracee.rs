@@ -152,6 +152,13 @@ impl Tracee {
         ptrace::getregs(self.pid).map_err(|e| StepError::Ptrace(format!("PTRACE_GETREGS: {e}")))
     }
 
+    /// MXCSR, from the floating-point register set.
+    pub fn mxcsr(&self) -> Result<u32, StepError> {
+        ptrace::getregset::<ptrace::regset::NT_PRFPREG>(self.pid)
+            .map(|f| f.mxcsr)
+            .map_err(|e| StepError::Ptrace(format!("PTRACE_GETREGSET NT_PRFPREG: {e}")))
+    }
+
     /// Sets the registers.
     pub fn set_regs(&self, regs: Regs) -> Result<(), StepError> {
         ptrace::setregs(self.pid, regs).map_err(|e| StepError::Ptrace(format!("PTRACE_SETREGS: {e}")))

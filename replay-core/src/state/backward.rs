@@ -23,6 +23,7 @@ pub fn step(
     factory: &mut InstructionInfoFactory,
 ) {
     let after = st.regs.clone();
+    super::mxcsr::backward(st, insn);
     let stored = stored_registers(st, insn, space);
     let info = factory.info(insn);
     // 1. Registers before: unchanged unless written; written ones undone where possible.

@@ -311,6 +311,7 @@ impl Values {
                 st.regs.forget_all();
                 st.flags.forget(super::flags::ALL);
                 st.vec.forget_all();
+                st.mxcsr = Default::default();
             } else if signal {
                 why::insist(Cause::Signal);
                 st.forget_all();

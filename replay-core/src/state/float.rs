@@ -10,6 +10,7 @@
 use iced_x86::{EncodingKind, Instruction, Mnemonic as M, OpKind};
 
 use super::flags::{self, CF, PF, ZF};
+use super::mxcsr::{FLAGS, IE, PE};
 use super::ops::{address, read as read_gpr};
 use super::vector::index;
 use super::State;
@@ -60,8 +61,16 @@ pub fn step(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
                 if f.is_nan() || t >= limit || t < -limit {
                     // The integer indefinite value (invalid is masked, or the CPU would
                     // have faulted here instead of going on).
+                    st.mxcsr.raise(IE);
                     1u64 << (bits - 1)
                 } else {
+                    if t != f {
+                        // Precision, unless DAZ read a denormal as zero.
+                        match st.mxcsr.rounds_as_host() {
+                            true => st.mxcsr.raise(PE),
+                            false => st.mxcsr.maybe(PE),
+                        }
+                    }
                     (t as i64) as u64 & if bits == 64 { u64::MAX } else { u64::from(u32::MAX) }
                 }
             });
@@ -95,6 +104,10 @@ pub fn step(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
                     (f as i64 == x && f < top).then(|| f.to_bits())
                 }
             });
+            match v {
+                Some(_) => {}
+                None => st.mxcsr.maybe(PE),
+            }
             st.vec.set_lane(i, 0, if m == M::Cvtsi2ss { 4 } else { 8 }, v);
         }
         M::Mulss | M::Divss => {
@@ -124,6 +137,10 @@ pub fn step(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
                 let ok = r.is_finite() && ((exact && r32.is_normal()) || (r32 == 0.0 && zero));
                 ok.then(|| u64::from(r32.to_bits()))
             });
+            // An exact, normal result raises nothing.
+            if v.is_none() {
+                st.mxcsr.maybe(FLAGS);
+            }
             st.vec.set_lane(i, 0, 4, v);
         }
         M::Comiss | M::Ucomiss | M::Comisd | M::Ucomisd => {
@@ -131,6 +148,27 @@ pub fn step(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
             let len = if double { 8 } else { 4 };
             let (a, b) = (scalar(st, insn, 0, len, space), scalar(st, insn, 1, len, space));
             st.flags.forget(flags::STATUS);
+            let nan = |x: u64| {
+                if double {
+                    f64::from_bits(x).is_nan()
+                } else {
+                    f32::from_bits(x as u32).is_nan()
+                }
+            };
+            // A NaN raises invalid (COMIS: any; UCOMIS: a signalling one), a denormal operand
+            // DE unless DAZ is set; ordinary operands nothing.
+            let quiet = if double { 1u64 << 51 } else { 1 << 22 };
+            let signalling = |x: u64| nan(x) && x & quiet == 0;
+            match a.zip(b) {
+                Some((a, b)) if !denormal(a, double) && !denormal(b, double) => {
+                    let any = |f: &dyn Fn(u64) -> bool| f(a) || f(b);
+                    let unordered = matches!(m, M::Ucomiss | M::Ucomisd);
+                    if any(&signalling) || (!unordered && any(&nan)) {
+                        st.mxcsr.raise(IE);
+                    }
+                }
+                _ => st.mxcsr.maybe(FLAGS),
+            }
             if let Some((a, b)) = a.zip(b).filter(|&(a, b)| !denormal(a, double) && !denormal(b, double)) {
                 let (a, b) = if double {
                     (f64::from_bits(a), f64::from_bits(b))

@@ -24,9 +24,13 @@ pub fn step(
         && !modelled(st, insn, next, space)
         && !super::integer::step(st, insn, space)
         && !super::vector::step(st, insn, space)
+        && !super::rounded::step(st, insn, space)
         && !super::float::step(st, insn, space)
+        && !super::mxcsr::step(st, insn, space)
     {
+        let before = st.regs.clone();
         generic(st, insn, factory);
+        super::mxcsr::after_generic(st, &before, insn, space);
     }
 }
 

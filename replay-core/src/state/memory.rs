@@ -48,6 +48,10 @@ pub struct Memory {
     /// Ranges the kernel rewrites whenever it returns to the program (a registered rseq
     /// area: its `cpu_id` changes when the thread migrates), so never known.
     volatile: Arc<[(u64, u64)]>,
+    /// Unknown bytes of which some bits are known, as (address, value, known bits): MXCSR's
+    /// first byte saved with its exception flags unknown but its DAZ bit known. Any write or
+    /// forget of the byte drops its entry. Rarely more than one.
+    partial: Vec<(u64, u8, u8)>,
 }
 
 impl std::fmt::Debug for Memory {
@@ -137,6 +141,7 @@ impl Memory {
 
     /// Knows `bytes` at `addr`.
     pub fn write(&mut self, addr: u64, bytes: &[u8]) {
+        self.drop_partial(addr, bytes.len() as u64);
         let why_all = self.why_all;
         // Page by page: a file mapping writes megabytes at once.
         let mut done = 0usize;
@@ -157,6 +162,33 @@ impl Memory {
         }
     }
 
+    /// Drops the partly known bytes in `len` bytes at `addr`.
+    fn drop_partial(&mut self, addr: u64, len: u64) {
+        if !self.partial.is_empty() {
+            self.partial.retain(|&(a, ..)| a.wrapping_sub(addr) >= len);
+        }
+    }
+
+    /// Makes the byte at `addr` unknown but for the bits of `known`, which hold `value`.
+    pub fn write_bits(&mut self, addr: u64, value: u8, known: u8) {
+        self.forget(addr, 1);
+        if known != 0 {
+            self.partial.push((addr, value & known, known));
+        }
+    }
+
+    /// The byte at `addr` and which of its bits are known.
+    pub fn read_bits(&self, addr: u64, space: &AddressSpace) -> (u8, u8) {
+        match self.read_byte(addr, space) {
+            Some(b) => (b, 0xff),
+            None => self
+                .partial
+                .iter()
+                .find(|p| p.0 == addr)
+                .map_or((0, 0), |&(_, v, k)| (v, k)),
+        }
+    }
+
     /// Writes `value` (little-endian, `bytes` wide) or makes those bytes unknown.
     pub fn store(&mut self, addr: u64, bytes: u32, value: Option<u64>) {
         match value {
@@ -169,6 +201,7 @@ impl Memory {
     /// with more pages than are known (a huge mapping gone, a system call's length argument)
     /// visits the known pages, not the range.
     pub fn forget(&mut self, addr: u64, len: u64) {
+        self.drop_partial(addr, len);
         let end = addr.saturating_add(len);
         if len / PAGE > self.pages.len() as u64 {
             let touched: Vec<u64> = self
@@ -240,6 +273,7 @@ impl Memory {
     /// it may have written anywhere.
     pub fn forget_all(&mut self) {
         self.pages.clear();
+        self.partial.clear();
         self.why_all = why::current();
     }
 }

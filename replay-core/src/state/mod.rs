@@ -28,9 +28,11 @@ mod integer;
 mod known;
 pub mod maps;
 pub mod memory;
+mod mxcsr;
 mod ops;
 mod partial;
 pub mod reg;
+mod rounded;
 mod shuffle;
 mod transition;
 pub mod vector;
@@ -58,6 +60,9 @@ pub struct State {
     pub mem: Memory,
     /// The vector registers.
     pub vec: vector::VecFile,
+    /// MXCSR, bit by bit: scalar arithmetic whose result depends on its control bits is
+    /// computed only when they are known.
+    pub mxcsr: mxcsr::Mxcsr,
     /// What the recording says of the CPU the program ran on (constants of the run).
     pub cpu: Cpu,
 }
@@ -104,6 +109,7 @@ impl State {
         self.flags.put(f.known & !self.flags.known, f.value);
         self.mem.absorb(&other.mem);
         self.vec.absorb(&other.vec);
+        self.mxcsr.absorb(other.mxcsr);
         self.cpu = self.cpu.or(other.cpu);
     }
 
@@ -113,10 +119,13 @@ impl State {
         self.flags.forget(flags::ALL);
         self.mem.forget_all();
         self.vec.forget_all();
+        self.mxcsr = mxcsr::Mxcsr::default();
     }
 }
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_float;
 #[cfg(test)]
 mod tests_semantics;

@@ -40,6 +40,8 @@ pub fn set_named(st: &mut State, map: &std::collections::BTreeMap<String, String
         let Some(v) = parse(value) else { continue };
         if name == "eflags" {
             st.flags = flags::Flags::known(v);
+        } else if name == "mxcsr" {
+            st.mxcsr = u32::try_from(v).map_or_else(|_| Default::default(), super::mxcsr::Mxcsr::known);
         } else if let Some(r) = Reg::from_name(name) {
             st.regs.set(r, Some(v));
         }
@@ -153,7 +155,10 @@ pub fn forward(st: &mut State, between: Between<'_>, space: &AddressSpace, f: &m
             }
             clobber(st, nr);
             match e {
-                Effect::Restores => st.regs.forget_all(),
+                Effect::Restores => {
+                    st.regs.forget_all();
+                    st.mxcsr = Default::default();
+                }
                 Effect::SetsBase { fs, value } => st.regs.set(if fs { Reg::FsBase } else { Reg::GsBase }, value),
                 _ => {}
             }
@@ -197,6 +202,7 @@ pub fn backward(st: &mut State, between: Between<'_>, space: &AddressSpace, f: &
             clobber(st, nr);
             if e == Effect::Restores {
                 st.regs.forget_all();
+                st.mxcsr = Default::default();
             }
             if let Some(r) = record {
                 st.regs.set(RAX, Some(r.nr));

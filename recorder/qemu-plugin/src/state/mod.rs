@@ -188,6 +188,9 @@ impl Plugin {
         // No segment base is set before the program sets one.
         regs.insert("fs_base".into(), "0x0".into());
         regs.insert("gs_base".into(), "0x0".into());
+        // QEMU, like Linux at execve, starts SSE with MXCSR's default: all exceptions
+        // masked, round to nearest, no DAZ or FTZ.
+        regs.insert("mxcsr".into(), "0x1f80".into());
         if let Some(rsp) = rsp {
             regs.insert("rsp".into(), format!("{rsp:#x}"));
         }
