@@ -24,6 +24,7 @@ pub fn step(
         && !modelled(st, insn, next, space)
         && !super::integer::step(st, insn, space)
         && !super::vector::step(st, insn, space)
+        && !super::shuffle::step(st, insn, space)
         && !super::rounded::step(st, insn, space)
         && !super::float::step(st, insn, space)
         && !super::mxcsr::step(st, insn, space)

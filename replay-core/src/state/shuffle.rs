@@ -6,7 +6,7 @@
 
 use iced_x86::{EncodingKind, Instruction, Mnemonic as M};
 
-use super::vector::{elementwise, read, write, Value};
+use super::vector::{elementwise, length, read, write, Value};
 use super::State;
 use crate::image::AddressSpace;
 
@@ -36,8 +36,15 @@ fn take_n(out: &mut Value, d: usize, src: &Value, s: usize, e: usize) {
     }
 }
 
-/// Applies one of these to a vector of `len` bytes; false if it is not one.
-pub fn step(st: &mut State, insn: &Instruction, len: usize, space: &AddressSpace) -> bool {
+/// Applies one of these (SSE or VEX, on xmm or ymm); false if it is not one.
+pub fn step(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
+    if !matches!(insn.encoding(), EncodingKind::Legacy | EncodingKind::VEX) {
+        return false;
+    }
+    let len = length(insn);
+    if len != 16 && len != 32 {
+        return false;
+    }
     let m = insn.mnemonic();
     match m {
         M::Packuswb | M::Vpackuswb | M::Packsswb | M::Vpacksswb => {

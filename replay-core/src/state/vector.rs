@@ -218,7 +218,7 @@ pub(super) fn write(st: &mut State, insn: &Instruction, v: Value, len: usize) {
 }
 
 /// The vector length of an instruction: its widest register operand, else its memory size.
-fn length(insn: &Instruction) -> usize {
+pub(super) fn length(insn: &Instruction) -> usize {
     let regs = (0..insn.op_count())
         .filter(|&op| insn.op_kind(op) == OpKind::Register)
         .map(|op| insn.op_register(op))
@@ -550,7 +550,7 @@ pub fn step(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
             }
             write(st, insn, out, len);
         }
-        _ => return super::shuffle::step(st, insn, len, space),
+        _ => return false,
     }
     true
 }
