@@ -242,3 +242,27 @@ fn the_qemu_backend_samples_registers_through_qemus_gdbstub() {
     assert!(right(&text, "rsp") >= 99.0, "{text}");
     assert!(right(&text, "all GPRs") >= 99.0, "{text}");
 }
+
+#[test]
+fn the_qemu_backend_knows_python3s_values_from_its_entry_point() {
+    // The real interpreter's startup (about 30 M instructions): its string routines
+    // (packs, aligns, lzcnt), directory reads (getdents64), a restarted read (the sampler's
+    // signal interrupts it), and floating-point arithmetic under MXCSR's default, any of
+    // which, unknown, led to a store through an unknown address that forgot all memory.
+    let dir = scratch("qemu-python3");
+    let rec = dir.join("rec");
+    let out = Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .args(["record", "--backend", "qemu", "--truth", "--out"])
+        .arg(&rec)
+        .current_dir(&dir)
+        .args(["--", "/usr/bin/python3", "-c", "print(sum(range(10)))"])
+        .stdout(Stdio::null())
+        .output()
+        .expect("rtit record");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let text = check_values(&rec, "qemu python3");
+    assert!(samples(&text) >= 50, "{text}");
+    assert!(right(&text, "rsp") >= 99.0, "{text}");
+    assert!(right(&text, "all GPRs") >= 99.0, "{text}");
+}
