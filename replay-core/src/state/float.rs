@@ -18,7 +18,7 @@ use crate::image::AddressSpace;
 
 /// Operand `op` as `len` bytes (4 or 8): the low element of a vector register, memory, or a
 /// general-purpose register.
-fn scalar(st: &State, insn: &Instruction, op: u32, len: usize, space: &AddressSpace) -> Option<u64> {
+pub(super) fn scalar(st: &State, insn: &Instruction, op: u32, len: usize, space: &AddressSpace) -> Option<u64> {
     match insn.op_kind(op) {
         OpKind::Register => match index(insn.op_register(op)) {
             Some(i) => st.vec.lane(i, 0, len),
@@ -26,6 +26,15 @@ fn scalar(st: &State, insn: &Instruction, op: u32, len: usize, space: &AddressSp
         },
         OpKind::Memory => st.mem.read_u64(address(&st.regs, insn, op)?, len as u32, space),
         _ => None,
+    }
+}
+
+/// A single or double, by its bits, as a double (exactly).
+pub(super) fn as_f64(bits: u64, double: bool) -> f64 {
+    if double {
+        f64::from_bits(bits)
+    } else {
+        f64::from(f32::from_bits(bits as u32))
     }
 }
 
@@ -51,11 +60,7 @@ pub fn step(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
             let bits = dst.size() * 8;
             let x = scalar(st, insn, 1, if double { 8 } else { 4 }, space);
             let v = x.map(|x| {
-                let f = if double {
-                    f64::from_bits(x)
-                } else {
-                    f64::from(f32::from_bits(x as u32))
-                };
+                let f = as_f64(x, double);
                 let t = f.trunc();
                 let limit = 2f64.powi(bits as i32 - 1);
                 if f.is_nan() || t >= limit || t < -limit {
@@ -170,11 +175,7 @@ pub fn step(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
                 _ => st.mxcsr.maybe(FLAGS),
             }
             if let Some((a, b)) = a.zip(b).filter(|&(a, b)| !denormal(a, double) && !denormal(b, double)) {
-                let (a, b) = if double {
-                    (f64::from_bits(a), f64::from_bits(b))
-                } else {
-                    (f64::from(f32::from_bits(a as u32)), f64::from(f32::from_bits(b as u32)))
-                };
+                let (a, b) = (as_f64(a, double), as_f64(b, double));
                 let v = match a.partial_cmp(&b) {
                     None => ZF | PF | CF,
                     Some(std::cmp::Ordering::Less) => CF,

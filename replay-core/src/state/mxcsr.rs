@@ -49,6 +49,15 @@ impl Mxcsr {
         self.known &= !(flags & !(self.value & self.known));
     }
 
+    /// The flags an instruction raised if they are known (`Some`), else every flag it may
+    /// have raised is unknown unless set already.
+    pub fn raised(&mut self, flags: Option<u32>) {
+        match flags {
+            Some(f) => self.raise(f),
+            None => self.maybe(FLAGS),
+        }
+    }
+
     /// Learns what `other` knows and this does not.
     pub fn absorb(&mut self, other: Mxcsr) {
         let learn = other.known & !self.known;

@@ -8,8 +8,8 @@
 
 use iced_x86::{EncodingKind, Instruction, Mnemonic as M, OpKind};
 
+use super::float::{as_f64, scalar};
 use super::mxcsr::{FLAGS, IE, PE};
-use super::ops::{address, read as read_gpr};
 use super::vector::index;
 use super::State;
 use crate::image::AddressSpace;
@@ -83,18 +83,6 @@ float!(f32, u32, 4e-31, 1 << 22, 0xffc0_0000); // above 2^-101
 fn tame<F: Float>(x: F) -> bool {
     let v = x.f64().abs();
     v.is_finite() && (v == 0.0 || v >= F::MARGIN)
-}
-
-/// Operand `op`'s low `len` bytes: a vector register's low element, memory or a GPR.
-fn scalar(st: &State, insn: &Instruction, op: u32, len: usize, space: &AddressSpace) -> Option<u64> {
-    match insn.op_kind(op) {
-        OpKind::Register => match index(insn.op_register(op)) {
-            Some(i) => st.vec.lane(i, 0, len),
-            None => read_gpr(st, insn, op, space),
-        },
-        OpKind::Memory => st.mem.read_u64(address(&st.regs, insn, op)?, len as u32, space),
-        _ => None,
-    }
 }
 
 /// A binary operation's result and whether it was exact, if the flags can be told.
@@ -233,21 +221,12 @@ pub fn step(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
                 _ => (None, None),
             };
             st.vec.set_lane(i, 0, len, v);
-            match flags {
-                Some(f) => st.mxcsr.raise(f),
-                None => st.mxcsr.maybe(FLAGS),
-            }
+            st.mxcsr.raised(flags);
         }
         M::Cvtsd2si | M::Cvtss2si => {
             let dst = insn.op_register(0);
             let bits = dst.size() as u32 * 8;
-            let x = scalar(st, insn, 1, len, space).map(|x| {
-                if double {
-                    f64::from_bits(x)
-                } else {
-                    f64::from(f32::from_bits(x as u32))
-                }
-            });
+            let x = scalar(st, insn, 1, len, space).map(|x| as_f64(x, double));
             let limit = 2f64.powi(bits as i32 - 1);
             let v = x.map(|f| {
                 let r = f.round_ties_even();
@@ -273,13 +252,7 @@ pub fn step(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
                 return false;
             };
             let imm = insn.immediate(2);
-            let x = scalar(st, insn, 1, len, space).map(|x| {
-                if double {
-                    f64::from_bits(x)
-                } else {
-                    f64::from(f32::from_bits(x as u32))
-                }
-            });
+            let x = scalar(st, insn, 1, len, space).map(|x| as_f64(x, double));
             let (v, flags) = match x {
                 Some(f) if !f.is_nan() => {
                     let r = match if imm & 4 != 0 { 0 } else { imm & 3 } {
@@ -299,10 +272,7 @@ pub fn step(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
                 _ => (None, None),
             };
             st.vec.set_lane(i, 0, len, v);
-            match flags {
-                Some(f) => st.mxcsr.raise(f),
-                None => st.mxcsr.maybe(FLAGS),
-            }
+            st.mxcsr.raised(flags);
         }
         M::Cvtsi2sd | M::Cvtsi2ss => {
             let Some(i) = index(insn.op_register(0)) else {
@@ -363,10 +333,7 @@ pub fn step(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
                 None => (None, None),
             };
             st.vec.set_lane(i, 0, if double { 4 } else { 8 }, v);
-            match flags {
-                Some(f) => st.mxcsr.raise(f),
-                None => st.mxcsr.maybe(FLAGS),
-            }
+            st.mxcsr.raised(flags);
         }
         _ => return false,
     }
