@@ -95,6 +95,9 @@ fn values_inputs(
     let soft = events
         .iter()
         .filter(|e| matches!(e.kind, EventKind::Enabled { .. } | EventKind::Disabled { .. }))
+        // Nor does tracing's stop for it (the qemu backend's TIP.PGD at the faulting
+        // instruction): nothing ran between the last retired instruction and the fault.
+        .filter(|e| !(fault && e.position == retired))
         .map(|e| e.position)
         .collect();
     let maps = recording.maps()?;
@@ -118,10 +121,13 @@ fn values_inputs(
     let start_memory = recording.snapshot(false)?;
     let ended = complete && matches!(m.end, EndState::Exited { .. } | EndState::Signaled { .. });
     let end = match ended {
-        true => Some(State {
-            cpu: cpu(&m.cpu),
-            ..snapshot_state(&m.registers_end, &[], &recording.snapshot(true)?)
-        }),
+        true => {
+            let end = State {
+                cpu: cpu(&m.cpu),
+                ..snapshot_state(&m.registers_end, &[], &recording.snapshot(true)?)
+            };
+            Some(end)
+        }
         false => None,
     };
     Ok(state::Inputs {
@@ -138,6 +144,7 @@ fn values_inputs(
             ..snapshot_state(&m.registers_start, &files, &start_memory)
         },
         end,
+        fault,
     })
 }
 

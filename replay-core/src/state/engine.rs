@@ -29,6 +29,9 @@ use crate::recording::cpuid::CpuidLeaf;
 use crate::recording::{InsnResult, SignalEntry};
 use crate::syscall::SyscallRecord;
 
+/// RFLAGS.RF, which a fault's delivery sets in the flags the kernel saves.
+const RF: u64 = 1 << 16;
+
 /// Positions between checkpoints.
 pub const INTERVAL: u64 = 4096;
 
@@ -68,6 +71,10 @@ pub struct Inputs {
     pub start: State,
     /// The state at the last position, if the recording has it.
     pub end: Option<State>,
+    /// Whether the last position is an instruction that faulted: the end state's registers
+    /// are then those the kernel saved, with RF set by the fault's delivery (SDM vol. 3,
+    /// 18.3.1.1), which is what gdb shows natively there.
+    pub fault: bool,
 }
 
 /// The areas registered with a successful `rseq` call: its logged writes (step backend) or
@@ -114,6 +121,7 @@ pub struct Values {
     results: FxHashMap<u64, InsnResult>,
     signals: FxHashMap<u64, SignalEntry>,
     cpuid: Vec<CpuidLeaf>,
+    fault: bool,
     forward: Vec<State>,
     backward: BTreeMap<u64, State>,
     /// Forward checkpoint `k` merged with the backward state at its position.
@@ -165,6 +173,7 @@ impl Values {
             results: inputs.results.into_iter().map(|r| (r.position, r)).collect(),
             signals: inputs.signals.into_iter().map(|r| (r.position, r)).collect(),
             cpuid: inputs.cpuid,
+            fault: inputs.fault,
             forward: vec![inputs.start],
             backward,
             forward_seeded: FxHashMap::default(),
@@ -322,6 +331,10 @@ impl Values {
                     st.mem.write(e.frame.address, &bytes);
                 }
             }
+            if self.fault && p + 2 == self.len() {
+                // RF as the kernel saved it at the fault: the end state says.
+                st.flags.forget(RF);
+            }
             self.stats.forward_steps += 1;
         } else {
             if let Some(e) = changes {
@@ -335,6 +348,10 @@ impl Values {
             // What the instruction wrote is known after it (and unknown before it).
             if let Some(r) = self.logged_result(p, ip, between) {
                 transition::set_named(st, &r.after);
+            }
+            if self.fault && p + 2 == self.len() {
+                // The saved RF was the fault's, not the instructions' before it.
+                st.flags.forget(RF);
             }
             transition::backward(st, between, &self.space, &mut self.factory);
             self.stats.backward_steps += 1;
