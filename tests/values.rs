@@ -266,3 +266,38 @@ fn the_qemu_backend_knows_python3s_values_from_its_entry_point() {
     assert!(right(&text, "rsp") >= 99.0, "{text}");
     assert!(right(&text, "all GPRs") >= 99.0, "{text}");
 }
+
+#[test]
+fn the_qemu_backend_knows_the_registers_where_tracing_starts() {
+    // Debian's sort is stripped: `--start main` is the function its entry point hands to
+    // __libc_start_main. QEMU's gdbstub stops there (a breakpoint) before the plugin starts
+    // tracing; its registers, vector registers and MXCSR are the recording's first state.
+    let dir = scratch("qemu-sort-main");
+    let lines: String = (0..3000).map(|i| format!("{}\n", (i * 7919) % 3001)).collect();
+    std::fs::write(dir.join("in.txt"), lines).expect("input");
+    let rec = dir.join("rec");
+    let out = Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .args(["record", "--backend", "qemu", "--truth", "--start", "main", "--out"])
+        .arg(&rec)
+        .current_dir(&dir)
+        .args(["--", "/usr/bin/sort", "-n", "in.txt"])
+        .stdout(Stdio::null())
+        .output()
+        .expect("rtit record");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("unknown"), "no warning about the start registers: {err}");
+    let manifest = std::fs::read_to_string(rec.join("manifest.json")).expect("manifest");
+    let manifest: serde_json::Value = serde_json::from_str(&manifest).expect("json");
+    let start = &manifest["registers_start"];
+    assert_eq!(start["rip"], manifest["start_ip"], "{start}");
+    for reg in ["rsp", "rdi", "rsi", "fs_base", "xmm0", "mxcsr"] {
+        assert!(start[reg].is_string(), "{reg} at the start: {start}");
+    }
+    // main(argc, argv): argc is 3.
+    assert_eq!(start["rdi"], "0x3", "{start}");
+    let text = check_values(&rec, "qemu sort from main");
+    assert!(samples(&text) >= 5, "{text}");
+    assert!(right(&text, "rsp") >= 99.0, "{text}");
+    assert!(right(&text, "all GPRs") >= 99.0, "{text}");
+}

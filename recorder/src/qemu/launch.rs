@@ -9,6 +9,7 @@ use std::process::Command;
 use nix::sys::signal::Signal;
 use rtit_replay_core::recording::{EndState, MemoryRegion, TraceEndRecord};
 
+use super::gdbstub::StartPoint;
 use super::report::{files, Args, PluginEnd, Report};
 use super::stop::{StopError, StopPipe};
 use crate::model::RtitConfig;
@@ -47,9 +48,9 @@ pub enum QemuError {
         /// Where the report should be.
         dir: String,
     },
-    /// Sampling registers for `--truth` failed.
+    /// Reading registers through QEMU's gdbstub failed.
     #[error(transparent)]
-    Truth(#[from] super::truth::TruthError),
+    Gdbstub(#[from] super::gdbstub::GdbstubError),
     /// Stopping QEMU on a signal failed.
     #[error(transparent)]
     Stop(#[from] StopError),
@@ -175,10 +176,24 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
     }
     cmd.env("LD_PRELOAD", preload);
     cmd.arg("-plugin").arg(option);
-    // With the truth, QEMU's gdbstub waits on this socket before the first instruction; the
-    // sampler reads registers through it (see `super::truth`).
+    // QEMU's gdbstub waits on this socket before the first instruction when rtit needs
+    // registers the plugin cannot read: where tracing starts and samples for `--truth`
+    // (see `super::gdbstub`).
     let socket = dir.join("gdbstub.sock");
-    if opts.truth {
+    let plan = super::gdbstub::Plan {
+        sample: opts.truth,
+        sample_entry: matches!(opts.start, StartAt::Entry),
+        start: match &opts.start {
+            StartAt::Entry => None,
+            StartAt::Symbol(name) => Some(StartPoint::Symbol {
+                program: program.to_path_buf(),
+                name: name.clone(),
+            }),
+            StartAt::Address(a) => Some(StartPoint::Address(*a)),
+        },
+    };
+    let gdbstub = plan.sample || plan.start.is_some();
+    if gdbstub {
         cmd.arg("-g").arg(&socket);
     }
     cmd.arg(program).args(&opts.args);
@@ -196,10 +211,9 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
         });
     }
     let mut child = cmd.spawn().map_err(io(qemu))?;
-    let sampler = if opts.truth {
-        let at_entry = matches!(opts.start, StartAt::Entry);
-        match super::truth::Sampler::start(&socket, dir, child.id(), at_entry) {
-            Ok(s) => Some(s),
+    let watch = if gdbstub {
+        match super::gdbstub::Watch::start(&socket, dir, child.id(), plan) {
+            Ok(w) => Some(w),
             Err(e) => {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -210,10 +224,11 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
         None
     };
     let status = pipe.wait(&mut child, &opts.interrupted, super::stop::GRACE)?;
-    let samples = sampler
-        .map(super::truth::Sampler::finish)
+    let watched = watch
+        .map(super::gdbstub::Watch::finish)
         .transpose()?
         .unwrap_or_default();
+    let samples = watched.samples;
     let report_path = dir.join(files::REPORT);
     let text = std::fs::read(&report_path).map_err(|_| QemuError::NoReport {
         status: status.to_string(),
@@ -282,6 +297,21 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
         images.add(path, *load);
     }
     let end = end_state(&report.end, status, &opts.interrupted);
+    let registers_start = match watched.start {
+        None => report.registers_start,
+        Some(Ok(regs)) if regs.get("rip") == Some(&format!("{start_ip:#x}")) => regs,
+        Some(Ok(regs)) => {
+            warnings.push(format!(
+                "QEMU's gdbstub stopped at rip {} but tracing started at {start_ip:#x}: the registers there are unknown",
+                regs.get("rip").map_or("?", String::as_str)
+            ));
+            report.registers_start
+        }
+        Some(Err(why)) => {
+            warnings.push(format!("{why}: the registers where tracing starts are unknown"));
+            report.registers_start
+        }
+    };
     Ok(Outcome {
         trace_end: report.tnt_buff.map(|tnt_buff| TraceEndRecord { tnt_buff }),
         children: report.children,
@@ -301,7 +331,7 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
         memory_end,
         maps: report.maps,
         images,
-        registers_start: report.registers_start,
+        registers_start,
         registers_end: report.registers_end,
         start_ip,
         cr3,

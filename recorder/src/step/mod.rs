@@ -306,7 +306,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
     let warnings = check_executable(&program)?;
     let tracee = Tracee::spawn(&program, &opts.args, opts.aslr)?;
     let regs_start = run_to(&tracee, &opts.start)?;
-    let mxcsr_start = tracee.mxcsr()?;
+    let sse_start = tracee.sse()?;
     let start_ip = regs_start.rip;
     let cr3 = (u64::from(tracee.pid.as_raw() as u32) << 12) & ((1 << 36) - 1);
     let config = RtitConfig {
@@ -542,7 +542,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
         images,
         registers_start: {
             let mut m = regs_map(&regs_start);
-            m.insert("mxcsr".into(), format!("{mxcsr_start:#x}"));
+            m.extend(sse_start);
             m
         },
         registers_end: regs_map(&regs_end),

@@ -1,7 +1,6 @@
 //! Sideband of a step recording read through ptrace: the vDSO's bytes, memory snapshots and
 //! symbol addresses for `--start`.
 
-use object::{Object, ObjectKind, ObjectSymbol};
 use rtit_replay_core::recording::Mapping;
 
 use super::tracee::Tracee;
@@ -35,14 +34,10 @@ pub fn symbol_address(tracee: &Tracee, name: &str) -> Result<u64, StepError> {
     let exe = std::fs::read_link(format!("/proc/{}/exe", tracee.pid))
         .map_err(|e| problem(format!("cannot find the executable: {e}")))?;
     let bytes = std::fs::read(&exe).map_err(|e| problem(format!("cannot read {}: {e}", exe.display())))?;
-    let file = object::File::parse(&*bytes).map_err(|e| problem(format!("{}: {e}", exe.display())))?;
-    let symbol = file
-        .symbols()
-        .chain(file.dynamic_symbols())
-        .find(|s| s.name() == Ok(name) && s.is_definition())
-        .ok_or_else(|| problem(format!("no symbol of that name in {}", exe.display())))?;
-    let bias = if file.kind() == ObjectKind::Dynamic {
-        let exe_name = exe.display().to_string();
+    let exe_name = exe.display().to_string();
+    let (address, relocated) =
+        rtit_replay_core::image::defined_symbol(&exe_name, &bytes, name).map_err(|e| problem(e.to_string()))?;
+    let bias = if relocated {
         let load = tracee
             .maps()?
             .iter()
@@ -54,5 +49,5 @@ pub fn symbol_address(tracee: &Tracee, name: &str) -> Result<u64, StepError> {
     } else {
         0
     };
-    Ok(symbol.address() + bias)
+    Ok(address + bias)
 }

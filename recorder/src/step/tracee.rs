@@ -152,11 +152,18 @@ impl Tracee {
         ptrace::getregs(self.pid).map_err(|e| StepError::Ptrace(format!("PTRACE_GETREGS: {e}")))
     }
 
-    /// MXCSR, from the floating-point register set.
-    pub fn mxcsr(&self) -> Result<u32, StepError> {
-        ptrace::getregset::<ptrace::regset::NT_PRFPREG>(self.pid)
-            .map(|f| f.mxcsr)
-            .map_err(|e| StepError::Ptrace(format!("PTRACE_GETREGSET NT_PRFPREG: {e}")))
+    /// MXCSR and xmm0–xmm15, from the floating-point register set (FXSAVE's layout), by
+    /// the names a recording's register maps use.
+    pub fn sse(&self) -> Result<BTreeMap<String, String>, StepError> {
+        let f = ptrace::getregset::<ptrace::regset::NT_PRFPREG>(self.pid)
+            .map_err(|e| StepError::Ptrace(format!("PTRACE_GETREGSET NT_PRFPREG: {e}")))?;
+        let mut map = BTreeMap::new();
+        map.insert("mxcsr".to_string(), format!("{:#x}", f.mxcsr));
+        for (i, dwords) in f.xmm_space.chunks_exact(4).enumerate() {
+            let value = dwords.iter().rev().fold(0u128, |v, &d| v << 32 | u128::from(d));
+            map.insert(format!("xmm{i}"), format!("{value:#x}"));
+        }
+        Ok(map)
     }
 
     /// Sets the registers.

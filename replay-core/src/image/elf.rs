@@ -47,6 +47,71 @@ pub fn lowest_vaddr(name: &str, bytes: &[u8]) -> Result<u64, ImageError> {
         .ok_or_else(|| ImageError::elf(name, "no loadable segment"))
 }
 
+/// Where a symbol a program defines lies as linked (bias 0), and whether the file is
+/// position independent, so that its run-time address is that plus the load bias. The one
+/// lookup of `--start SYMBOL` for every backend, so that the recorder's and the QEMU
+/// plugin's idea of the start point cannot drift apart.
+pub fn defined_symbol(name: &str, bytes: &[u8], symbol: &str) -> Result<(u64, bool), ImageError> {
+    let file = parse(name, bytes)?;
+    let found = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .find(|s| s.name() == Ok(symbol) && s.is_definition())
+        .map(|s| s.address());
+    let address = match found {
+        Some(a) => a,
+        None if symbol == "main" => main_from_entry(&file).ok_or_else(|| {
+            ImageError::elf(
+                name,
+                "no symbol named main, and the entry point does not pass one to __libc_start_main",
+            )
+        })?,
+        None => return Err(ImageError::elf(name, format!("no symbol named {symbol}"))),
+    };
+    Ok((address, file.kind() == ObjectKind::Dynamic))
+}
+
+/// `main` of a stripped glibc program: glibc's `_start` loads it into `rdi` (`lea
+/// rdi,[rip+main]`, or `mov rdi, main` when not position independent) and calls
+/// `__libc_start_main` with it, within its first few instructions. `None` when the entry
+/// point's code does not read so.
+pub(super) fn main_from_entry(file: &object::File<'_>) -> Option<u64> {
+    use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic, OpKind, Register};
+    let entry = file.entry();
+    let code = file.segments().find_map(|seg| {
+        let data = seg.data().ok()?;
+        let offset = entry.checked_sub(seg.address())?;
+        data.get(usize::try_from(offset).ok()?..)
+    })?;
+    let mut decoder = Decoder::with_ip(64, &code[..code.len().min(128)], entry, DecoderOptions::NONE);
+    let mut main = None;
+    for insn in decoder.iter().take(24) {
+        if insn.flow_control() == FlowControl::Call || insn.flow_control() == FlowControl::IndirectCall {
+            return main;
+        }
+        if insn.flow_control() != FlowControl::Next {
+            return None;
+        }
+        if insn.op0_kind() == OpKind::Register && matches!(insn.op0_register(), Register::RDI | Register::EDI) {
+            main = match (insn.mnemonic(), insn.op1_kind()) {
+                (Mnemonic::Lea, OpKind::Memory) if insn.is_ip_rel_memory_operand() => {
+                    Some(insn.ip_rel_memory_address())
+                }
+                (Mnemonic::Mov, OpKind::Immediate32 | OpKind::Immediate32to64 | OpKind::Immediate64) => {
+                    Some(insn.immediate(1))
+                }
+                _ => None,
+            };
+        }
+    }
+    None
+}
+
+/// The entry point as linked (ELF `e_entry`).
+pub fn entry(name: &str, bytes: &[u8]) -> Result<u64, ImageError> {
+    Ok(parse(name, bytes)?.entry())
+}
+
 /// An executable, shared object or vDSO at `bias`.
 pub fn load_linked(name: &str, bytes: Vec<u8>, bias: u64) -> Result<Image, ImageError> {
     let file = parse(name, &bytes)?;

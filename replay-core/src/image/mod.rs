@@ -21,6 +21,7 @@ pub use error::ImageError;
 pub fn lowest_vaddr(name: &str, bytes: &[u8]) -> Result<u64, ImageError> {
     elf::lowest_vaddr(name, bytes)
 }
+pub use elf::{defined_symbol, entry};
 pub use symbols::{Location, SourceLine};
 
 use symbols::Symbols;

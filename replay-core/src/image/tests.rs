@@ -180,3 +180,20 @@ fn relocatable_objects_get_section_addresses_and_relocations() {
     let loc = space.locate(text + 16).expect("f");
     assert_eq!(loc.symbol.as_deref(), Some("f"));
 }
+
+#[test]
+fn main_of_a_stripped_program_is_what_its_entry_point_passes_to_libc() {
+    let (exe, _) = self_image();
+    let name = exe.display().to_string();
+    let bytes = std::fs::read(&exe).expect("test binary");
+    let (by_symbol, relocated) = defined_symbol(&name, &bytes, "main").expect("the test binary defines main");
+    assert!(relocated, "the test binary is position independent");
+    let file = object::File::parse(&*bytes).expect("ELF");
+    assert_eq!(elf::main_from_entry(&file), Some(by_symbol));
+    // A file whose entry point calls nothing with rdi set says so.
+    let object = module_object();
+    let err = defined_symbol("module.o", &object, "main").expect_err("no main in a module");
+    assert!(err.to_string().starts_with("module.o: no symbol named main"), "{err}");
+    let err = defined_symbol(&name, &bytes, "no_such_symbol_here").expect_err("absent");
+    assert!(err.to_string().contains("no symbol named no_such_symbol_here"), "{err}");
+}

@@ -17,9 +17,11 @@ fn invalid(path: &Path, message: String) -> RecordingError {
     }
 }
 
-fn is_hex_value(v: &str) -> bool {
+/// A register's value: at most 64 bits, 128 for `xmm0`–`xmm15`.
+fn is_hex_value(reg: &str, v: &str) -> bool {
     let digits = v.strip_prefix("0x").unwrap_or(v);
-    !digits.is_empty() && digits.len() <= 16 && digits.bytes().all(|b| b.is_ascii_hexdigit())
+    let most = if reg.starts_with("xmm") { 32 } else { 16 };
+    !digits.is_empty() && digits.len() <= most && digits.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// A path inside the recording: relative, and made of plain names only (no `..`, no root).
@@ -48,7 +50,7 @@ pub(super) fn manifest(path: &Path, m: &Manifest) -> Result<(), RecordingError> 
         ("registers_start", &m.registers_start),
         ("registers_end", &m.registers_end),
     ] {
-        if let Some((reg, value)) = regs.iter().find(|(_, v)| !is_hex_value(v)) {
+        if let Some((reg, value)) = regs.iter().find(|(r, v)| !is_hex_value(r, v)) {
             return Err(invalid(
                 path,
                 format!("{name}.{reg}: `{value}` is not a hexadecimal value"),

@@ -34,9 +34,22 @@ fn parse(v: &str) -> Option<u64> {
     u64::from_str_radix(v.trim_start_matches("0x"), 16).ok()
 }
 
-/// Sets registers from a name → value map.
+/// Sets registers from a name → value map: general-purpose, segment and base registers,
+/// `eflags`, `mxcsr`, and `xmm0`–`xmm15` (128 bits; the upper halves of ymm stay as they
+/// were).
 pub fn set_named(st: &mut State, map: &std::collections::BTreeMap<String, String>) {
     for (name, value) in map {
+        if let Some(i) = name
+            .strip_prefix("xmm")
+            .and_then(|i| i.parse::<usize>().ok())
+            .filter(|&i| i < 16)
+        {
+            if let Ok(v) = u128::from_str_radix(value.trim_start_matches("0x"), 16) {
+                st.vec.set_lane(i, 0, 8, Some(v as u64));
+                st.vec.set_lane(i, 8, 8, Some((v >> 64) as u64));
+            }
+            continue;
+        }
         let Some(v) = parse(value) else { continue };
         if name == "eflags" {
             st.flags = flags::Flags::known(v);

@@ -11,7 +11,6 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{fcntl, FcntlArg};
-use object::{Object, ObjectKind, ObjectSymbol};
 use rtit_recorder::model::{ModelOptions, RtitConfig};
 use rtit_recorder::outcome::RegisterMap;
 use rtit_recorder::qemu::block::Block;
@@ -218,14 +217,10 @@ impl Plugin {
         };
         let exe = std::fs::canonicalize(&exe).map_err(|e| format!("{exe}: {e}"))?;
         let bytes = std::fs::read(&exe).map_err(|e| format!("{}: {e}", exe.display()))?;
-        let file = object::File::parse(&*bytes).map_err(|e| format!("{}: {e}", exe.display()))?;
-        let symbol = file
-            .symbols()
-            .chain(file.dynamic_symbols())
-            .find(|s| s.name() == Ok(name) && s.is_definition())
-            .ok_or_else(|| format!("no symbol of that name in {}", exe.display()))?;
-        let bias = if file.kind() == ObjectKind::Dynamic {
-            let path = exe.display().to_string();
+        let path = exe.display().to_string();
+        let (address, relocated) =
+            rtit_replay_core::image::defined_symbol(&path, &bytes, name).map_err(|e| e.to_string())?;
+        let bias = if relocated {
             let load = self
                 .maps
                 .as_ref()
@@ -241,7 +236,7 @@ impl Plugin {
         } else {
             0
         };
-        Ok(symbol.address() + bias)
+        Ok(address + bias)
     }
 
     /// Block `id` starts; `counts` are the previous block's.

@@ -1,5 +1,7 @@
-//! The sampling thread: waits a random 0.1–0.7 ms, stops the program through QEMU's gdbstub,
-//! reads the registers and the plugin's counters, and lets it go on.
+//! The thread that holds QEMU's gdbstub connection for the whole run: it reads the
+//! registers where tracing starts, then (for `--truth`) waits a random 0.1–0.7 ms, stops
+//! the program, reads the registers and the plugin's counters, and lets it go on, again and
+//! again; and it passes the program's own signals on.
 
 use std::io::IoSliceMut;
 use std::os::unix::net::UnixStream;
@@ -14,7 +16,8 @@ use nix::sys::uio::{process_vm_readv, RemoteIoVec};
 use nix::unistd::Pid;
 
 use super::remote::{registers, stop, Received, Remote, Stop};
-use super::TruthError;
+use super::start::{run_to, Reached, StartPoint};
+use super::GdbstubError;
 use crate::outcome::RegisterMap;
 use crate::qemu::report::Counters;
 
@@ -32,43 +35,67 @@ const CONNECT_WITHIN: Duration = Duration::from_secs(10);
 /// While waiting for a stop, how often the thread looks whether it should give up.
 const POLL: Duration = Duration::from_millis(100);
 
-/// A running sampler.
-pub struct Sampler {
-    thread: JoinHandle<Result<Vec<(u64, RegisterMap)>, TruthError>>,
+/// What the thread is to do.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    /// Sample registers at random moments (`--truth`).
+    pub sample: bool,
+    /// With `sample`, the registers at the first instruction are the sample at position 0
+    /// (tracing starts there).
+    pub sample_entry: bool,
+    /// Where tracing starts when not at the first instruction: the registers there are read.
+    pub start: Option<StartPoint>,
+}
+
+/// What the thread read.
+#[derive(Debug, Default)]
+pub struct Watched {
+    /// Register samples: (position, registers before the instruction there).
+    pub samples: Vec<(u64, RegisterMap)>,
+    /// The registers where the plan's start point first ran, or why they were not read.
+    pub start: Option<Result<RegisterMap, String>>,
+}
+
+/// A running watch over QEMU's gdbstub.
+pub struct Watch {
+    thread: JoinHandle<Result<Watched, GdbstubError>>,
     done: Arc<AtomicBool>,
 }
 
-impl Sampler {
+impl Watch {
     /// Connects to QEMU (process `pid`) at `socket`, where it waits before the program's first
-    /// instruction, and starts sampling. `dir` holds the plugin's counters file; with
-    /// `at_entry` the registers at that first instruction are the sample at position 0.
-    pub fn start(socket: &Path, dir: &Path, pid: u32, at_entry: bool) -> Result<Self, TruthError> {
+    /// instruction, and carries out `plan`. `dir` holds the plugin's counters file.
+    pub fn start(socket: &Path, dir: &Path, pid: u32, plan: Plan) -> Result<Self, GdbstubError> {
         let stream = connect(socket)?;
-        let counters = read_counters(&dir.join(crate::qemu::report::files::COUNTERS))?;
+        let counters = if plan.sample {
+            Some(read_counters(&dir.join(crate::qemu::report::files::COUNTERS))?)
+        } else {
+            None
+        };
         let done = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&done);
         let pid = Pid::from_raw(pid as i32);
         let thread = std::thread::Builder::new()
-            .name("rtit-sampler".into())
-            .spawn(move || sample(Remote::new(stream), pid, counters, at_entry, &flag))
-            .map_err(TruthError::Io)?;
+            .name("rtit-gdbstub".into())
+            .spawn(move || watch(Remote::new(stream), pid, counters, &plan, &flag))
+            .map_err(GdbstubError::Io)?;
         Ok(Self { thread, done })
     }
 
-    /// The samples, once QEMU has ended: (position, registers before the instruction there).
-    pub fn finish(self) -> Result<Vec<(u64, RegisterMap)>, TruthError> {
+    /// What was read, once QEMU has ended.
+    pub fn finish(self) -> Result<Watched, GdbstubError> {
         self.done.store(true, Ordering::Relaxed);
-        self.thread.join().map_err(|_| TruthError::Panicked)?
+        self.thread.join().map_err(|_| GdbstubError::Panicked)?
     }
 }
 
-fn connect(socket: &Path) -> Result<UnixStream, TruthError> {
+fn connect(socket: &Path) -> Result<UnixStream, GdbstubError> {
     let deadline = Instant::now() + CONNECT_WITHIN;
     loop {
         match UnixStream::connect(socket) {
             Ok(s) => return Ok(s),
             Err(e) if Instant::now() >= deadline => {
-                return Err(TruthError::Connect {
+                return Err(GdbstubError::Connect {
                     path: socket.display().to_string(),
                     source: e,
                 })
@@ -78,8 +105,8 @@ fn connect(socket: &Path) -> Result<UnixStream, TruthError> {
     }
 }
 
-fn read_counters(path: &PathBuf) -> Result<Counters, TruthError> {
-    let bad = |problem: String| TruthError::Counters {
+fn read_counters(path: &PathBuf) -> Result<Counters, GdbstubError> {
+    let bad = |problem: String| GdbstubError::Counters {
         path: path.display().to_string(),
         problem,
     };
@@ -99,37 +126,74 @@ impl Jitter {
     }
 }
 
-fn sample(
+fn watch(
     mut remote: Remote,
     pid: Pid,
-    counters: Counters,
-    at_entry: bool,
+    counters: Option<Counters>,
+    plan: &Plan,
     done: &AtomicBool,
-) -> Result<Vec<(u64, RegisterMap)>, TruthError> {
-    let mut samples = Vec::new();
+) -> Result<Watched, GdbstubError> {
+    let mut watched = Watched::default();
     let first = remote.request("?")?;
     if !matches!(stop(&first)?, Stop::Signal(_)) {
-        return Ok(samples);
+        return Ok(watched);
     }
-    if at_entry {
-        samples.push((0, registers(&remote.request("g")?)?));
+    if plan.sample && plan.sample_entry {
+        watched.samples.push((0, registers(&remote.request("g")?)?));
+    }
+    if let Some(start) = &plan.start {
+        match run_to(&mut remote, start, || done.load(Ordering::Relaxed))? {
+            Reached::Registers(regs) => watched.start = Some(Ok(regs)),
+            Reached::Not(why) => watched.start = Some(Err(why)),
+            Reached::Ended => return Ok(watched),
+        }
     }
     remote.send("c")?;
+    match counters {
+        Some(counters) => sample(&mut remote, pid, counters, done, &mut watched.samples)?,
+        None => pass_signals(&mut remote, done)?,
+    }
+    Ok(watched)
+}
+
+/// Passes the program's signals on until it ends.
+fn pass_signals(remote: &mut Remote, done: &AtomicBool) -> Result<(), GdbstubError> {
+    loop {
+        match remote.receive(Some(POLL))? {
+            Received::Closed => return Ok(()),
+            Received::TimedOut if done.load(Ordering::Relaxed) => return Ok(()),
+            Received::TimedOut => {}
+            Received::Packet(reply) => match stop(&reply)? {
+                Stop::Ended => return Ok(()),
+                Stop::Signal(s) => remote.send(&format!("C{s:02x}"))?,
+            },
+        }
+    }
+}
+
+/// Samples the running program until it ends.
+fn sample(
+    remote: &mut Remote,
+    pid: Pid,
+    counters: Counters,
+    done: &AtomicBool,
+    samples: &mut Vec<(u64, RegisterMap)>,
+) -> Result<(), GdbstubError> {
     let mut jitter = Jitter(u64::from(pid.as_raw() as u32) | 1 << 40);
     loop {
         match remote.receive(Some(jitter.next()))? {
-            Received::Closed => return Ok(samples),
+            Received::Closed => return Ok(()),
             // The program's own signal (or its end) while it ran: passed on as it came.
             Received::Packet(reply) => match stop(&reply)? {
-                Stop::Ended => return Ok(samples),
+                Stop::Ended => return Ok(()),
                 Stop::Signal(s) => remote.send(&format!("C{s:02x}"))?,
             },
             Received::TimedOut => {
                 if done.load(Ordering::Relaxed) || kill(pid, SAMPLE_SIGNAL).is_err() {
-                    return Ok(samples);
+                    return Ok(());
                 }
-                match our_stop(&mut remote, done)? {
-                    None => return Ok(samples),
+                match our_stop(remote, done)? {
+                    None => return Ok(()),
                     Some(()) => {
                         let at = position(pid, counters);
                         let regs = registers(&remote.request("g")?)?;
@@ -146,7 +210,7 @@ fn sample(
 
 /// Waits for the stop the sample signal causes, passing the program's own signals on;
 /// `None` if the program ended first.
-fn our_stop(remote: &mut Remote, done: &AtomicBool) -> Result<Option<()>, TruthError> {
+fn our_stop(remote: &mut Remote, done: &AtomicBool) -> Result<Option<()>, GdbstubError> {
     loop {
         match remote.receive(Some(POLL))? {
             Received::Closed => return Ok(None),

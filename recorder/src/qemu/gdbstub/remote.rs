@@ -1,5 +1,6 @@
-//! As much of a GDB remote-protocol client as sampling needs: packets with checksums and
-//! acknowledgements, stop replies, and the `g` reply of QEMU's x86-64 target.
+//! As much of a GDB remote-protocol client as rtit needs: packets with checksums and
+//! acknowledgements, stop replies, the `g` reply of QEMU's x86-64 target and the auxiliary
+//! vector (`qXfer:auxv:read`).
 //!
 //! QEMU's gdbstub is the only thing in QEMU user mode 7.2 that can read the guest's
 //! registers (the plugin API of 7.2 cannot); this client talks to it over the Unix socket
@@ -9,7 +10,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use super::TruthError;
+use super::GdbstubError;
 use crate::outcome::RegisterMap;
 
 /// What waiting for a packet gave.
@@ -48,30 +49,76 @@ impl Remote {
     }
 
     /// Sends one packet.
-    pub fn send(&mut self, data: &str) -> Result<(), TruthError> {
+    pub fn send(&mut self, data: &str) -> Result<(), GdbstubError> {
         let sum = data.bytes().fold(0u8, u8::wrapping_add);
         let frame = format!("${data}#{sum:02x}");
-        self.stream.write_all(frame.as_bytes()).map_err(TruthError::Io)
+        self.stream.write_all(frame.as_bytes()).map_err(GdbstubError::Io)
     }
 
     /// Sends `data` and waits for the reply.
-    pub fn request(&mut self, data: &str) -> Result<String, TruthError> {
+    pub fn request(&mut self, data: &str) -> Result<String, GdbstubError> {
+        self.request_bytes(data)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+    }
+
+    /// Sends `data` and waits for the reply, which may be binary.
+    fn request_bytes(&mut self, data: &str) -> Result<Vec<u8>, GdbstubError> {
         self.send(data)?;
-        match self.receive(None)? {
-            Received::Packet(p) => Ok(p),
-            _ => Err(TruthError::Protocol(format!(
+        match self.receive_bytes(None)? {
+            Some(Some(p)) => Ok(p),
+            _ => Err(GdbstubError::Protocol(format!(
                 "QEMU closed the connection after {data:?}"
             ))),
         }
     }
 
     /// The next packet, acknowledged; `timeout` bounds the wait for its first byte.
-    pub fn receive(&mut self, timeout: Option<Duration>) -> Result<Received, TruthError> {
+    pub fn receive(&mut self, timeout: Option<Duration>) -> Result<Received, GdbstubError> {
+        Ok(match self.receive_bytes(timeout)? {
+            None => Received::Closed,
+            Some(None) => Received::TimedOut,
+            Some(Some(p)) => Received::Packet(String::from_utf8_lossy(&p).into_owned()),
+        })
+    }
+
+    /// The program's auxiliary vector, as (type, value) pairs.
+    pub fn auxv(&mut self) -> Result<Vec<(u64, u64)>, GdbstubError> {
+        let mut bytes = Vec::new();
+        loop {
+            let reply = self.request_bytes(&format!("qXfer:auxv:read::{:x},800", bytes.len()))?;
+            let (&kind, data) = reply
+                .split_first()
+                .ok_or_else(|| GdbstubError::Protocol("an empty reply to qXfer:auxv:read".into()))?;
+            match kind {
+                b'm' | b'l' => bytes.extend(unescape(data)),
+                _ => {
+                    return Err(GdbstubError::Protocol(format!(
+                        "qXfer:auxv:read answered {:?}",
+                        String::from_utf8_lossy(&reply)
+                    )))
+                }
+            }
+            if kind == b'l' || data.is_empty() {
+                break;
+            }
+        }
+        Ok(bytes
+            .chunks_exact(16)
+            .map(|c| {
+                let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+                (word(&c[..8]), word(&c[8..]))
+            })
+            .collect())
+    }
+
+    /// The next packet's bytes, acknowledged: `None` when QEMU closed the connection,
+    /// `Some(None)` when nothing began to arrive within `timeout`.
+    fn receive_bytes(&mut self, timeout: Option<Duration>) -> Result<Option<Option<Vec<u8>>>, GdbstubError> {
         // Acknowledgements and anything before a packet's `$` are skipped.
         loop {
             match self.byte(timeout)? {
-                None => return Ok(Received::Closed),
-                Some(Err(())) => return Ok(Received::TimedOut),
+                None => return Ok(None),
+                Some(Err(())) => return Ok(Some(None)),
                 Some(Ok(b'$')) => break,
                 Some(Ok(_)) => {}
             }
@@ -81,33 +128,33 @@ impl Remote {
             match self.byte(None)? {
                 Some(Ok(b'#')) => break,
                 Some(Ok(b)) => data.push(b),
-                _ => return Ok(Received::Closed),
+                _ => return Ok(None),
             }
         }
         let mut sum = [0u8; 2];
         for s in &mut sum {
             match self.byte(None)? {
                 Some(Ok(b)) => *s = b,
-                _ => return Ok(Received::Closed),
+                _ => return Ok(None),
             }
         }
         let expected = std::str::from_utf8(&sum)
             .ok()
             .and_then(|s| u8::from_str_radix(s, 16).ok());
         if expected != Some(data.iter().fold(0u8, |a, &b| a.wrapping_add(b))) {
-            return Err(TruthError::Protocol(format!(
+            return Err(GdbstubError::Protocol(format!(
                 "a packet with a bad checksum: {:?}",
                 String::from_utf8_lossy(&data)
             )));
         }
-        self.stream.write_all(b"+").map_err(TruthError::Io)?;
-        Ok(Received::Packet(expand(&data)))
+        self.stream.write_all(b"+").map_err(GdbstubError::Io)?;
+        Ok(Some(Some(expand(&data))))
     }
 
     /// One byte: `None` at the end of the stream, `Some(Err(()))` when `timeout` passed.
-    fn byte(&mut self, timeout: Option<Duration>) -> Result<Option<Result<u8, ()>>, TruthError> {
+    fn byte(&mut self, timeout: Option<Duration>) -> Result<Option<Result<u8, ()>>, GdbstubError> {
         if self.pending.is_empty() {
-            self.stream.set_read_timeout(timeout).map_err(TruthError::Io)?;
+            self.stream.set_read_timeout(timeout).map_err(GdbstubError::Io)?;
             let mut buf = [0u8; 4096];
             let n = loop {
                 match self.stream.read(&mut buf) {
@@ -117,7 +164,7 @@ impl Remote {
                         return Ok(Some(Err(())))
                     }
                     Err(e) if e.kind() == ErrorKind::ConnectionReset => return Ok(None),
-                    Err(e) => return Err(TruthError::Io(e)),
+                    Err(e) => return Err(GdbstubError::Io(e)),
                 }
             };
             if n == 0 {
@@ -130,7 +177,7 @@ impl Remote {
 }
 
 /// Undoes the protocol's run-length encoding (`X*n`: `n - 29` more copies of `X`).
-fn expand(data: &[u8]) -> String {
+fn expand(data: &[u8]) -> Vec<u8> {
     let mut out: Vec<u8> = Vec::with_capacity(data.len());
     let mut i = 0;
     while i < data.len() {
@@ -144,12 +191,25 @@ fn expand(data: &[u8]) -> String {
             i += 1;
         }
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
+}
+
+/// Undoes the escaping of binary data (`}` then the byte XOR 0x20).
+fn unescape(data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(data.len());
+    let mut bytes = data.iter();
+    while let Some(&b) = bytes.next() {
+        match b {
+            b'}' => out.extend(bytes.next().map(|e| e ^ 0x20)),
+            _ => out.push(b),
+        }
+    }
+    out
 }
 
 /// Parses a stop reply.
-pub fn stop(reply: &str) -> Result<Stop, TruthError> {
-    let bad = || TruthError::Protocol(format!("not a stop reply: {reply:?}"));
+pub fn stop(reply: &str) -> Result<Stop, GdbstubError> {
+    let bad = || GdbstubError::Protocol(format!("not a stop reply: {reply:?}"));
     match reply.as_bytes().first() {
         Some(b'S' | b'T') => reply
             .get(1..3)
@@ -161,19 +221,24 @@ pub fn stop(reply: &str) -> Result<Stop, TruthError> {
     }
 }
 
-/// The general-purpose, flags, segment and base registers of QEMU's x86-64 `g` reply: 16
-/// GPRs and rip (8 bytes each), eflags and six selectors (4 bytes each), then fs_base and
-/// gs_base (8 bytes each); the x87, SSE and control registers after them are not sampled.
-pub fn registers(reply: &str) -> Result<RegisterMap, TruthError> {
+/// The registers of QEMU's x86-64 `g` reply (its `i386-64bit.xml`, as `maint print
+/// remote-registers` lists it): 16 GPRs and rip (8 bytes each) at 0, eflags and six
+/// selectors (4 bytes each) at 136, fs_base and gs_base (8 bytes each) at 164, then
+/// k_gs_base and control registers, the x87 registers at 236, xmm0–15 (16 bytes each) at
+/// 348 and MXCSR at 604. The x87 and control registers are not taken; xmm and MXCSR only
+/// when the reply is long enough to hold them.
+pub fn registers(reply: &str) -> Result<RegisterMap, GdbstubError> {
     const NAMES64: [&str; 17] = [
         "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
         "rip",
     ];
     const NAMES32: [&str; 7] = ["eflags", "cs", "ss", "ds", "es", "fs", "gs"];
+    const XMM: usize = 348;
+    const MXCSR: usize = 604;
     let bytes =
-        unhex(reply).ok_or_else(|| TruthError::Protocol(format!("a `g` reply that is not hex: {:.40}…", reply)))?;
+        unhex(reply).ok_or_else(|| GdbstubError::Protocol(format!("a `g` reply that is not hex: {:.40}…", reply)))?;
     if bytes.len() < 180 {
-        return Err(TruthError::Protocol(format!(
+        return Err(GdbstubError::Protocol(format!(
             "a `g` reply of {} bytes; QEMU's x86-64 one has at least 180",
             bytes.len()
         )));
@@ -192,6 +257,16 @@ pub fn registers(reply: &str) -> Result<RegisterMap, TruthError> {
     }
     map.insert("fs_base".into(), format!("{:#x}", word(164, 8)));
     map.insert("gs_base".into(), format!("{:#x}", word(172, 8)));
+    if bytes.len() >= MXCSR + 4 {
+        for i in 0..16 {
+            let at = XMM + 16 * i;
+            map.insert(
+                format!("xmm{i}"),
+                format!("{:#x}", u128::from(word(at + 8, 8)) << 64 | u128::from(word(at, 8))),
+            );
+        }
+        map.insert("mxcsr".into(), format!("{:#x}", word(MXCSR, 4)));
+    }
     Ok(map)
 }
 
@@ -213,9 +288,16 @@ mod tests {
 
     #[test]
     fn run_length_encoding_is_undone() {
-        assert_eq!(expand(b"0* "), "0000");
-        assert_eq!(expand(b"a1*!b"), "a11111b");
-        assert_eq!(expand(b"plain"), "plain");
+        assert_eq!(expand(b"0* "), b"0000");
+        assert_eq!(expand(b"a1*!b"), b"a11111b");
+        assert_eq!(expand(b"plain"), b"plain");
+    }
+
+    #[test]
+    fn binary_data_is_unescaped() {
+        assert_eq!(unescape(b"a}\x03b"), b"a#b");
+        assert_eq!(unescape(&[b'}', 0x5d, 0x01]), [0x7d, 0x01]);
+        assert_eq!(unescape(&[b'}', 0x03]), [0x23]);
     }
 
     #[test]
@@ -230,7 +312,7 @@ mod tests {
 
     #[test]
     fn registers_come_from_their_offsets() {
-        let mut bytes = vec![0u8; 608];
+        let mut bytes = vec![0u8; 400];
         bytes[0] = 0x11; // rax
         bytes[56..64].copy_from_slice(&0x7fff_0000_1230u64.to_le_bytes()); // rsp
         bytes[128..136].copy_from_slice(&0x40_1000u64.to_le_bytes()); // rip
@@ -246,6 +328,18 @@ mod tests {
         assert_eq!(map["cs"], "0x33");
         assert_eq!(map["fs_base"], "0x7ffff7d8a740");
         assert_eq!(map["gs_base"], "0x0");
+        assert!(!map.contains_key("mxcsr"));
+        bytes.resize(620, 0);
+        bytes[348] = 0x78; // xmm0's lowest byte
+        bytes[348 + 15] = 0x12; // xmm0's highest
+        bytes[348 + 16 * 15 + 8] = 1; // xmm15's upper half
+        bytes[604..608].copy_from_slice(&0x1fa0u32.to_le_bytes());
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let map = registers(&hex).expect("parses");
+        assert_eq!(map["xmm0"], "0x12000000000000000000000000000078");
+        assert_eq!(map["xmm15"], "0x10000000000000000");
+        assert_eq!(map["mxcsr"], "0x1fa0");
+        assert_eq!(map["rsp"], "0x7fff00001230");
         assert!(registers(&hex[..200]).is_err());
         assert!(registers("zz").is_err());
     }
