@@ -416,6 +416,27 @@ impl Session {
         })
     }
 
+    /// Vector register `i` (0–15) at the current position, byte by byte (ymm's 32 bytes, the
+    /// low 16 being xmm); a byte the passes disagree on is unknown and counted as a conflict.
+    pub fn vector_register(&mut self, i: usize) -> [Option<u8>; 32] {
+        let Some(known) = self.known() else {
+            return [None; 32];
+        };
+        known.vector(i).unwrap_or_else(|_| {
+            self.values.note_conflicts(1);
+            [None; 32]
+        })
+    }
+
+    /// MXCSR at the current position, if every bit is known.
+    pub fn mxcsr(&mut self) -> Option<u32> {
+        let known = self.known()?;
+        known.mxcsr().unwrap_or_else(|_| {
+            self.values.note_conflicts(1);
+            None
+        })
+    }
+
     /// Why a register is unknown at the current position to the forward and the backward
     /// pass (`None` for a pass that knows it); `None` for a name that is not tracked.
     pub fn why_register(&mut self, name: &str) -> Option<(Option<Why>, Option<Why>)> {

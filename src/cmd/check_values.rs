@@ -102,6 +102,62 @@ const NAMES: [&str; 26] = [
     "rip", "eflags", "cs", "ss", "ds", "es", "fs", "gs", "fs_base", "gs_base",
 ];
 
+/// Compares xmm0–15 (all 16 bytes known and right, or unknown) and MXCSR where the sample
+/// has them.
+fn compare_vectors(
+    session: &mut Session,
+    sample: &rtit_replay_core::recording::TruthSample,
+    (xmm, mxcsr): &mut (Tally, Tally),
+    wrong: &mut Vec<String>,
+) -> Result<()> {
+    let hex = |name: &str, v: &str| {
+        u128::from_str_radix(v.trim_start_matches("0x"), 16)
+            .with_context(|| format!("truth at position {}: {name} = {v:?}", sample.position))
+    };
+    for i in 0..16 {
+        let name = format!("xmm{i}");
+        let Some(truth) = sample.registers.get(&name) else {
+            continue;
+        };
+        let truth = hex(&name, truth)?.to_le_bytes();
+        let got = session.vector_register(i);
+        if got[..16].iter().zip(truth).any(|(g, t)| g.is_some_and(|g| g != t)) {
+            xmm.wrong += 1;
+            let shown: String = got[..16]
+                .iter()
+                .rev()
+                .map(|b| b.map_or("??".to_string(), |b| format!("{b:02x}")))
+                .collect();
+            wrong.push(format!(
+                "position {} (rip {:#x}): {name} is {:#x}, the state layer says 0x{shown}",
+                sample.position,
+                session.pc(),
+                u128::from_le_bytes(truth)
+            ));
+        } else if got[..16].iter().all(Option::is_some) {
+            xmm.right += 1;
+        } else {
+            xmm.unknown += 1;
+        }
+    }
+    if let Some(truth) = sample.registers.get("mxcsr") {
+        let truth = hex("mxcsr", truth)? as u32;
+        match session.mxcsr() {
+            None => mxcsr.unknown += 1,
+            Some(v) if v == truth => mxcsr.right += 1,
+            Some(v) => {
+                mxcsr.wrong += 1;
+                wrong.push(format!(
+                    "position {} (rip {:#x}): mxcsr is {truth:#x}, the state layer says {v:#x}",
+                    sample.position,
+                    session.pc()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Runs `rtit check-values`.
 pub fn run(args: &CheckValuesArgs) -> Result<()> {
     let rec = recordings::open(args.recording.as_deref())?;
@@ -118,12 +174,14 @@ pub fn run(args: &CheckValuesArgs) -> Result<()> {
     let mut wrong = Vec::new();
     let mut compared = 0;
     let mut causes = Causes::default();
+    let mut vectors = (Tally::default(), Tally::default());
     for sample in &samples {
         if sample.position > session.last() {
             continue;
         }
         compared += 1;
         session.set_position(sample.position);
+        compare_vectors(&mut session, sample, &mut vectors, &mut wrong)?;
         for (i, name) in NAMES.iter().enumerate() {
             let Some(truth) = sample.registers.get(*name) else {
                 continue;
@@ -151,6 +209,7 @@ pub fn run(args: &CheckValuesArgs) -> Result<()> {
         }
     }
     let elapsed = started.elapsed();
+    let (xmm, mxcsr) = (vectors.0, vectors.1);
     println!(
         "{} samples of {} positions compared ({} backend, {})",
         compared,
@@ -170,6 +229,11 @@ pub fn run(args: &CheckValuesArgs) -> Result<()> {
         }
     }
     println!("{}", gprs.line("all GPRs"));
+    // The qemu backend's samples carry xmm0–15 and MXCSR too.
+    if xmm.right + xmm.wrong + xmm.unknown > 0 {
+        println!("{}", xmm.line("xmm0-15"));
+        println!("{}", mxcsr.line("mxcsr"));
+    }
     causes.print(gprs.unknown, if args.verbose { usize::MAX } else { 12 });
     let stats = session.values().stats();
     let unmodelled = session.values().unmodelled();

@@ -1,7 +1,7 @@
-//! The register set served to gdb: x86-64 in the layout of gdb's `i386:x86-64` target
-//! description (as gdbstub_arch's `X86_64_SSE` declares it), but every register but `rip` may
-//! be unknown and is then sent as unavailable (`xx`). gdbstub_arch's `X86_64CoreRegs` has no
-//! way to say "unknown", and a made-up zero would be a wrong value.
+//! The register set served to gdb: x86-64 with SSE and AVX in the names and layout of gdb's
+//! `i386:x86-64` features core, sse and avx (`target.xml`), where every register but `rip`
+//! may be unknown and is then sent as unavailable (`xx`). gdbstub_arch's `X86_64CoreRegs` has
+//! no way to say "unknown", and a made-up zero would be a wrong value; nor has it ymm.
 
 use gdbstub::arch::{Arch, Registers};
 
@@ -23,11 +23,15 @@ pub struct ReplayRegs {
     pub eflags: Option<u32>,
     /// cs, ss, ds, es, fs, gs.
     pub segments: [Option<u32>; 6],
+    /// ymm0–15 byte by byte (the low 16 bytes are xmm).
+    pub vectors: [[Option<u8>; 32]; 16],
+    /// MXCSR.
+    pub mxcsr: Option<u32>,
 }
 
-/// Bytes after the segment registers that are never known here: st0–7 (8 × 10), the x87
-/// control registers (8 × 4), xmm0–15 (16 × 16) and mxcsr (4).
-const UNKNOWN_TAIL: usize = 8 * 10 + 8 * 4 + 16 * 16 + 4;
+/// Bytes after the segment registers that are never known here: st0–7 (8 × 10) and the x87
+/// control registers (8 × 4).
+const X87: usize = 8 * 10 + 8 * 4;
 
 impl Registers for ReplayRegs {
     type ProgramCounter = u64;
@@ -37,21 +41,28 @@ impl Registers for ReplayRegs {
     }
 
     fn gdb_serialize(&self, mut write_byte: impl FnMut(Option<u8>)) {
-        let mut value = |v: Option<u64>, bytes: usize| match v {
-            Some(v) => v.to_le_bytes()[..bytes].iter().for_each(|b| write_byte(Some(*b))),
-            None => (0..bytes).for_each(|_| write_byte(None)),
+        let mut bytes: Vec<Option<u8>> = Vec::with_capacity(0x218 + 16 * 16);
+        let value = |v: Option<u64>, n: usize, bytes: &mut Vec<Option<u8>>| match v {
+            Some(v) => bytes.extend(v.to_le_bytes()[..n].iter().map(|b| Some(*b))),
+            None => bytes.extend(std::iter::repeat(None).take(n)),
         };
         for r in self.gprs {
-            value(r, 8);
+            value(r, 8, &mut bytes);
         }
-        value(Some(self.rip), 8);
-        value(self.eflags.map(u64::from), 4);
+        value(Some(self.rip), 8, &mut bytes);
+        value(self.eflags.map(u64::from), 4, &mut bytes);
         for s in self.segments {
-            value(s.map(u64::from), 4);
+            value(s.map(u64::from), 4, &mut bytes);
         }
-        for _ in 0..UNKNOWN_TAIL {
-            write_byte(None);
+        bytes.extend(std::iter::repeat(None).take(X87));
+        for v in &self.vectors {
+            bytes.extend_from_slice(&v[..16]);
         }
+        value(self.mxcsr.map(u64::from), 4, &mut bytes);
+        for v in &self.vectors {
+            bytes.extend_from_slice(&v[16..]);
+        }
+        bytes.into_iter().for_each(&mut write_byte);
     }
 
     /// Writing registers is not possible in a replay.
@@ -70,7 +81,7 @@ impl Arch for X86_64Replay {
     type RegId = ();
 
     fn target_description_xml() -> Option<&'static str> {
-        <gdbstub_arch::x86::X86_64_SSE as Arch>::target_description_xml()
+        Some(include_str!("target.xml"))
     }
 }
 
@@ -87,12 +98,45 @@ mod tests {
         regs.gprs[7] = Some(0x7fff_ffff_e000); // rsp
         let mut bytes = Vec::new();
         regs.gdb_serialize(|b| bytes.push(b));
-        assert_eq!(bytes.len(), 0x218, "gdbstub_arch's X86_64CoreRegs size");
+        assert_eq!(
+            bytes.len(),
+            0x218 + 16 * 16,
+            "gdb's core and sse registers, then ymm0h–15h"
+        );
         assert_eq!(bytes[0], None, "rax unknown");
         assert_eq!(bytes[7 * 8], Some(0x00), "rsp low byte");
         assert_eq!(bytes[7 * 8 + 1], Some(0xe0));
         assert_eq!(bytes[16 * 8..16 * 8 + 3], [Some(0x00), Some(0x10), Some(0x40)], "rip");
         assert!(bytes[16 * 8 + 8..].iter().all(Option::is_none));
+        regs.vectors[1][0] = Some(0xab); // xmm1's lowest byte
+        regs.vectors[15][31] = Some(0xcd); // ymm15's highest
+        regs.mxcsr = Some(0x1f80);
+        let mut bytes = Vec::new();
+        regs.gdb_serialize(|b| bytes.push(b));
+        let xmm = 16 * 8 + 8 + 4 + 6 * 4 + 8 * 10 + 8 * 4;
+        assert_eq!(bytes[xmm + 16], Some(0xab));
+        assert_eq!(
+            bytes[xmm + 256..xmm + 260],
+            [Some(0x80), Some(0x1f), Some(0), Some(0)],
+            "mxcsr"
+        );
+        assert_eq!(bytes.last(), Some(&Some(0xcd)), "ymm15h's last byte ends the packet");
+        assert_eq!(
+            bytes.iter().filter(|b| b.is_some()).count(),
+            8 + 8 + 1 + 1 + 4,
+            "rsp, rip, xmm1, ymm15, mxcsr"
+        );
+        // The description names each register once, in that order.
+        let xml = X86_64Replay::target_description_xml().expect("a description");
+        let names: Vec<&str> = xml
+            .split("<reg name=\"")
+            .skip(1)
+            .filter_map(|r| r.split('"').next())
+            .collect();
+        assert_eq!(names.len(), 16 + 1 + 1 + 6 + 8 + 8 + 16 + 1 + 16);
+        assert_eq!(names[40], "xmm0");
+        assert_eq!(names[56], "mxcsr");
+        assert_eq!(names[57], "ymm0h");
         assert!(ReplayRegs::default().gdb_deserialize(&[0; 0x218]).is_err());
     }
 }

@@ -109,6 +109,10 @@ impl SingleThreadBase for ReplayTarget {
         for (slot, name) in regs.segments.iter_mut().zip(SEGMENT_NAMES) {
             *slot = s.register(name).map(|v| v as u32);
         }
+        for (i, slot) in regs.vectors.iter_mut().enumerate() {
+            *slot = s.vector_register(i);
+        }
+        regs.mxcsr = s.mxcsr();
         Ok(())
     }
 

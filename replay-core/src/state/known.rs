@@ -66,6 +66,28 @@ impl Known {
         Ok(m.get())
     }
 
+    /// Vector register `i` (0–15), byte by byte: ymm's 32 bytes, the low 16 being xmm.
+    pub fn vector(&self, i: usize) -> Result<[Option<u8>; 32], Conflict> {
+        let (f, b) = (self.forward.vec.get(i), self.backward.vec.get(i));
+        let mut out = [None; 32];
+        for (at, slot) in out.iter_mut().enumerate() {
+            let byte = |v: &super::vector::Value| (v.known & 1 << at != 0).then(|| v.bytes[at]);
+            *slot = merge(byte(&f), byte(&b))?;
+        }
+        Ok(out)
+    }
+
+    /// MXCSR, if every bit is known.
+    pub fn mxcsr(&self) -> Result<Option<u32>, Conflict> {
+        let (f, b) = (self.forward.mxcsr, self.backward.mxcsr);
+        if (f.value() ^ b.value()) & f.known_bits() & b.known_bits() != 0 {
+            return Err(Conflict);
+        }
+        let known = f.known_bits() | b.known_bits();
+        let value = (f.value() & f.known_bits()) | (b.value() & b.known_bits() & !f.known_bits());
+        Ok((known == u32::MAX).then_some(value))
+    }
+
     /// The byte at `addr`, if known (memory of either pass, or a read-only image).
     fn byte(&self, addr: u64) -> Result<Option<u8>, Conflict> {
         merge(

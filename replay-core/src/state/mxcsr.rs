@@ -33,6 +33,16 @@ impl Mxcsr {
         Self { value, known: u32::MAX }
     }
 
+    /// The bits (those not known are meaningless).
+    pub fn value(&self) -> u32 {
+        self.value
+    }
+
+    /// Which bits are known.
+    pub fn known_bits(&self) -> u32 {
+        self.known
+    }
+
     /// Whether arithmetic rounds to nearest with neither DAZ nor FTZ, as Rust's does.
     pub fn rounds_as_host(&self) -> bool {
         self.known & ROUNDING == ROUNDING && self.value & ROUNDING == 0
