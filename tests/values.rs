@@ -300,4 +300,7 @@ fn the_qemu_backend_knows_the_registers_where_tracing_starts() {
     assert!(samples(&text) >= 5, "{text}");
     assert!(right(&text, "rsp") >= 99.0, "{text}");
     assert!(right(&text, "all GPRs") >= 99.0, "{text}");
+    // The vector registers and MXCSR, through glibc's lazy binding (XSAVE and XRSTOR).
+    assert!(right(&text, "xmm0-15") >= 99.0, "{text}");
+    assert!(right(&text, "mxcsr") >= 99.0, "{text}");
 }

@@ -102,6 +102,7 @@ pub fn cpu_info() -> CpuInfo {
         stepping: field("stepping").parse().unwrap_or(0),
         xcr0: xcr0(&field("flags")),
         syscall_keeps_registers: false,
+        xsave_all_in_use: false,
         lzcnt: flag(&field("flags"), "abm"),
         bmi1: flag(&field("flags"), "bmi1"),
     }
@@ -293,6 +294,8 @@ fn write_into(tmp: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, Wr
             },
             // QEMU user mode runs a system call without `syscall`'s writes to rcx and r11.
             syscall_keeps_registers: meta.backend == "qemu",
+            // QEMU's XSAVE sets XSTATE_BV for every requested component.
+            xsave_all_in_use: meta.backend == "qemu",
             // Under QEMU, its CPU model's CPUID: LZCNT is leaf 0x80000001 ECX bit 5, BMI1
             // leaf 7 EBX bit 3.
             lzcnt: match meta.backend.as_str() {

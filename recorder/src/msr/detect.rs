@@ -88,6 +88,7 @@ mod tests {
             stepping,
             xcr0: None,
             syscall_keeps_registers: false,
+            xsave_all_in_use: false,
             lzcnt: None,
             bmi1: None,
         }

@@ -117,6 +117,8 @@ struct Insn {
     rep: bool,
     /// The registers it writes that the trace cannot tell (cpuid, rdtsc …), to log.
     result: &'static [&'static str],
+    /// An XSAVEC, whose header (which components the CPU had in use) is logged.
+    xsavec: bool,
 }
 
 /// What an instruction writes that no semantics can compute: logged in `results.jsonl`.
@@ -144,6 +146,10 @@ fn decode(tracee: &Tracee, cache: &mut HashMap<u64, Insn>, ip: u64) -> Insn {
             },
             rep: insn.has_rep_prefix() || insn.has_repe_prefix() || insn.has_repne_prefix(),
             result: result_registers(&insn),
+            xsavec: matches!(
+                insn.mnemonic(),
+                iced_x86::Mnemonic::Xsavec | iced_x86::Mnemonic::Xsavec64
+            ),
         }
     })
 }
@@ -177,15 +183,27 @@ struct Recorder<'a> {
     /// Sample the truth at the next instruction too: it follows a far transfer (a system
     /// call, where the kernel may deliver a signal), where the state layer is most at risk.
     sample_next: bool,
+    /// xmm0–15 and MXCSR before the instruction being stepped, when its retirement is to be
+    /// sampled (a REP string instruction's iterations do not change them).
+    sse_before: Option<std::collections::BTreeMap<String, String>>,
 }
 
 impl Recorder<'_> {
     /// The instruction at `ip` retired and execution went on at `next`.
+    /// Whether the next retirement is a truth sample.
+    fn sample_due(&self) -> bool {
+        self.truth.as_ref().is_some_and(|t| {
+            self.model.packet_en() && (t.ips.len() as u64 % TRUTH_SAMPLE_INTERVAL == 0 || self.sample_next)
+        })
+    }
+
     fn retire(&mut self, ip: u64, insn: Insn, next: u64, regs: &Regs, syscall_nr: u64) -> Result<(), StepError> {
         if let Some(t) = &mut self.truth {
             if self.model.packet_en() {
                 if t.ips.len() as u64 % TRUTH_SAMPLE_INTERVAL == 0 || self.sample_next {
-                    t.samples.push((t.ips.len() as u64, regs_map(regs)));
+                    let mut sample = regs_map(regs);
+                    sample.extend(self.sse_before.take().unwrap_or_default());
+                    t.samples.push((t.ips.len() as u64, sample));
                 }
                 t.ips.push(ip);
             }
@@ -336,6 +354,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
         children: Vec::new(),
         progress: opts.progress,
         sample_next: false,
+        sse_before: None,
         untraced_since_traced: false,
     };
     let pid = rec.tracee.pid;
@@ -392,6 +411,9 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
                 };
             }
         }
+        if rec.sample_due() {
+            rec.sse_before = Some(rec.tracee.sse()?);
+        }
         ptrace::step(pid, pending.take()).map_err(|e| StepError::Ptrace(format!("PTRACE_SINGLESTEP: {e}")))?;
         match waitpid(pid, None).map_err(|e| StepError::Ptrace(format!("waitpid: {e}")))? {
             WaitStatus::Exited(_, code) => {
@@ -438,6 +460,15 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
                     let position = rec.model.traced();
                     let before = rep_start.take().unwrap_or(regs);
                     rec.retire(ip, insn, new.rip, &before, syscall_nr)?;
+                    if insn.xsavec {
+                        if let Some(header) = sideband::xsavec_header(&rec.tracee, ip, &before) {
+                            rec.results.push(InsnResult {
+                                position,
+                                ip,
+                                after: [("xstate_bv".to_string(), format!("{header:#x}"))].into(),
+                            });
+                        }
+                    }
                     if !insn.result.is_empty() {
                         let all = regs_map(&new);
                         let after = insn

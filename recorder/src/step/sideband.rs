@@ -25,6 +25,40 @@ pub fn snapshot(tracee: &Tracee, maps: &[Mapping]) -> Snapshot {
     snapshot_with(maps, |addr, buf| tracee.read(addr, buf))
 }
 
+/// The XSTATE_BV an XSAVEC at `ip` wrote (read after it ran, `regs` being the registers
+/// before): which components the CPU had in use, which only the CPU knows and which decides
+/// what the instruction wrote and what the XRSTOR of its area loads.
+pub fn xsavec_header(tracee: &Tracee, ip: u64, regs: &super::tracee::Regs) -> Option<u64> {
+    use iced_x86::{Decoder, DecoderOptions, Register as R};
+    let mut bytes = [0u8; 16];
+    let n = tracee.read(ip, &mut bytes);
+    let insn = Decoder::with_ip(64, &bytes[..n], ip, DecoderOptions::NONE).decode();
+    let area = insn.virtual_address(0, 0, |r, _, _| {
+        Some(match r {
+            R::RAX => regs.rax,
+            R::RBX => regs.rbx,
+            R::RCX => regs.rcx,
+            R::RDX => regs.rdx,
+            R::RSI => regs.rsi,
+            R::RDI => regs.rdi,
+            R::RBP => regs.rbp,
+            R::RSP => regs.rsp,
+            R::R8 => regs.r8,
+            R::R9 => regs.r9,
+            R::R10 => regs.r10,
+            R::R11 => regs.r11,
+            R::R12 => regs.r12,
+            R::R13 => regs.r13,
+            R::R14 => regs.r14,
+            R::R15 => regs.r15,
+            R::ES | R::CS | R::SS | R::DS => 0,
+            _ => return None,
+        })
+    })?;
+    let mut header = [0u8; 8];
+    (tracee.read(area + 512, &mut header) == 8).then(|| u64::from_le_bytes(header))
+}
+
 /// The run-time address of a symbol of the traced executable.
 pub fn symbol_address(tracee: &Tracee, name: &str) -> Result<u64, StepError> {
     let problem = |problem: String| StepError::Start {

@@ -56,6 +56,11 @@ pub struct CpuInfo {
     /// unchanged destination.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bmi1: Option<bool>,
+    /// The program ran on a CPU model whose XSAVE marks every requested component in use in
+    /// XSTATE_BV (QEMU does not track XINUSE), so an XRSTOR of what it saved loads every
+    /// register back; a real CPU's XINUSE is its own.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub xsave_all_in_use: bool,
 }
 
 /// The kind of an image copy.

@@ -172,7 +172,8 @@ pub(super) fn results(path: &Path, records: &[super::InsnResult]) -> Result<(), 
 }
 
 /// A record's register map: names of tracked registers (with `eflags` and `rip` where
-/// `whole` is set: a signal entry has every register), hexadecimal values.
+/// `whole` is set: a signal entry has every register; else `xstate_bv`, the header an
+/// XSAVEC wrote), hexadecimal values.
 fn registers(
     path: &Path,
     i: usize,
@@ -184,7 +185,9 @@ fn registers(
         let hex = value
             .strip_prefix("0x")
             .is_some_and(|h| u64::from_str_radix(h, 16).is_ok());
-        let named = crate::state::Reg::from_name(name).is_some() || whole && (name == "eflags" || name == "rip");
+        let named = crate::state::Reg::from_name(name).is_some()
+            || whole && (name == "eflags" || name == "rip")
+            || !whole && name == "xstate_bv";
         if !named || !hex {
             let what = format!(
                 "record {} (position {position}): `{name}: {value}` is not a register and a 0x value",

@@ -310,6 +310,14 @@ impl Values {
             };
             if let Some(r) = self.logged_result(p, ip, between) {
                 transition::set_named(st, &r.after);
+                // The XSAVE header XSAVEC wrote, read by the step backend after it.
+                let header = r
+                    .after
+                    .get("xstate_bv")
+                    .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok());
+                if let (Some(i), Some(h)) = (&insn, header) {
+                    super::xsave::xsavec_logged(st, i, h);
+                }
             } else if let Some(out) = cpuid {
                 for (r, v) in [RAX, RBX, RCX, RDX].into_iter().zip(out) {
                     st.regs.set(r, Some(u64::from(v)));

@@ -28,6 +28,7 @@ pub fn step(
         && !super::rounded::step(st, insn, space)
         && !super::float::step(st, insn, space)
         && !super::mxcsr::step(st, insn, space)
+        && !super::xsave::step(st, insn, space)
     {
         let before = st.regs.clone();
         generic(st, insn, factory);

@@ -38,6 +38,7 @@ mod transition;
 pub mod vector;
 pub mod why;
 mod writes;
+mod xsave;
 
 pub use engine::{Inputs, Values, ValuesStats, INTERVAL};
 pub use known::{Conflict, Known, KnownPrefix};
@@ -78,6 +79,9 @@ pub struct Cpu {
     pub lzcnt: Option<bool>,
     /// Whether `tzcnt` is TZCNT (BMI1; else it runs as `bsf`).
     pub bmi1: Option<bool>,
+    /// Whether XSAVE marks every requested component in use in XSTATE_BV (QEMU, which does
+    /// not track XINUSE); a real CPU's XINUSE is its own.
+    pub xsave_all_in_use: bool,
 }
 
 impl Cpu {
@@ -87,6 +91,7 @@ impl Cpu {
             syscall_keeps_registers: self.syscall_keeps_registers | other.syscall_keeps_registers,
             lzcnt: self.lzcnt.or(other.lzcnt),
             bmi1: self.bmi1.or(other.bmi1),
+            xsave_all_in_use: self.xsave_all_in_use | other.xsave_all_in_use,
         }
     }
 }
@@ -129,3 +134,5 @@ mod tests;
 mod tests_float;
 #[cfg(test)]
 mod tests_semantics;
+#[cfg(test)]
+mod tests_xsave;

@@ -59,6 +59,12 @@ impl Mxcsr {
         self.known &= !(flags & !(self.value & self.known));
     }
 
+    /// Backwards over an instruction that may have raised `flags`: those known set are
+    /// unknown before it.
+    pub fn unraise(&mut self, flags: u32) {
+        self.known &= !(flags & self.value & self.known);
+    }
+
     /// The flags an instruction raised if they are known (`Some`), else every flag it may
     /// have raised is unknown unless set already.
     pub fn raised(&mut self, flags: Option<u32>) {
@@ -81,7 +87,7 @@ impl Mxcsr {
     }
 
     /// Stores it at `addr`, bit by bit known.
-    fn store(&self, st: &mut State, addr: u64) {
+    pub(super) fn store(&self, st: &mut State, addr: u64) {
         for (i, b) in self.value.to_le_bytes().into_iter().enumerate() {
             let at = addr + i as u64;
             let known = (self.known >> (8 * i)) as u8;
@@ -94,7 +100,7 @@ impl Mxcsr {
     }
 
     /// Loads it from `addr`: the bits known there.
-    fn load(st: &State, addr: u64, space: &AddressSpace) -> Mxcsr {
+    pub(super) fn load(st: &State, addr: u64, space: &AddressSpace) -> Mxcsr {
         let mut m = Mxcsr::default();
         for i in 0..4 {
             let (b, known) = st.mem.read_bits(addr + i, space);
@@ -176,13 +182,14 @@ pub fn after_generic(st: &mut State, before: &super::reg::RegFile, insn: &Instru
     }
 }
 
-/// Backwards over an instruction: the flags before are unknown unless it cannot raise any;
-/// a load of MXCSR leaves nothing known before it.
+/// Backwards over an instruction: a flag set after it may have been raised by it, so it is
+/// unknown before; a flag clear after it was clear before (the flags are sticky: only a
+/// load of MXCSR clears them). A load of MXCSR leaves nothing known before it.
 pub fn backward(st: &mut State, insn: &Instruction) {
     match insn.mnemonic() {
         M::Ldmxcsr | M::Vldmxcsr | M::Xrstor | M::Xrstor64 | M::Xrstors | M::Xrstors64 | M::Fxrstor | M::Fxrstor64 => {
             st.mxcsr = Mxcsr::default()
         }
-        _ => st.mxcsr.maybe(FLAGS),
+        _ => st.mxcsr.unraise(FLAGS),
     }
 }

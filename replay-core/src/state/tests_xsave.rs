@@ -1,0 +1,162 @@
+//! The engine on XSAVE and XRSTOR: the vector registers saved and loaded back when
+//! XSTATE_BV is known (QEMU marks every requested component in use; a cleared bit means
+//! the component is initialised), unknown where it is not; and MXCSR's sticky flags
+//! backwards.
+
+use std::sync::Arc;
+
+use super::mxcsr::Mxcsr;
+use super::reg::{Reg, RAX, RDX, RSP};
+use super::{Cpu, Inputs, State, Values};
+use crate::image::{AddressSpace, Image};
+
+/// Code at 0x1000 from a state with `regs`, xmm0 = 1.0 and ymm0's upper half 2.0, writable
+/// zeroed memory at 0x8000, and the CPU `cpu`; `end` is the state after the last one.
+fn run(code: &[&[u8]], regs: &[(Reg, u64)], cpu: Cpu, end: Option<State>) -> Values {
+    let mut bytes = Vec::new();
+    let mut ips = Vec::new();
+    for insn in code {
+        ips.push(0x1000 + bytes.len() as u64);
+        bytes.extend_from_slice(insn);
+    }
+    let mut space = AddressSpace::new();
+    space.add(Image::from_raw("t", 0x1000, bytes)).expect("add");
+    let mut start = State::unknown();
+    for &(r, v) in regs {
+        start.regs.set(r, Some(v));
+    }
+    start.vec.set_lane(0, 0, 8, Some(1f64.to_bits()));
+    start.vec.set_lane(0, 8, 8, Some(0));
+    start.vec.set_lane(0, 16, 8, Some(2f64.to_bits()));
+    start.vec.set_lane(0, 24, 8, Some(0));
+    start.mxcsr = Mxcsr::known(0x1f80);
+    start.mem.write(0x8000, &[0; 0x1000]);
+    start.cpu = cpu;
+    Values::new(
+        space,
+        Inputs {
+            ips: Arc::from(ips),
+            start,
+            end,
+            ..Inputs::default()
+        },
+    )
+}
+
+/// xsave [rsp]; vpxor ymm0, ymm0, ymm0; xrstor [rsp]; nop — with `between` after the save.
+fn save_clear_restore(between: &[u8]) -> Vec<&[u8]> {
+    let mut code: Vec<&[u8]> = vec![&[0x0f, 0xae, 0x24, 0x24]];
+    if !between.is_empty() {
+        code.push(between);
+    }
+    code.extend([
+        &[0xc5, 0xfd, 0xef, 0xc0][..], // vpxor ymm0, ymm0, ymm0
+        &[0x0f, 0xae, 0x2c, 0x24],     // xrstor [rsp]
+        &[0x90],
+    ]);
+    code
+}
+
+const SSE_AVX: [(Reg, u64); 3] = [(RSP, 0x8000), (RAX, 6), (RDX, 0)];
+
+fn qemu() -> Cpu {
+    Cpu {
+        xcr0: Some(7),
+        xsave_all_in_use: true,
+        ..Cpu::default()
+    }
+}
+
+fn ymm0(v: &mut Values, p: u64) -> [Option<u8>; 32] {
+    v.at(p).expect("a position").vector(0).expect("no conflict")
+}
+
+fn lane(bytes: &[Option<u8>]) -> Option<u64> {
+    let b: Option<Vec<u8>> = bytes.iter().copied().collect();
+    b.map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+}
+
+#[test]
+fn xrstor_loads_back_what_xsave_stored_when_every_component_is_in_use() {
+    let code = save_clear_restore(&[]);
+    let mut v = run(&code, &SSE_AVX, qemu(), None);
+    let after = ymm0(&mut v, 3);
+    assert_eq!(lane(&after[..8]), Some(1f64.to_bits()), "xmm0 back");
+    assert_eq!(lane(&after[16..24]), Some(2f64.to_bits()), "ymm0's upper half back");
+    // The save area holds them, and XSTATE_BV says SSE and AVX are in use.
+    let k = v.at(1).expect("p1");
+    assert_eq!(
+        k.memory(0x8000 + 160, 8),
+        Ok(Some(1f64.to_bits().to_le_bytes().to_vec()))
+    );
+    assert_eq!(
+        k.memory(0x8000 + 576, 8),
+        Ok(Some(2f64.to_bits().to_le_bytes().to_vec()))
+    );
+    assert_eq!(k.memory(0x8000 + 24, 4), Ok(Some(0x1f80u32.to_le_bytes().to_vec())));
+    // XCOMP_BV is not written (glibc zeroes it): still the zero it was.
+    assert_eq!(k.memory(0x8000 + 520, 8), Ok(Some(vec![0; 8])));
+}
+
+#[test]
+fn on_a_real_cpu_xinuse_decides_so_the_restored_registers_are_unknown_unless_zero() {
+    let code = save_clear_restore(&[]);
+    let mut v = run(
+        &code,
+        &SSE_AVX,
+        Cpu {
+            xcr0: Some(7),
+            ..Cpu::default()
+        },
+        None,
+    );
+    let after = ymm0(&mut v, 3);
+    // Loaded (1.0) or initialised (0): unknown; the zero upper halves of xmm0 are known.
+    assert_eq!(lane(&after[..8]), None);
+    assert_eq!(lane(&after[8..16]), Some(0));
+    // XSTATE_BV cleared after the save: XRSTOR initialises the components, so zero.
+    let code = save_clear_restore(&[0xc6, 0x84, 0x24, 0x00, 0x02, 0x00, 0x00, 0x00]); // mov byte [rsp+512], 0
+    let mut v = run(
+        &code,
+        &SSE_AVX,
+        Cpu {
+            xcr0: Some(7),
+            ..Cpu::default()
+        },
+        None,
+    );
+    let after = ymm0(&mut v, 4);
+    assert_eq!(lane(&after[..8]), Some(0));
+    assert_eq!(lane(&after[16..24]), Some(0));
+}
+
+#[test]
+fn a_restore_of_sse_alone_keeps_the_upper_halves_and_unknown_requests_forget() {
+    // eax = 2: SSE only; ymm0's upper half is the vpxor's zero, xmm0 the saved 1.0.
+    let code = save_clear_restore(&[]);
+    let mut v = run(&code, &[(RSP, 0x8000), (RAX, 2), (RDX, 0)], qemu(), None);
+    let after = ymm0(&mut v, 3);
+    assert_eq!(lane(&after[..8]), Some(1f64.to_bits()));
+    assert_eq!(lane(&after[16..24]), Some(0));
+    // EDX unknown: what is requested is not known, nothing is known after the restore.
+    let mut v = run(&code, &[(RSP, 0x8000), (RAX, 6)], qemu(), None);
+    assert!(ymm0(&mut v, 3).iter().all(Option::is_none));
+}
+
+#[test]
+fn a_set_mxcsr_flag_after_an_instruction_is_unknown_before_it_and_a_clear_one_is_clear() {
+    // divsd xmm0, xmm0 (1.0 / 1.0: exact, raises nothing); nop. The end says PE is set
+    // (raised before the recording, say): before the divide it may have been clear.
+    let code: Vec<&[u8]> = vec![&[0xf2, 0x0f, 0x5e, 0xc0], &[0x90]];
+    let mut end = State::unknown();
+    end.mxcsr = Mxcsr::known(0x1fa0);
+    let mut v = run(&code, &[], Cpu::default(), Some(end));
+    let mut start_unknown = v.at(0).expect("p0");
+    // The start knows 0x1f80: no conflict with the backward pass, which must not claim PE.
+    assert_eq!(start_unknown.mxcsr(), Ok(Some(0x1f80)));
+    let mut end = State::unknown();
+    end.mxcsr = Mxcsr::known(0x1f80);
+    let mut v = run(&code, &[], Cpu::default(), Some(end));
+    start_unknown = v.at(0).expect("p0");
+    assert_eq!(start_unknown.mxcsr(), Ok(Some(0x1f80)));
+}
