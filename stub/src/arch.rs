@@ -1,6 +1,6 @@
-//! The register set served to gdb: x86-64 with SSE and AVX in the names and layout of gdb's
-//! `i386:x86-64` features core, sse and avx (`target.xml`), where every register but `rip`
-//! may be unknown and is then sent as unavailable (`xx`). gdbstub_arch's `X86_64CoreRegs` has
+//! The register set served to gdb: x86-64 GNU/Linux with SSE and AVX in the names and layout
+//! of gdb's `i386:x86-64` features core, sse, linux, segments and avx (`target.xml`), where
+//! every register but `rip` may be unknown and is then sent as unavailable (`xx`). gdbstub_arch's `X86_64CoreRegs` has
 //! no way to say "unknown", and a made-up zero would be a wrong value; nor has it ymm.
 
 use gdbstub::arch::{Arch, Registers};
@@ -27,6 +27,8 @@ pub struct ReplayRegs {
     pub vectors: [[Option<u8>; 32]; 16],
     /// MXCSR.
     pub mxcsr: Option<u32>,
+    /// The fs and gs segment bases.
+    pub bases: [Option<u64>; 2],
 }
 
 /// Bytes after the segment registers that are never known here: st0–7 (8 × 10) and the x87
@@ -59,6 +61,11 @@ impl Registers for ReplayRegs {
             bytes.extend_from_slice(&v[..16]);
         }
         value(self.mxcsr.map(u64::from), 4, &mut bytes);
+        // orig_rax: the system call a stop interrupted, which a replay has no use for.
+        value(None, 8, &mut bytes);
+        for base in self.bases {
+            value(base, 8, &mut bytes);
+        }
         for v in &self.vectors {
             bytes.extend_from_slice(&v[16..]);
         }
@@ -100,8 +107,8 @@ mod tests {
         regs.gdb_serialize(|b| bytes.push(b));
         assert_eq!(
             bytes.len(),
-            0x218 + 16 * 16,
-            "gdb's core and sse registers, then ymm0h–15h"
+            0x218 + 8 + 16 + 16 * 16,
+            "core, sse, orig_rax, fs/gs_base, ymm0h–15h"
         );
         assert_eq!(bytes[0], None, "rax unknown");
         assert_eq!(bytes[7 * 8], Some(0x00), "rsp low byte");
@@ -111,6 +118,7 @@ mod tests {
         regs.vectors[1][0] = Some(0xab); // xmm1's lowest byte
         regs.vectors[15][31] = Some(0xcd); // ymm15's highest
         regs.mxcsr = Some(0x1f80);
+        regs.bases[0] = Some(0x7fff_f7d8_a740);
         let mut bytes = Vec::new();
         regs.gdb_serialize(|b| bytes.push(b));
         let xmm = 16 * 8 + 8 + 4 + 6 * 4 + 8 * 10 + 8 * 4;
@@ -121,10 +129,12 @@ mod tests {
             "mxcsr"
         );
         assert_eq!(bytes.last(), Some(&Some(0xcd)), "ymm15h's last byte ends the packet");
+        assert_eq!(bytes[xmm + 260..xmm + 268], [None; 8], "orig_rax");
+        assert_eq!(bytes[xmm + 268], Some(0x40), "fs_base");
         assert_eq!(
             bytes.iter().filter(|b| b.is_some()).count(),
-            8 + 8 + 1 + 1 + 4,
-            "rsp, rip, xmm1, ymm15, mxcsr"
+            8 + 8 + 1 + 1 + 4 + 8,
+            "rsp, rip, xmm1, ymm15, mxcsr, fs_base"
         );
         // The description names each register once, in that order.
         let xml = X86_64Replay::target_description_xml().expect("a description");
@@ -133,10 +143,12 @@ mod tests {
             .skip(1)
             .filter_map(|r| r.split('"').next())
             .collect();
-        assert_eq!(names.len(), 16 + 1 + 1 + 6 + 8 + 8 + 16 + 1 + 16);
+        assert_eq!(names.len(), 16 + 1 + 1 + 6 + 8 + 8 + 16 + 1 + 1 + 2 + 16);
         assert_eq!(names[40], "xmm0");
         assert_eq!(names[56], "mxcsr");
-        assert_eq!(names[57], "ymm0h");
+        assert_eq!(names[57], "orig_rax");
+        assert_eq!(names[58], "fs_base");
+        assert_eq!(names[60], "ymm0h");
         assert!(ReplayRegs::default().gdb_deserialize(&[0; 0x218]).is_err());
     }
 }

@@ -113,6 +113,7 @@ impl SingleThreadBase for ReplayTarget {
             *slot = s.vector_register(i);
         }
         regs.mxcsr = s.mxcsr();
+        regs.bases = [s.register("fs_base"), s.register("gs_base")];
         Ok(())
     }
 
