@@ -7,18 +7,10 @@ use std::sync::Arc;
 use super::mxcsr::Mxcsr;
 use super::reg::{Reg, RAX, RDI, RDX, RSP};
 use super::{Inputs, State, Values};
-use crate::image::{AddressSpace, Image};
 
 /// Code at 0x1000 from a state with MXCSR `mxcsr` and xmm0 = 1.0, xmm1 = 3.0.
 fn run(code: &[&[u8]], regs: &[(Reg, u64)], mxcsr: Mxcsr) -> Values {
-    let mut bytes = Vec::new();
-    let mut ips = Vec::new();
-    for insn in code {
-        ips.push(0x1000 + bytes.len() as u64);
-        bytes.extend_from_slice(insn);
-    }
-    let mut space = AddressSpace::new();
-    space.add(Image::from_raw("t", 0x1000, bytes)).expect("add");
+    let (space, ips) = super::tests_semantics::code_at_0x1000(code);
     let mut start = State::unknown();
     for &(r, v) in regs {
         start.regs.set(r, Some(v));

@@ -32,8 +32,9 @@ fn run_with(code: &[&[u8]], regs: &[(Reg, u64)], memory: &[(u64, &[u8])], xcr0: 
     )
 }
 
-/// [`run`] on a processor the recording describes.
-fn run_on(code: &[&[u8]], regs: &[(Reg, u64)], memory: &[(u64, &[u8])], cpu: super::Cpu) -> Values {
+/// Instructions laid out from 0x1000 in an image of their own, and the address of each: a
+/// history that runs them once in order.
+pub(super) fn code_at_0x1000(code: &[&[u8]]) -> (AddressSpace, Vec<u64>) {
     let mut bytes = Vec::new();
     let mut ips = Vec::new();
     for insn in code {
@@ -42,6 +43,12 @@ fn run_on(code: &[&[u8]], regs: &[(Reg, u64)], memory: &[(u64, &[u8])], cpu: sup
     }
     let mut space = AddressSpace::new();
     space.add(Image::from_raw("t", 0x1000, bytes)).expect("add");
+    (space, ips)
+}
+
+/// [`run`] on a processor the recording describes.
+fn run_on(code: &[&[u8]], regs: &[(Reg, u64)], memory: &[(u64, &[u8])], cpu: super::Cpu) -> Values {
+    let (space, ips) = code_at_0x1000(code);
     let mut start = State::unknown();
     for &(r, v) in regs {
         start.regs.set(r, Some(v));

@@ -8,19 +8,11 @@ use std::sync::Arc;
 use super::mxcsr::Mxcsr;
 use super::reg::{Reg, RAX, RDX, RSP};
 use super::{Cpu, Inputs, State, Values};
-use crate::image::{AddressSpace, Image};
 
 /// Code at 0x1000 from a state with `regs`, xmm0 = 1.0 and ymm0's upper half 2.0, writable
 /// zeroed memory at 0x8000, and the CPU `cpu`; `end` is the state after the last one.
 fn run(code: &[&[u8]], regs: &[(Reg, u64)], cpu: Cpu, end: Option<State>) -> Values {
-    let mut bytes = Vec::new();
-    let mut ips = Vec::new();
-    for insn in code {
-        ips.push(0x1000 + bytes.len() as u64);
-        bytes.extend_from_slice(insn);
-    }
-    let mut space = AddressSpace::new();
-    space.add(Image::from_raw("t", 0x1000, bytes)).expect("add");
+    let (space, ips) = super::tests_semantics::code_at_0x1000(code);
     let mut start = State::unknown();
     for &(r, v) in regs {
         start.regs.set(r, Some(v));
