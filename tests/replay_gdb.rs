@@ -9,6 +9,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use rtit_replay_core::recording::{EndState, Recording};
+use rtit_replay_core::state::vector::named::Named;
 
 /// Compiles examples/c/NAME.c and records it from main, with the truth.
 fn recording(name: &str, dynamic: bool) -> Recording {
@@ -176,7 +177,14 @@ fn a_crash_stops_with_sigsegv_at_the_faulting_instruction() {
 fn registers_are_known_where_the_state_layer_can_tell_and_unavailable_elsewhere() {
     let rec = recording("goto", false);
     let rsp = u64::from_str_radix(rec.manifest.registers_start["rsp"].trim_start_matches("0x"), 16).expect("hex");
-    let xmm0 = rec.manifest.registers_start["xmm0"].clone();
+    // The widest form of register 0 the recorder read at main: zmm0 with AVX-512, ymm0 with AVX.
+    let (name, value) = ["zmm0", "ymm0", "xmm0"]
+        .iter()
+        .find_map(|n| rec.manifest.registers_start.get(*n).map(|v| (*n, v.clone())))
+        .expect("vector register 0 at the start");
+    let named = Named::parse(name).expect("a vector register");
+    let bytes = named.value(&value).expect("hex");
+    let lane = |i: usize| u128::from_le_bytes(bytes[16 * i..16 * i + 16].try_into().expect("16 bytes"));
     let server = Server::start(&rec);
     let out = server.gdb(
         Some(&common::executable(&rec)),
@@ -186,7 +194,9 @@ fn registers_are_known_where_the_state_layer_can_tell_and_unavailable_elsewhere(
             "stepi",
             "p/x $rsp",
             "p/x $xmm0.uint128",
-            "p $ymm0.v2_int128",
+            "p/x $ymm0.v2_int128",
+            "p/x $zmm0.v4_int128",
+            "p/x $k1",
             "p/x $pc",
         ],
     );
@@ -196,10 +206,28 @@ fn registers_are_known_where_the_state_layer_can_tell_and_unavailable_elsewhere(
         p.len() >= 2 && p[1] <= rsp,
         "rsp two instructions later is known: {out}"
     );
-    // xmm0 as the recorder read it at main (nothing since wrote it); ymm0's upper half was
-    // not recorded.
-    assert!(out.contains(&format!("= {xmm0}\n")), "xmm0 = {xmm0}: {out}");
-    assert!(out.contains("<unavailable>}"), "ymm0's upper half is not known: {out}");
+    // Register 0 as the recorder read it at main (nothing since wrote it).
+    assert!(
+        out.contains(&format!("= {:#x}\n", lane(0))),
+        "xmm0 = {:#x}: {out}",
+        lane(0)
+    );
+    match named.bytes() {
+        16 => assert!(
+            out.contains("<unavailable>}"),
+            "ymm0's upper half was not recorded: {out}"
+        ),
+        32 => assert!(
+            out.contains(&format!("= {{{:#x}, {:#x}}}", lane(0), lane(1))),
+            "ymm0: {out}"
+        ),
+        _ => {
+            let zmm = format!("= {{{:#x}, {:#x}, {:#x}, {:#x}}}", lane(0), lane(1), lane(2), lane(3));
+            assert!(out.contains(&zmm), "zmm0 {zmm}: {out}");
+            let k1 = &rec.manifest.registers_start["k1"];
+            assert!(out.contains(&format!("= {k1}\n")), "k1 = {k1}: {out}");
+        }
+    }
 }
 
 #[test]

@@ -417,15 +417,25 @@ impl Session {
         })
     }
 
-    /// Vector register `i` (0–15) at the current position, byte by byte (ymm's 32 bytes, the
-    /// low 16 being xmm); a byte the passes disagree on is unknown and counted as a conflict.
-    pub fn vector_register(&mut self, i: usize) -> [Option<u8>; 32] {
+    /// Vector register `i` (0–31) at the current position, byte by byte (zmm's 64 bytes, the
+    /// low 32 being ymm and the low 16 xmm); a byte the passes disagree on is unknown and
+    /// counted as a conflict.
+    pub fn vector_register(&mut self, i: usize) -> [Option<u8>; 64] {
         let Some(known) = self.known() else {
-            return [None; 32];
+            return [None; 64];
         };
         known.vector(i).unwrap_or_else(|_| {
             self.values.note_conflicts(1);
-            [None; 32]
+            [None; 64]
+        })
+    }
+
+    /// Opmask register `i` (0–7) at the current position, if every bit is known.
+    pub fn opmask(&mut self, i: usize) -> Option<u64> {
+        let known = self.known()?;
+        known.opmask(i).unwrap_or_else(|_| {
+            self.values.note_conflicts(1);
+            None
         })
     }
 

@@ -9,6 +9,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use rtit_replay_core::session::Session;
+use rtit_replay_core::state::vector::named::Named;
 use rtit_replay_core::state::Why;
 
 use super::recordings;
@@ -102,51 +103,103 @@ const NAMES: [&str; 26] = [
     "rip", "eflags", "cs", "ss", "ds", "es", "fs", "gs", "fs_base", "gs_base",
 ];
 
-/// Compares xmm0–15 (all 16 bytes known and right, or unknown) and MXCSR where the sample
-/// has them.
+/// Tallies of the vector state: xmm0–15, the upper parts of ymm/zmm0–15, zmm16–31, the
+/// opmasks and MXCSR, where the samples carry them.
+#[derive(Debug, Default)]
+struct Vectors {
+    xmm: Tally,
+    upper: Tally,
+    high: Tally,
+    opmasks: Tally,
+    mxcsr: Tally,
+}
+
+impl Vectors {
+    fn print(&self) {
+        for (t, name) in [
+            (self.xmm, "xmm0-15"),
+            (self.upper, "ymm/zmm hi"),
+            (self.high, "zmm16-31"),
+            (self.opmasks, "k0-7"),
+            (self.mxcsr, "mxcsr"),
+        ] {
+            if t.right + t.wrong + t.unknown > 0 {
+                println!("{}", t.line(name));
+            }
+        }
+    }
+}
+
+/// Counts one compared part: right if every byte is known and right, wrong if a known byte is
+/// not, else unknown.
+fn tally_bytes(t: &mut Tally, got: &[Option<u8>], truth: &[u8]) -> bool {
+    if got.iter().zip(truth).any(|(g, t)| g.is_some_and(|g| g != *t)) {
+        t.wrong += 1;
+        return false;
+    }
+    if got.iter().all(Option::is_some) {
+        t.right += 1;
+    } else {
+        t.unknown += 1;
+    }
+    true
+}
+
+fn shown(bytes: &[Option<u8>]) -> String {
+    let digits: String = bytes
+        .iter()
+        .rev()
+        .map(|b| b.map_or("??".to_string(), |b| format!("{b:02x}")))
+        .collect();
+    format!("0x{digits}")
+}
+
+/// Compares the vector and opmask registers (each part all known and right, or unknown) and
+/// MXCSR where the sample has them.
 fn compare_vectors(
     session: &mut Session,
     sample: &rtit_replay_core::recording::TruthSample,
-    (xmm, mxcsr): &mut (Tally, Tally),
+    t: &mut Vectors,
     wrong: &mut Vec<String>,
 ) -> Result<()> {
-    let hex = |name: &str, v: &str| {
-        u128::from_str_radix(v.trim_start_matches("0x"), 16)
-            .with_context(|| format!("truth at position {}: {name} = {v:?}", sample.position))
-    };
-    for i in 0..16 {
-        let name = format!("xmm{i}");
-        let Some(truth) = sample.registers.get(&name) else {
-            continue;
+    for (name, value) in &sample.registers {
+        let Some(n) = Named::parse(name) else { continue };
+        let truth = n
+            .value(value)
+            .with_context(|| format!("truth at position {}: {name} = {value:?}", sample.position))?;
+        let got: Vec<Option<u8>> = match n {
+            Named::Vector { index, bytes } => session.vector_register(index)[..bytes].to_vec(),
+            Named::Opmask(i) => match session.opmask(i) {
+                Some(v) => v.to_le_bytes().map(Some).to_vec(),
+                None => vec![None; 8],
+            },
         };
-        let truth = hex(&name, truth)?.to_le_bytes();
-        let got = session.vector_register(i);
-        if got[..16].iter().zip(truth).any(|(g, t)| g.is_some_and(|g| g != t)) {
-            xmm.wrong += 1;
-            let shown: String = got[..16]
-                .iter()
-                .rev()
-                .map(|b| b.map_or("??".to_string(), |b| format!("{b:02x}")))
-                .collect();
+        let right = match n {
+            Named::Vector { index, bytes } if index < 16 => {
+                let low = tally_bytes(&mut t.xmm, &got[..16], &truth[..16]);
+                let upper = bytes <= 16 || tally_bytes(&mut t.upper, &got[16..], &truth[16..]);
+                low && upper
+            }
+            Named::Vector { .. } => tally_bytes(&mut t.high, &got, &truth),
+            Named::Opmask(_) => tally_bytes(&mut t.opmasks, &got, &truth),
+        };
+        if !right {
             wrong.push(format!(
-                "position {} (rip {:#x}): {name} is {:#x}, the state layer says 0x{shown}",
+                "position {} (rip {:#x}): {name} is {value}, the state layer says {}",
                 sample.position,
                 session.pc(),
-                u128::from_le_bytes(truth)
+                shown(&got)
             ));
-        } else if got[..16].iter().all(Option::is_some) {
-            xmm.right += 1;
-        } else {
-            xmm.unknown += 1;
         }
     }
     if let Some(truth) = sample.registers.get("mxcsr") {
-        let truth = hex("mxcsr", truth)? as u32;
+        let truth = u32::from_str_radix(truth.trim_start_matches("0x"), 16)
+            .with_context(|| format!("truth at position {}: mxcsr = {truth:?}", sample.position))?;
         match session.mxcsr() {
-            None => mxcsr.unknown += 1,
-            Some(v) if v == truth => mxcsr.right += 1,
+            None => t.mxcsr.unknown += 1,
+            Some(v) if v == truth => t.mxcsr.right += 1,
             Some(v) => {
-                mxcsr.wrong += 1;
+                t.mxcsr.wrong += 1;
                 wrong.push(format!(
                     "position {} (rip {:#x}): mxcsr is {truth:#x}, the state layer says {v:#x}",
                     sample.position,
@@ -174,7 +227,7 @@ pub fn run(args: &CheckValuesArgs) -> Result<()> {
     let mut wrong = Vec::new();
     let mut compared = 0;
     let mut causes = Causes::default();
-    let mut vectors = (Tally::default(), Tally::default());
+    let mut vectors = Vectors::default();
     for sample in &samples {
         if sample.position > session.last() {
             continue;
@@ -209,7 +262,6 @@ pub fn run(args: &CheckValuesArgs) -> Result<()> {
         }
     }
     let elapsed = started.elapsed();
-    let (xmm, mxcsr) = (vectors.0, vectors.1);
     println!(
         "{} samples of {} positions compared ({} backend, {})",
         compared,
@@ -229,11 +281,7 @@ pub fn run(args: &CheckValuesArgs) -> Result<()> {
         }
     }
     println!("{}", gprs.line("all GPRs"));
-    // The qemu backend's samples carry xmm0–15 and MXCSR too.
-    if xmm.right + xmm.wrong + xmm.unknown > 0 {
-        println!("{}", xmm.line("xmm0-15"));
-        println!("{}", mxcsr.line("mxcsr"));
-    }
+    vectors.print();
     causes.print(gprs.unknown, if args.verbose { usize::MAX } else { 12 });
     let stats = session.values().stats();
     let unmodelled = session.values().unmodelled();

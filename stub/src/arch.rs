@@ -1,7 +1,9 @@
 //! The register set served to gdb: x86-64 GNU/Linux with SSE and AVX in the names and layout
-//! of gdb's `i386:x86-64` features core, sse, linux, segments and avx (`target.xml`), where
-//! every register but `rip` may be unknown and is then sent as unavailable (`xx`). gdbstub_arch's `X86_64CoreRegs` has
-//! no way to say "unknown", and a made-up zero would be a wrong value; nor has it ymm.
+//! of gdb's `i386:x86-64` features core, sse, linux, segments and avx (`target.xml`), and
+//! avx512 (`avx512.xml`) for a recording made where XCR0 enabled it, where every register but
+//! `rip` may be unknown and is then sent as unavailable (`xx`). gdbstub_arch's
+//! `X86_64CoreRegs` has no way to say "unknown", and a made-up zero would be a wrong value;
+//! nor has it ymm or zmm.
 
 use gdbstub::arch::{Arch, Registers};
 
@@ -13,7 +15,7 @@ pub const GPR_NAMES: [&str; 16] = [
 pub const SEGMENT_NAMES: [&str; 6] = ["cs", "ss", "ds", "es", "fs", "gs"];
 
 /// Registers at one position; `None` is unknown.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplayRegs {
     /// rax … r15.
     pub gprs: [Option<u64>; 16],
@@ -23,12 +25,32 @@ pub struct ReplayRegs {
     pub eflags: Option<u32>,
     /// cs, ss, ds, es, fs, gs.
     pub segments: [Option<u32>; 6],
-    /// ymm0–15 byte by byte (the low 16 bytes are xmm).
-    pub vectors: [[Option<u8>; 32]; 16],
+    /// zmm0–31 byte by byte (the low 32 bytes are ymm, the low 16 xmm).
+    pub vectors: [[Option<u8>; 64]; 32],
+    /// k0–7.
+    pub opmasks: [Option<u64>; 8],
+    /// Whether the avx512 registers are served (xmm16–31, ymm16h–31h, k0–7, zmm0h–31h).
+    pub avx512: bool,
     /// MXCSR.
     pub mxcsr: Option<u32>,
     /// The fs and gs segment bases.
     pub bases: [Option<u64>; 2],
+}
+
+impl Default for ReplayRegs {
+    fn default() -> Self {
+        Self {
+            gprs: [None; 16],
+            rip: 0,
+            eflags: None,
+            segments: [None; 6],
+            vectors: [[None; 64]; 32],
+            opmasks: [None; 8],
+            avx512: false,
+            mxcsr: None,
+            bases: [None; 2],
+        }
+    }
 }
 
 /// Bytes after the segment registers that are never known here: st0–7 (8 × 10) and the x87
@@ -57,7 +79,7 @@ impl Registers for ReplayRegs {
             value(s.map(u64::from), 4, &mut bytes);
         }
         bytes.extend(std::iter::repeat(None).take(X87));
-        for v in &self.vectors {
+        for v in &self.vectors[..16] {
             bytes.extend_from_slice(&v[..16]);
         }
         value(self.mxcsr.map(u64::from), 4, &mut bytes);
@@ -66,8 +88,22 @@ impl Registers for ReplayRegs {
         for base in self.bases {
             value(base, 8, &mut bytes);
         }
-        for v in &self.vectors {
-            bytes.extend_from_slice(&v[16..]);
+        for v in &self.vectors[..16] {
+            bytes.extend_from_slice(&v[16..32]);
+        }
+        if self.avx512 {
+            for v in &self.vectors[16..] {
+                bytes.extend_from_slice(&v[..16]);
+            }
+            for v in &self.vectors[16..] {
+                bytes.extend_from_slice(&v[16..32]);
+            }
+            for k in self.opmasks {
+                value(k, 8, &mut bytes);
+            }
+            for v in &self.vectors {
+                bytes.extend_from_slice(&v[32..]);
+            }
         }
         bytes.into_iter().for_each(&mut write_byte);
     }
@@ -76,6 +112,16 @@ impl Registers for ReplayRegs {
     fn gdb_deserialize(&mut self, _bytes: &[u8]) -> Result<(), ()> {
         Err(())
     }
+}
+
+/// The target description: `target.xml`, with the avx512 feature when `avx512`.
+pub fn description(avx512: bool) -> String {
+    let base = include_str!("target.xml");
+    if !avx512 {
+        return base.to_string();
+    }
+    let end = base.rfind("</target>").unwrap_or(base.len());
+    format!("{}{}{}", &base[..end], include_str!("avx512.xml"), &base[end..])
 }
 
 /// x86-64 with [`ReplayRegs`].
@@ -150,5 +196,44 @@ mod tests {
         assert_eq!(names[58], "fs_base");
         assert_eq!(names[60], "ymm0h");
         assert!(ReplayRegs::default().gdb_deserialize(&[0; 0x218]).is_err());
+    }
+
+    #[test]
+    fn avx512_registers_follow_ymm15h_in_the_order_the_description_names_them() {
+        let mut regs = ReplayRegs {
+            avx512: true,
+            ..ReplayRegs::default()
+        };
+        regs.vectors[16][0] = Some(0x16); // xmm16's low byte
+        regs.vectors[31][31] = Some(0x31); // ymm31h's last byte
+        regs.opmasks[2] = Some(0x0102_0304);
+        regs.vectors[0][32] = Some(0xa0); // zmm0h's first byte
+        regs.vectors[31][63] = Some(0xff); // zmm31h's last byte
+        let mut bytes = Vec::new();
+        regs.gdb_serialize(|b| bytes.push(b));
+        let base = 0x218 + 8 + 16 + 16 * 16;
+        assert_eq!(bytes.len(), base + 16 * 16 + 16 * 16 + 8 * 8 + 32 * 32);
+        assert_eq!(bytes[base], Some(0x16));
+        assert_eq!(bytes[base + 512 - 1], Some(0x31));
+        assert_eq!(
+            bytes[base + 512 + 16..base + 512 + 20],
+            [Some(4), Some(3), Some(2), Some(1)],
+            "k2"
+        );
+        assert_eq!(bytes[base + 512 + 64], Some(0xa0));
+        assert_eq!(bytes.last(), Some(&Some(0xff)));
+        let xml = description(true);
+        let names: Vec<&str> = xml
+            .split("<reg name=\"")
+            .skip(1)
+            .filter_map(|r| r.split('"').next())
+            .collect();
+        assert_eq!(names.len(), 76 + 16 + 16 + 8 + 32);
+        assert_eq!(names[76], "xmm16");
+        assert_eq!(names[92], "ymm16h");
+        assert_eq!(names[108], "k0");
+        assert_eq!(names[116], "zmm0h");
+        assert!(xml.trim_end().ends_with("</target>"));
+        assert_eq!(description(false), include_str!("target.xml"));
     }
 }

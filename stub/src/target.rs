@@ -20,6 +20,9 @@ use rtit_replay_core::session::Session;
 use crate::arch::{ReplayRegs, X86_64Replay, GPR_NAMES, SEGMENT_NAMES};
 use crate::files::Files;
 
+/// XCR0's AVX-512 components: opmask, ZMM_Hi256, Hi16_ZMM.
+const AVX512: u64 = 0b111 << 5;
+
 /// What gdb asked for, to be carried out by the event loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
@@ -43,13 +46,24 @@ pub struct ReplayTarget {
     pub pending: Option<Action>,
     /// The recording's files, as gdb asks for them.
     pub files: Files,
+    /// The target description: with AVX-512's registers if the recording's XCR0 enabled them.
+    description: String,
+    avx512: bool,
 }
 
 impl ReplayTarget {
     /// A target at position 0 of `session`.
     pub fn new(session: Session) -> Self {
+        let avx512 = session
+            .recording()
+            .manifest
+            .cpu
+            .xcr0
+            .is_some_and(|x| x & AVX512 == AVX512);
         Self {
             files: Files::new(session.recording()),
+            description: crate::arch::description(avx512),
+            avx512,
             session,
             breakpoints: HashSet::new(),
             pending: None,
@@ -93,8 +107,33 @@ impl Target for ReplayTarget {
         Some(self)
     }
 
+    fn support_target_description_xml_override(
+        &mut self,
+    ) -> Option<gdbstub::target::ext::target_description_xml_override::TargetDescriptionXmlOverrideOps<'_, Self>> {
+        Some(self)
+    }
+
     fn support_libraries_svr4(&mut self) -> Option<gdbstub::target::ext::libraries::LibrariesSvr4Ops<'_, Self>> {
         Some(self)
+    }
+}
+
+impl gdbstub::target::ext::target_description_xml_override::TargetDescriptionXmlOverride for ReplayTarget {
+    fn target_description_xml(
+        &self,
+        annex: &[u8],
+        offset: u64,
+        length: usize,
+        buf: &mut [u8],
+    ) -> TargetResult<usize, Self> {
+        if annex != b"target.xml" {
+            return Err(TargetError::NonFatal);
+        }
+        let xml = self.description.as_bytes();
+        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(xml.len());
+        let n = (xml.len() - start).min(length).min(buf.len());
+        buf[..n].copy_from_slice(&xml[start..start + n]);
+        Ok(n)
     }
 }
 
@@ -109,8 +148,15 @@ impl SingleThreadBase for ReplayTarget {
         for (slot, name) in regs.segments.iter_mut().zip(SEGMENT_NAMES) {
             *slot = s.register(name).map(|v| v as u32);
         }
-        for (i, slot) in regs.vectors.iter_mut().enumerate() {
+        regs.avx512 = self.avx512;
+        let vectors = if self.avx512 { 32 } else { 16 };
+        for (i, slot) in regs.vectors.iter_mut().enumerate().take(vectors) {
             *slot = s.vector_register(i);
+        }
+        if self.avx512 {
+            for (i, slot) in regs.opmasks.iter_mut().enumerate() {
+                *slot = s.opmask(i);
+            }
         }
         regs.mxcsr = s.mxcsr();
         regs.bases = [s.register("fs_base"), s.register("gs_base")];

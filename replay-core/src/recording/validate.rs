@@ -17,11 +17,13 @@ fn invalid(path: &Path, message: String) -> RecordingError {
     }
 }
 
-/// A register's value: at most 64 bits, 128 for `xmm0`–`xmm15`.
+/// A register's value: at most 64 bits; a vector register's at most its width.
 fn is_hex_value(reg: &str, v: &str) -> bool {
+    if let Some(n) = crate::state::vector::named::Named::parse(reg) {
+        return n.value(v).is_some();
+    }
     let digits = v.strip_prefix("0x").unwrap_or(v);
-    let most = if reg.starts_with("xmm") { 32 } else { 16 };
-    !digits.is_empty() && digits.len() <= most && digits.bytes().all(|b| b.is_ascii_hexdigit())
+    !digits.is_empty() && digits.len() <= 16 && digits.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// A path inside the recording: relative, and made of plain names only (no `..`, no root).

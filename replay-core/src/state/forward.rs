@@ -24,7 +24,6 @@ pub fn step(
         && !modelled(st, insn, next, space)
         && !super::integer::step(st, insn, space)
         && !super::vector::step(st, insn, space)
-        && !super::shuffle::step(st, insn, space)
         && !super::rounded::step(st, insn, space)
         && !super::float::step(st, insn, space)
         && !super::mxcsr::step(st, insn, space)

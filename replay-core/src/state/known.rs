@@ -66,15 +66,24 @@ impl Known {
         Ok(m.get())
     }
 
-    /// Vector register `i` (0–15), byte by byte: ymm's 32 bytes, the low 16 being xmm.
-    pub fn vector(&self, i: usize) -> Result<[Option<u8>; 32], Conflict> {
+    /// Vector register `i` (0–31), byte by byte: zmm's 64 bytes, the low 32 being ymm and the
+    /// low 16 xmm.
+    pub fn vector(&self, i: usize) -> Result<[Option<u8>; 64], Conflict> {
         let (f, b) = (self.forward.vec.get(i), self.backward.vec.get(i));
-        let mut out = [None; 32];
+        let mut out = [None; 64];
         for (at, slot) in out.iter_mut().enumerate() {
-            let byte = |v: &super::vector::Value| (v.known & 1 << at != 0).then(|| v.bytes[at]);
-            *slot = merge(byte(&f), byte(&b))?;
+            *slot = merge(f.byte(at), b.byte(at))?;
         }
         Ok(out)
+    }
+
+    /// Opmask register `i` (0–7), if every bit is known.
+    pub fn opmask(&self, i: usize) -> Result<Option<u64>, Conflict> {
+        let ((fv, fk), (bv, bk)) = (self.forward.vec.k.get(i), self.backward.vec.k.get(i));
+        if (fv ^ bv) & fk & bk != 0 {
+            return Err(Conflict);
+        }
+        Ok((fk | bk == u64::MAX).then_some(fv | bv))
     }
 
     /// MXCSR, if every bit is known.

@@ -15,9 +15,13 @@
 //! makes everything unknown; map changes make their ranges unknown.
 //!
 //! Files: `reg` (registers), `flags` (RFLAGS bits, conditions), `memory` (known bytes, pages
-//! copied on write), `ops` (operands), `vector` and `shuffle` (SSE/AVX2), `writes` (what iced-x86 says an instruction writes), `forward` and `backward` (semantics), `transition`
-//! (one position to the next: instructions, system calls, events), `engine` (checkpoints and
-//! queries), `known` (reading both passes at one position).
+//! copied on write), `ops` (operands), `vector/` (zmm0–31 and the opmasks: SSE, AVX2 and
+//! AVX-512), `xsave` (the XSAVE family), `mxcsr`, `float` and `rounded` (scalar floating
+//! point), `integer` and `partial` (integer instructions, partly known registers), `writes`
+//! (what iced-x86 says an instruction writes), `forward` and `backward` (semantics),
+//! `transition` (one position to the next: instructions, system calls, events), `engine`
+//! (checkpoints and queries), `known` (reading both passes at one position), `why` (the
+//! cause of each unknown).
 
 mod backward;
 mod engine;
@@ -33,7 +37,6 @@ mod ops;
 mod partial;
 pub mod reg;
 mod rounded;
-mod shuffle;
 mod transition;
 pub mod vector;
 pub mod why;

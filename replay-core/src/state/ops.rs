@@ -148,6 +148,11 @@ const XSAVE_SIZE: [(u32, u64); 9] = [
     (18, 8192),
 ];
 
+/// The size of XSAVE state component `c` (2 and up), if it is one listed.
+pub fn xsave_size(c: u32) -> Option<u64> {
+    XSAVE_SIZE.iter().find(|(i, _)| *i == c).map(|&(_, s)| s)
+}
+
 /// How far an XSAVE-family instruction may write: the end of the last requested component
 /// (EDX:EAX is the request mask), at least the legacy area and header (576 bytes); 16 KiB,
 /// past every component's end, when the mask is unknown or names a component not listed.

@@ -164,7 +164,7 @@ fn combine(st: &mut State, insn: &Instruction, m: M, (a, ma): (u64, u64), (b, mb
 }
 
 /// Writes a `pmovmskb` result: bit `i` is byte `i`'s top bit, known where the byte is.
-pub fn byte_mask(st: &mut State, dst: Register, bytes: &[u8], known: u32, len: usize) {
+pub fn byte_mask(st: &mut State, dst: Register, bytes: &[u8], known: u64, len: usize) {
     let (mut v, mut k) = (0u64, !mask(len as u32 / 8));
     for (i, byte) in bytes.iter().enumerate().take(len) {
         if known & (1 << i) != 0 {

@@ -59,7 +59,7 @@ fn qemu() -> Cpu {
     }
 }
 
-fn ymm0(v: &mut Values, p: u64) -> [Option<u8>; 32] {
+fn ymm0(v: &mut Values, p: u64) -> [Option<u8>; 64] {
     v.at(p).expect("a position").vector(0).expect("no conflict")
 }
 

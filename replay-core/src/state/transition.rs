@@ -35,18 +35,27 @@ fn parse(v: &str) -> Option<u64> {
 }
 
 /// Sets registers from a name → value map: general-purpose, segment and base registers,
-/// `eflags`, `mxcsr`, and `xmm0`–`xmm15` (128 bits; the upper halves of ymm stay as they
-/// were).
+/// `eflags`, `mxcsr`, and the vector and opmask registers by the names of
+/// [`vector::named`](super::vector::named) (`xmm0` sets 16 bytes; the rest of zmm0 stays as it
+/// was).
 pub fn set_named(st: &mut State, map: &std::collections::BTreeMap<String, String>) {
+    use super::vector::named::Named;
     for (name, value) in map {
-        if let Some(i) = name
-            .strip_prefix("xmm")
-            .and_then(|i| i.parse::<usize>().ok())
-            .filter(|&i| i < 16)
-        {
-            if let Ok(v) = u128::from_str_radix(value.trim_start_matches("0x"), 16) {
-                st.vec.set_lane(i, 0, 8, Some(v as u64));
-                st.vec.set_lane(i, 8, 8, Some((v >> 64) as u64));
+        if let Some(n) = Named::parse(name) {
+            let Some(bytes) = n.value(value) else { continue };
+            match n {
+                Named::Vector { index, .. } => {
+                    for (at, chunk) in bytes.chunks(8).enumerate() {
+                        let mut b = [0u8; 8];
+                        b.copy_from_slice(chunk);
+                        st.vec.set_lane(index, 8 * at, 8, Some(u64::from_le_bytes(b)));
+                    }
+                }
+                Named::Opmask(i) => {
+                    let mut b = [0u8; 8];
+                    b.copy_from_slice(&bytes);
+                    st.vec.k.set(i, u64::from_le_bytes(b), u64::MAX);
+                }
             }
             continue;
         }

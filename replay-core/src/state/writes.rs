@@ -36,6 +36,9 @@ pub fn forget_registers(st: &mut State, insn: &Instruction, info: &InstructionIn
             if let Some(i) = super::vector::index(r.register()) {
                 st.vec.forget(i);
             }
+            if let Some(i) = super::vector::opmask::index(r.register()) {
+                st.vec.k.set(i, 0, 0);
+            }
             st.regs.forget(r.register());
             match r.register() {
                 Register::FS => st.regs.set(Reg::FsBase, None),

@@ -1,13 +1,15 @@
-//! What the XSAVE family and FXSAVE/FXRSTOR store of the tracked state (xmm, the upper
-//! halves of ymm, MXCSR) and what the restores load back (SDM vol. 1, 10.5.1, 13.4–13.8,
-//! 13.10). glibc's lazy-binding trampoline (`_dl_runtime_resolve_xsave`, `_xsavec`) saves
-//! and restores every vector register around the first call of each library function;
-//! without this every vector register was unknown after such a call.
+//! What the XSAVE family and FXSAVE/FXRSTOR store of the tracked state (xmm, ymm's and zmm's
+//! upper parts, zmm16–31, the opmasks, MXCSR) and what the restores load back (SDM vol. 1,
+//! 10.5.1, 13.4–13.8, 13.10). glibc's lazy-binding trampoline (`_dl_runtime_resolve_xsave`,
+//! `_xsavec`) saves and restores every vector register around the first call of each library
+//! function; without this every vector register was unknown after such a call.
 //!
-//! The layout both formats share for what is tracked: MXCSR at 24 and xmm0–15 at 160 in the
-//! legacy region, XSTATE_BV at 512, and the AVX component (ymm's upper halves) at 576: the
-//! first component after the header in the standard format, and in the compacted one
-//! whenever it is present (components 0 and 1 live in the legacy region).
+//! Where each tracked component lives: MXCSR at 24 and xmm0–15 at 160 in the legacy region,
+//! XSTATE_BV at 512, XCOMP_BV at 520; in the standard format each later component at the
+//! offset CPUID leaf 0DH gives (the same on every processor: AVX 576, opmask 1088, ZMM_Hi256
+//! 1152, Hi16_ZMM 1664); in the compacted one the components XCOMP_BV names follow the header
+//! in order from 576, each at the end of the one before (every size up to Hi16_ZMM is a
+//! multiple of 64, so 64-byte alignment moves none of them).
 //!
 //! XSAVE writes each requested component whatever its state, and sets XSTATE_BV[i] to
 //! XINUSE[i], which the processor alone knows: under QEMU it is always 1 (`Cpu::xsave_all_in_use`);
@@ -19,7 +21,6 @@ use iced_x86::{Instruction, Mnemonic as M, Register};
 
 use super::mxcsr::Mxcsr;
 use super::ops::address;
-use super::vector::Value;
 use super::State;
 use crate::image::AddressSpace;
 
@@ -31,8 +32,8 @@ const XMM: u64 = 160;
 const XSTATE_BV: u64 = 512;
 /// XCOMP_BV.
 const XCOMP_BV: u64 = 520;
-/// The AVX component: ymm0–15's upper halves.
-const YMM_HI: u64 = 576;
+/// The end of the header, where the compacted format's first component starts.
+const HEADER_END: u64 = 576;
 /// The end of the AVX component in the standard format.
 const AVX_END: u64 = 832;
 
@@ -42,6 +43,114 @@ const X87: u64 = 1;
 const SSE: u64 = 1 << 1;
 /// AVX state (component 2): the upper halves of ymm0–15.
 const AVX: u64 = 1 << 2;
+
+/// The components above the legacy region that hold tracked registers: the component, its
+/// offset in the standard format, and which registers' bytes it holds in order.
+#[derive(Debug, Clone, Copy)]
+enum Part {
+    /// Bytes `from..from + len` of vector registers `regs`.
+    Vectors {
+        regs: (usize, usize),
+        from: usize,
+        len: usize,
+    },
+    /// The eight opmask registers, 8 bytes each.
+    Opmasks,
+}
+
+const PARTS: [(u32, u64, Part); 4] = [
+    (
+        2,
+        576,
+        Part::Vectors {
+            regs: (0, 16),
+            from: 16,
+            len: 16,
+        },
+    ),
+    (5, 1088, Part::Opmasks),
+    (
+        6,
+        1152,
+        Part::Vectors {
+            regs: (0, 16),
+            from: 32,
+            len: 32,
+        },
+    ),
+    (
+        7,
+        1664,
+        Part::Vectors {
+            regs: (16, 32),
+            from: 0,
+            len: 64,
+        },
+    ),
+];
+
+/// Where component `c` starts: its standard offset, or in the compacted format (`xcomp_bv`
+/// with bit 63 set) the sum of the sizes of the components before it that `xcomp_bv` names.
+fn offset(c: u32, standard: u64, xcomp_bv: u64) -> Option<u64> {
+    if xcomp_bv >> 63 == 0 {
+        return Some(standard);
+    }
+    let mut at = HEADER_END;
+    for j in 2..c {
+        if xcomp_bv & 1 << j != 0 {
+            at += super::ops::xsave_size(j)?;
+        }
+    }
+    Some(at)
+}
+
+/// Each byte of a component's part of the register state, with its offset in the component.
+fn bytes(part: Part) -> Vec<(u64, Slot)> {
+    match part {
+        Part::Vectors { regs, from, len } => (regs.0..regs.1)
+            .flat_map(|i| (0..len).map(move |j| ((((i - regs.0) * len) + j) as u64, Slot::Vector(i, from + j))))
+            .collect(),
+        Part::Opmasks => (0..8)
+            .flat_map(|i| (0..8).map(move |j| ((i * 8 + j) as u64, Slot::Opmask(i, j))))
+            .collect(),
+    }
+}
+
+/// One byte of register state.
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    /// Byte `j` of vector register `i`.
+    Vector(usize, usize),
+    /// Byte `j` of opmask register `i`.
+    Opmask(usize, usize),
+}
+
+impl Slot {
+    fn get(self, st: &State) -> Option<u8> {
+        match self {
+            Slot::Vector(i, j) => st.vec.get(i).byte(j),
+            Slot::Opmask(i, j) => {
+                let (v, k) = st.vec.k.get(i);
+                (k >> (8 * j) & 0xff == 0xff).then(|| (v >> (8 * j)) as u8)
+            }
+        }
+    }
+
+    fn set(self, st: &mut State, value: Option<u8>) {
+        match self {
+            Slot::Vector(i, j) => st.vec.set_lane(i, j, 1, value.map(u64::from)),
+            Slot::Opmask(i, j) => {
+                let (v, k) = st.vec.k.get(i);
+                let m = 0xffu64 << (8 * j);
+                let (v, k) = match value {
+                    Some(b) => ((v & !m) | u64::from(b) << (8 * j), k | m),
+                    None => (v & !m, k & !m),
+                };
+                st.vec.k.set(i, v, k);
+            }
+        }
+    }
+}
 
 /// XSAVE, FXSAVE and their restores; false for anything else, or an XSAVE whose area or
 /// components are not known (the generic rule forgets as far as it may write).
@@ -58,13 +167,15 @@ pub fn step(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
         },
         M::Xsave | M::Xsave64 => xsave(st, insn, space),
         M::Fxrstor | M::Fxrstor64 => {
-            restore(st, address(&st.regs, insn, 0), Some(SSE), Some(SSE), space);
+            // No header: the legacy region alone, as the standard form reads it.
+            restore(st, address(&st.regs, insn, 0), Some(SSE), Some(SSE), Some(0), space);
             true
         }
         M::Xrstor | M::Xrstor64 => {
             let a = address(&st.regs, insn, 0);
             let in_use = a.map(|a| xstate_bv(st, a, space));
-            restore(st, a, rfbm(st), in_use, space);
+            let xcomp_bv = a.and_then(|a| st.mem.read_u64(a + XCOMP_BV, 8, space));
+            restore(st, a, rfbm(st), in_use, xcomp_bv, space);
             true
         }
         _ => false,
@@ -81,42 +192,55 @@ pub fn xsavec_logged(st: &mut State, insn: &Instruction, header: u64) {
     let (Some(a), Some(rfbm)) = (address(&st.regs, insn, 0), rfbm(st)) else {
         return;
     };
+    let xcomp_bv = rfbm | 1 << 63;
     st.mem.write(a + XSTATE_BV, &header.to_le_bytes());
-    st.mem.write(a + XCOMP_BV, &(rfbm | 1 << 63).to_le_bytes());
-    if header & rfbm & SSE != 0 {
-        write_vectors(st, a + XMM, 0);
+    st.mem.write(a + XCOMP_BV, &xcomp_bv.to_le_bytes());
+    // MXCSR (and MXCSR_MASK) with SSE requested, in use or not (SDM vol. 1, 13.10).
+    if rfbm & SSE != 0 {
+        let m = st.mxcsr;
+        m.store(st, a + MXCSR);
     }
-    if header & rfbm & AVX != 0 {
-        write_vectors(st, a + YMM_HI, 16);
+    if header & rfbm & SSE != 0 {
+        write_xmm(st, a + XMM);
+    }
+    for (c, standard, part) in PARTS {
+        if header & rfbm & 1 << c != 0 {
+            if let Some(at) = offset(c, standard, xcomp_bv) {
+                write_part(st, a + at, part);
+            }
+        }
     }
 }
 
 /// RFBM (XCR0 ∧ EDX:EAX) for the tracked components, if known: SSE is always enabled in
-/// XCR0 by Linux; AVX is per the recording's XCR0 bound, which says what the kernel enabled.
+/// XCR0 by Linux; the rest is per the recording's XCR0 bound, which says what the kernel
+/// enabled.
 fn rfbm(st: &State) -> Option<u64> {
     let requested = (st.regs.read(Register::EDX)? << 32) | st.regs.read(Register::EAX)?;
     let xcr0 = match st.cpu.xcr0 {
         Some(x) => x | X87 | SSE,
-        None if requested & AVX == 0 => X87 | SSE,
+        None if requested & !(X87 | SSE) == 0 => X87 | SSE,
         None => return None,
     };
     Some(requested & xcr0)
 }
 
-/// XSAVE (standard format): the x87 fields, MXCSR and xmm, the AVX component, and
-/// XSTATE_BV; later components are forgotten; the rest of the header and bytes 416–511 are
-/// not written (which is why glibc zeroes XCOMP_BV before its first XSAVE).
+/// XSAVE (standard format): the x87 fields, MXCSR and xmm, the tracked components above,
+/// and XSTATE_BV; other components are forgotten; the rest of the header and bytes 416–511
+/// are not written (which is why glibc zeroes XCOMP_BV before its first XSAVE).
 fn xsave(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
     let (Some(a), Some(rfbm)) = (address(&st.regs, insn, 0), rfbm(st)) else {
         return false;
     };
     save_legacy(st, a, rfbm);
-    if rfbm & AVX != 0 {
-        write_vectors(st, a + YMM_HI, 16);
-    }
     let bound = super::ops::extent(&st.regs, insn, 0, st.cpu.xcr0).unwrap_or(16 << 10);
     if bound > AVX_END {
         st.mem.forget(a + AVX_END, bound - AVX_END);
+    }
+    for (c, standard, part) in PARTS {
+        if rfbm & 1 << c != 0 {
+            write_part(st, a + standard, part);
+        }
     }
     // XSTATE_BV: XINUSE for the requested components, the other bits as they were.
     let (old, known) = st.mem.read_bits(a + XSTATE_BV, space);
@@ -146,26 +270,28 @@ fn save_legacy(st: &mut State, a: u64, rfbm: u64) {
         st.mem.forget(a + MXCSR, 8);
     }
     if rfbm & SSE != 0 {
-        write_vectors(st, a + XMM, 0);
+        write_xmm(st, a + XMM);
     }
 }
 
-/// Bytes `from..from + 16` of each vector register into memory at `at`, 16 bytes apiece.
-fn write_vectors(st: &mut State, at: u64, from: usize) {
-    for i in 0..16 {
-        let v = st.vec.get(i);
-        for j in 0..16 {
-            let addr = at + (16 * i + j) as u64;
-            match known_byte(&v, from + j) {
-                Some(b) => st.mem.write(addr, &[b]),
-                None => st.mem.forget(addr, 1),
-            }
+/// xmm0–15 into the legacy region at `at`.
+fn write_xmm(st: &mut State, at: u64) {
+    let part = Part::Vectors {
+        regs: (0, 16),
+        from: 0,
+        len: 16,
+    };
+    write_part(st, at, part);
+}
+
+/// A component's registers into memory at `at`, byte by byte (unknown bytes forgotten).
+fn write_part(st: &mut State, at: u64, part: Part) {
+    for (off, slot) in bytes(part) {
+        match slot.get(st) {
+            Some(b) => st.mem.write(at + off, &[b]),
+            None => st.mem.forget(at + off, 1),
         }
     }
-}
-
-fn known_byte(v: &Value, at: usize) -> Option<u8> {
-    (v.known & 1 << at != 0).then(|| v.bytes[at])
 }
 
 /// XSTATE_BV's first byte as [`restore`] takes it: the known bits in the low byte, which
@@ -175,41 +301,80 @@ fn xstate_bv(st: &State, a: u64, space: &AddressSpace) -> u64 {
     u64::from(bits & known) | u64::from(!known) << 8
 }
 
+/// MXCSR at a restore (SDM vol. 1, 13.8): the standard form loads it with SSE or AVX
+/// requested (QEMU with SSE only, so AVX alone leaves it unknown); the compacted form with SSE
+/// requested loads it if XSTATE_BV says SSE is in use, else sets 1F80H, and without SSE leaves
+/// it. Whatever is unknown of that makes it unknown.
+fn restore_mxcsr(
+    st: &mut State,
+    a: u64,
+    rfbm: u64,
+    compacted: Option<bool>,
+    in_use: Option<u64>,
+    space: &AddressSpace,
+) {
+    let sse_in_use = in_use.and_then(|bv| (bv & SSE << 8 == 0).then_some(bv & SSE != 0));
+    st.mxcsr = match (rfbm & SSE != 0, rfbm & AVX != 0, compacted, sse_in_use) {
+        (true, _, Some(false), _) | (true, _, Some(true), Some(true)) => Mxcsr::load(st, a + MXCSR, space),
+        (true, _, Some(true), Some(false)) => Mxcsr::known(0x1f80),
+        (false, _, Some(true), _) | (false, false, _, _) => st.mxcsr,
+        _ => Mxcsr::default(),
+    };
+}
+
 /// A restore from `area` of the components in `rfbm`; `in_use` holds XSTATE_BV's bits in its
-/// low byte and which of them are unknown in the next (FXRSTOR: SSE, always loaded).
-/// Anything unknown makes what it decides unknown.
-fn restore(st: &mut State, area: Option<u64>, rfbm: Option<u64>, in_use: Option<u64>, space: &AddressSpace) {
+/// low byte and which of them are unknown in the next (FXRSTOR: SSE, always loaded); `xcomp_bv`
+/// says which form (FXRSTOR: the standard one).
+/// Anything unknown makes what it decides unknown: the area, RFBM, a component's XSTATE_BV
+/// bit, or (for a component after AVX) whether the area is compacted and which components
+/// come before it.
+fn restore(
+    st: &mut State,
+    area: Option<u64>,
+    rfbm: Option<u64>,
+    in_use: Option<u64>,
+    xcomp_bv: Option<u64>,
+    space: &AddressSpace,
+) {
     let (Some(a), Some(rfbm)) = (area, rfbm) else {
         st.vec.forget_all();
         st.mxcsr = Mxcsr::default();
         return;
     };
-    // A CPU loads MXCSR with SSE or AVX, QEMU with SSE only.
-    if rfbm & SSE != 0 {
-        st.mxcsr = Mxcsr::load(st, a + MXCSR, space);
-    } else if rfbm & AVX != 0 {
-        st.mxcsr = Mxcsr::default();
-    }
-    for (component, at, from) in [(SSE, a + XMM, 0), (AVX, a + YMM_HI, 16)] {
-        if rfbm & component == 0 {
+    restore_mxcsr(st, a, rfbm, xcomp_bv.map(|x| x >> 63 != 0), in_use, space);
+    let xmm = (
+        1,
+        XMM,
+        Part::Vectors {
+            regs: (0, 16),
+            from: 0,
+            len: 16,
+        },
+    );
+    for (c, standard, part) in std::iter::once(xmm).chain(PARTS) {
+        if rfbm & 1 << c == 0 {
             continue;
         }
         let loaded = match in_use {
-            Some(bv) if bv & component << 8 != 0 => None,
-            Some(bv) => Some(bv & component != 0),
+            Some(bv) if bv & 1 << (c + 8) != 0 => None,
+            Some(bv) => Some(bv & 1 << c != 0),
             None => None,
         };
-        for i in 0..16 {
-            for j in 0..16 {
-                let byte = st.mem.read_byte(at + (16 * i + j) as u64, space);
-                let value = match loaded {
-                    Some(true) => byte,
-                    Some(false) => Some(0),
-                    // Loaded or initialised: known where both give the same.
-                    None => byte.filter(|&b| b == 0),
-                };
-                st.vec.set_lane(i, from + j, 1, value.map(u64::from));
-            }
+        // SSE lives in the legacy region and AVX first after the header in both formats.
+        let at = match (c, xcomp_bv) {
+            (1 | 2, _) => Some(standard),
+            (_, Some(x)) => offset(c, standard, x),
+            (_, None) => None,
+        };
+        for (off, slot) in bytes(part) {
+            let byte = at.and_then(|at| st.mem.read_byte(a + at + off, space));
+            let value = match loaded {
+                Some(true) => byte,
+                Some(false) => Some(0),
+                // Loaded or initialised: known where both give the same.
+                None => byte.filter(|&b| b == 0),
+            };
+            slot.set(st, value);
         }
     }
 }

@@ -6,8 +6,8 @@
 
 use iced_x86::{EncodingKind, Instruction, Mnemonic as M};
 
-use super::vector::{elementwise, length, read, write, Value};
-use super::State;
+use super::super::State;
+use super::{elementwise, length, read, write, Value};
 use crate::image::AddressSpace;
 
 /// The two sources: the destination and the second operand (legacy), or operands 1 and 2
@@ -144,7 +144,7 @@ pub fn step(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
             let v = read(st, insn, 1, 16, space);
             let mut out = Value::default();
             take_n(&mut out, 0, &v, e * (imm(insn) & (16 / e - 1)), e);
-            out.known |= super::vector::mask(8) & !super::vector::mask(e);
+            out.known |= super::mask(8) & !super::mask(e);
             let n = if insn.op_kind(0) == iced_x86::OpKind::Register {
                 8
             } else {
