@@ -21,3 +21,4 @@ pub mod script;
 pub mod sideband;
 pub mod step;
 pub mod writer;
+pub mod xstate;

@@ -76,6 +76,8 @@ pub struct Outcome {
     pub signals: Vec<rtit_replay_core::recording::SignalEntry>,
     /// What CPUID returns on the CPU model the program ran on (qemu backend).
     pub cpuid: Vec<rtit_replay_core::recording::cpuid::CpuidLeaf>,
+    /// XCR0 exactly, where the backend read it (the kernel's XSAVE register set).
+    pub xcr0: Option<u64>,
     /// What the writer must find by decoding the trace (the hardware backend counts nothing).
     pub from_trace: Option<FromTrace>,
     /// With kernel tracing: the run-time address of the kernel's `_text` (kallsyms).

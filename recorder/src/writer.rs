@@ -290,7 +290,7 @@ fn write_into(tmp: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, Wr
             xcr0: match meta.backend.as_str() {
                 "qemu" => rtit_replay_core::recording::cpuid::lookup(&outcome.cpuid, 0xd, 0)
                     .map(|r| u64::from(r[0]) | u64::from(r[3]) << 32),
-                _ => cpu_info().xcr0,
+                _ => outcome.xcr0.or(cpu_info().xcr0),
             },
             // QEMU user mode runs a system call without `syscall`'s writes to rcx and r11.
             syscall_keeps_registers: meta.backend == "qemu",

@@ -2,7 +2,9 @@
    glibc's SSE2/AVX2 string routines (strlen, strchr, memchr, memcmp, memcpy, strcmp), carries
    (__int128), wide multiply and divide, bit scans, rotates, byte swaps, atomics (xadd,
    cmpxchg), vector packs, aligns, shuffles and dword min/max, movbe, lzcnt and tzcnt, scalar
-   float arithmetic that rounds, and cpuid and rdtsc,
+   float arithmetic that rounds, AVX-512 where the CPU has it (opmasks, masked and zeroing
+   writes, masked loads and stores, compares into masks, broadcasts, ternary logic, zmm16-31),
+   and cpuid and rdtsc,
    whose results the step backend logs. `rtit check-values`
    compares every sampled register with the CPU's. */
 #include <cpuid.h>
@@ -52,6 +54,55 @@ __attribute__((noinline, target("ssse3,sse4.1,movbe,lzcnt,bmi"))) static uint64_
     return r + __builtin_bswap64(*p);
 }
 
+/* AVX-512 as glibc's EVEX routines and compilers use it. 24 vectors are live at once, so
+   zmm16-31 hold some of them. */
+#define AVX512_STEP(x, k)                                                                                  \
+    x = _mm512_mask_add_epi32(x, (__mmask16)(d >> (k)) | (__mmask16)(k), x, base);                            \
+    x = _mm512_maskz_sub_epi8((__mmask64)(q | z) >> (k), x, text);                                            \
+    x = ((k) & 1) ? _mm512_ternarylogic_epi32(x, base, text, 0x96) : _mm512_ternarylogic_epi64(x, base, text, 0xe8); \
+    base = _mm512_min_epu8(base, x);
+__attribute__((noinline, target("avx512f,avx512bw,avx512vl,avx512dq"))) static uint64_t avx512(uint64_t a, uint64_t b,
+                                                                                          const char *s) {
+    __m512i text = _mm512_loadu_si512((const void *)s);
+    __m512i base = _mm512_set1_epi64((long long)(a ^ (b << 7)));
+    __mmask64 z = _mm512_cmpeq_epi8_mask(text, _mm512_setzero_si512());
+    __mmask64 q = _mm512_cmpeq_epi8_mask(text, _mm512_set1_epi8('q'));
+    __mmask32 lt = _mm256_cmplt_epu8_mask(_mm512_castsi512_si256(text), _mm256_set1_epi8('m'));
+    __mmask64 t = _mm512_test_epi8_mask(base, text) ^ _mm512_testn_epi8_mask(base, text);
+    __mmask16 d = _mm512_cmpgt_epi32_mask(base, text);
+    __m512i x0 = _mm512_set1_epi32((int)a), x1 = _mm512_set1_epi32((int)b), x2 = _mm512_xor_si512(x0, x1);
+    __m512i x3 = _mm512_add_epi8(x0, text), x4 = _mm512_sub_epi8(x1, text), x5 = _mm512_or_si512(x2, text);
+    __m512i x6 = _mm512_and_si512(x3, x4), x7 = _mm512_andnot_si512(x5, x6), x8 = _mm512_min_epu8(x7, x0);
+    __m512i x9 = _mm512_max_epu8(x8, x1), x10 = _mm512_add_epi64(x9, x2), x11 = _mm512_sub_epi32(x10, x3);
+    __m512i x12 = _mm512_xor_si512(x11, x4), x13 = _mm512_add_epi16(x12, x5), x14 = _mm512_or_si512(x13, x6);
+    __m512i x15 = _mm512_and_si512(x14, x7), x16 = _mm512_add_epi8(x15, x8), x17 = _mm512_xor_si512(x16, x9);
+    __m512i x18 = _mm512_sub_epi64(x17, x10), x19 = _mm512_min_epu8(x18, x11), x20 = _mm512_max_epu8(x19, x12);
+    __m512i x21 = _mm512_add_epi32(x20, x13), x22 = _mm512_xor_si512(x21, x14), x23 = _mm512_or_si512(x22, x15);
+    AVX512_STEP(x0, 0) AVX512_STEP(x1, 1) AVX512_STEP(x2, 2) AVX512_STEP(x3, 3) AVX512_STEP(x4, 4)
+    AVX512_STEP(x5, 5) AVX512_STEP(x6, 6) AVX512_STEP(x7, 7) AVX512_STEP(x8, 8) AVX512_STEP(x9, 9)
+    AVX512_STEP(x10, 10) AVX512_STEP(x11, 11) AVX512_STEP(x12, 12) AVX512_STEP(x13, 13) AVX512_STEP(x14, 14)
+    AVX512_STEP(x15, 15) AVX512_STEP(x16, 16) AVX512_STEP(x17, 17) AVX512_STEP(x18, 18) AVX512_STEP(x19, 19)
+    AVX512_STEP(x20, 20) AVX512_STEP(x21, 21) AVX512_STEP(x22, 22) AVX512_STEP(x23, 23)
+    __m512i sum = _mm512_xor_si512(
+        _mm512_xor_si512(_mm512_xor_si512(_mm512_xor_si512(x0, x1), _mm512_xor_si512(x2, x3)),
+                         _mm512_xor_si512(_mm512_xor_si512(x4, x5), _mm512_xor_si512(x6, x7))),
+        _mm512_xor_si512(_mm512_xor_si512(_mm512_xor_si512(x8, x9), _mm512_xor_si512(x10, x11)),
+                         _mm512_xor_si512(_mm512_xor_si512(x12, x13), _mm512_xor_si512(x14, x15))));
+    sum = _mm512_xor_si512(sum, _mm512_xor_si512(_mm512_xor_si512(_mm512_xor_si512(x16, x17), _mm512_xor_si512(x18, x19)),
+                                                 _mm512_xor_si512(_mm512_xor_si512(x20, x21), _mm512_xor_si512(x22, x23))));
+    char out[64];
+    memset(out, '.', sizeof out);
+    _mm512_mask_storeu_epi8(out, (__mmask64)lt * 3, sum);
+    __m512i back = _mm512_maskz_loadu_epi8(z ? z - 1 : ~(__mmask64)0, out);
+    __mmask64 same = _mm512_cmpeq_epi8_mask(back, sum);
+    __mmask64 both = _kor_mask64(z, q);
+    uint64_t r = _cvtmask64_u64(both) ^ (uint64_t)lt ^ _cvtmask64_u64(t) ^ _cvtmask64_u64(same) ^ (uint64_t)d;
+    r += (uint64_t)_kortestz_mask64_u8(z, q) + (uint64_t)_ktestc_mask64_u8(z, q);
+    r += (uint64_t)__builtin_ctzll(_cvtmask64_u64(z) | (1ULL << 63));
+    r ^= (uint64_t)_mm_cvtsi128_si64(_mm512_castsi512_si128(sum)) ^ (uint64_t)_mm_cvtsi128_si64(_mm512_castsi512_si128(base));
+    return r + (uint64_t)out[5];
+}
+
 /* Scalar double and single arithmetic that rounds (MXCSR is the default from execve on). */
 __attribute__((noinline)) static uint64_t floats(uint64_t a, uint64_t b) {
     double x = (double)(a >> 11) * 0x1p-53 + 1.0, y = (double)(b & 0xffff) + 0.1;
@@ -90,6 +141,10 @@ int main(void) {
         acc += ea ^ eb ^ ec ^ ed ^ (__rdtsc() & 1);
         acc += floats(acc, (uint64_t)round * 0x9e3779b9ULL);
         acc += shuffles(acc, n * 0x0101010101010101ULL + (uint64_t)round, &counter);
+        if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+            __builtin_cpu_supports("avx512dq")) {
+            acc += avx512(acc, (uint64_t)round, text + round * 61);
+        }
         text[round * 97] = 'x';
     }
     sink = acc;

@@ -113,6 +113,7 @@ pub fn record(mut opts: MsrOptions) -> Result<Outcome, String> {
         results: Vec::new(),
         signals: Vec::new(),
         cpuid: Vec::new(),
+        xcr0: None,
         from_trace: Some(FromTrace {
             change_offsets: placed.offsets,
         }),

@@ -320,6 +320,7 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
         results: Vec::new(),
         signals: Vec::new(),
         cpuid,
+        xcr0: None,
         modules: Vec::new(),
         gaps: Vec::new(),
         from_trace: None,

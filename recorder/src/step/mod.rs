@@ -183,9 +183,9 @@ struct Recorder<'a> {
     /// Sample the truth at the next instruction too: it follows a far transfer (a system
     /// call, where the kernel may deliver a signal), where the state layer is most at risk.
     sample_next: bool,
-    /// xmm0–15 and MXCSR before the instruction being stepped, when its retirement is to be
-    /// sampled (a REP string instruction's iterations do not change them).
-    sse_before: Option<std::collections::BTreeMap<String, String>>,
+    /// The vector registers and MXCSR before the instruction being stepped, when its
+    /// retirement is to be sampled (a REP string instruction's iterations do not change them).
+    vectors_before: Option<std::collections::BTreeMap<String, String>>,
 }
 
 impl Recorder<'_> {
@@ -202,7 +202,7 @@ impl Recorder<'_> {
             if self.model.packet_en() {
                 if t.ips.len() as u64 % TRUTH_SAMPLE_INTERVAL == 0 || self.sample_next {
                     let mut sample = regs_map(regs);
-                    sample.extend(self.sse_before.take().unwrap_or_default());
+                    sample.extend(self.vectors_before.take().unwrap_or_default());
                     t.samples.push((t.ips.len() as u64, sample));
                 }
                 t.ips.push(ip);
@@ -324,7 +324,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
     let warnings = check_executable(&program)?;
     let tracee = Tracee::spawn(&program, &opts.args, opts.aslr)?;
     let regs_start = run_to(&tracee, &opts.start)?;
-    let sse_start = tracee.sse()?;
+    let (vectors_start, xcr0) = tracee.vectors()?;
     let start_ip = regs_start.rip;
     let cr3 = (u64::from(tracee.pid.as_raw() as u32) << 12) & ((1 << 36) - 1);
     let config = RtitConfig {
@@ -354,7 +354,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
         children: Vec::new(),
         progress: opts.progress,
         sample_next: false,
-        sse_before: None,
+        vectors_before: None,
         untraced_since_traced: false,
     };
     let pid = rec.tracee.pid;
@@ -412,7 +412,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
             }
         }
         if rec.sample_due() {
-            rec.sse_before = Some(rec.tracee.sse()?);
+            rec.vectors_before = Some(rec.tracee.vectors()?.0);
         }
         ptrace::step(pid, pending.take()).map_err(|e| StepError::Ptrace(format!("PTRACE_SINGLESTEP: {e}")))?;
         match waitpid(pid, None).map_err(|e| StepError::Ptrace(format!("waitpid: {e}")))? {
@@ -557,6 +557,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
         results,
         signals,
         cpuid: Vec::new(),
+        xcr0,
         modules: Vec::new(),
         gaps: Vec::new(),
         from_trace: None,
@@ -573,7 +574,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
         images,
         registers_start: {
             let mut m = regs_map(&regs_start);
-            m.extend(sse_start);
+            m.extend(vectors_start);
             m
         },
         registers_end: regs_map(&regs_end),

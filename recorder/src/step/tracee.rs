@@ -152,9 +152,19 @@ impl Tracee {
         ptrace::getregs(self.pid).map_err(|e| StepError::Ptrace(format!("PTRACE_GETREGS: {e}")))
     }
 
+    /// MXCSR and the vector and opmask registers by the names a recording's register maps use,
+    /// and XCR0: from the XSAVE register set, or where the kernel has none, MXCSR and
+    /// xmm0–15 from the floating-point one (XCR0 then unknown).
+    pub fn vectors(&self) -> Result<(BTreeMap<String, String>, Option<u64>), StepError> {
+        match crate::xstate::XState::read(self.pid) {
+            Ok(x) if x.xcr0().is_some() => Ok((x.registers(), x.xcr0())),
+            _ => Ok((self.sse()?, None)),
+        }
+    }
+
     /// MXCSR and xmm0–xmm15, from the floating-point register set (FXSAVE's layout), by
     /// the names a recording's register maps use.
-    pub fn sse(&self) -> Result<BTreeMap<String, String>, StepError> {
+    fn sse(&self) -> Result<BTreeMap<String, String>, StepError> {
         let f = ptrace::getregset::<ptrace::regset::NT_PRFPREG>(self.pid)
             .map_err(|e| StepError::Ptrace(format!("PTRACE_GETREGSET NT_PRFPREG: {e}")))?;
         let mut map = BTreeMap::new();

@@ -39,8 +39,10 @@ pub struct CpuInfo {
     pub model: u32,
     /// Stepping.
     pub stepping: u32,
-    /// A superset of XCR0, the XSAVE components the OS enabled, when the program ran on this
-    /// CPU (not under QEMU): it bounds what XSAVEC and XSAVES write.
+    /// XCR0, the XSAVE components the OS enabled, or a superset of it: exact where the
+    /// backend read it (the step backend, from the kernel's XSAVE register set), else from
+    /// the CPU's features (`/proc/cpuinfo`) or, under QEMU, its CPUID leaf 0xd. It bounds
+    /// what XSAVEC and XSAVES write and, with AVX-512, where gdb is shown its registers.
     #[serde(default, with = "crate::hex::option", skip_serializing_if = "Option::is_none")]
     pub xcr0: Option<u64>,
     /// The program ran on a CPU model whose `syscall` leaves rcx, r11 and RFLAGS as they were

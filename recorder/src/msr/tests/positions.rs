@@ -170,6 +170,7 @@ fn the_writer_counts_the_instructions_and_places_the_map_changes_by_decoding() {
         results: Vec::new(),
         signals: Vec::new(),
         cpuid: Vec::new(),
+        xcr0: None,
         from_trace: Some(FromTrace {
             change_offsets: offsets,
         }),
