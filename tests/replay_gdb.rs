@@ -4,9 +4,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
+use common::gdb::{frames, Server};
+
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use rtit_replay_core::recording::{EndState, Recording};
 use rtit_replay_core::state::vector::named::Named;
@@ -20,56 +21,6 @@ fn recording(name: &str, dynamic: bool) -> Recording {
     let flags: &[&str] = if dynamic { &[] } else { &["-static"] };
     let exe = common::gcc(&format!("examples/c/{name}.c"), flags, &dir);
     common::record_from_main(&exe, &dir.join("rec"))
-}
-
-/// `rtit replay --no-gdb --port 0`, killed when dropped.
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Server {
-    fn start(rec: &Recording) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_rtit"))
-            .args(["replay", "--no-gdb", "--port", "0"])
-            .arg(&rec.dir)
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("rtit replay");
-        let stderr = child.stderr.take().expect("stderr");
-        let mut lines = BufReader::new(stderr).lines();
-        let port = loop {
-            let line = lines.next().expect("rtit replay says where it listens").expect("utf-8");
-            if let Some(addr) = line.strip_prefix("listening on ") {
-                break addr.rsplit(':').next().and_then(|p| p.parse().ok()).expect("a port");
-            }
-        };
-        // Keep draining stderr so the server never blocks on it.
-        std::thread::spawn(move || for _ in lines {});
-        Self { child, port }
-    }
-
-    /// Runs gdb in batch mode with `commands` after connecting; returns its output.
-    fn gdb(&self, exe: Option<&Path>, commands: &[&str]) -> String {
-        let mut gdb = Command::new("gdb");
-        gdb.args(["-batch", "-nx"]);
-        if let Some(exe) = exe {
-            gdb.arg("-ex").arg(format!("file {}", exe.display()));
-        }
-        gdb.arg("-ex").arg(format!("target remote :{}", self.port));
-        for c in commands {
-            gdb.arg("-ex").arg(c);
-        }
-        let out = gdb.output().expect("gdb is needed (`.ci/run` installs it)");
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Every `position N of M` that `monitor when` printed.
@@ -251,11 +202,6 @@ fn monitor_why_unknown_names_what_lost_a_value() {
         "{out}"
     );
     assert!(out.contains("`xyz` is not a register rtit tracks"), "{out}");
-}
-
-/// gdb's backtrace lines (`#N ...`).
-fn frames(out: &str) -> Vec<String> {
-    out.lines().filter(|l| l.starts_with('#')).map(str::to_string).collect()
 }
 
 /// The commands that stop at the deepest level of the recursion example: fib(1) called from
@@ -572,71 +518,4 @@ fn symbol_in(object: &[u8], name: &str) -> u64 {
     use object::{Object, ObjectSymbol};
     let file = object::File::parse(object).expect("ELF");
     0x2000_0000 + file.symbols().find(|s| s.name() == Ok(name)).expect("symbol").address()
-}
-
-/// The function of each frame of a `bt` (addresses and arguments differ between a native run
-/// and one under QEMU, which loads the program elsewhere).
-fn frame_functions(out: &str) -> Vec<String> {
-    frames(out)
-        .iter()
-        .map(|f| {
-            let rest = f.split_once("  ").map_or(f.as_str(), |(_, r)| r);
-            let rest = rest.split_once(" in ").map_or(rest, |(_, r)| r);
-            rest.split_whitespace().next().unwrap_or("").to_string()
-        })
-        .collect()
-}
-
-#[test]
-fn qemu_backend_backtrace_and_finish_at_write_match_native_gdb() {
-    // Debian's grep, dynamically linked, recorded with the qemu backend from its entry point:
-    // at its one `write` (stdout flushed at exit, 13 frames deep through libc) `bt` lists the
-    // frames native gdb lists and `finish` returns what native gdb's does.
-    let dir = common::scratch("replay_gdb", "qemu-grep-write");
-    std::fs::write(dir.join("in.txt"), "hello\nworld\nfoo\nzebra\napple\n").expect("input");
-    let out_file = std::fs::File::create(dir.join("out.txt")).expect("output");
-    let status = Command::new(env!("CARGO_BIN_EXE_rtit"))
-        .args(["record", "--backend", "qemu", "--out"])
-        .arg(dir.join("rec"))
-        .env("RTIT_QEMU_PLUGIN", common::plugin())
-        .current_dir(&dir)
-        .args(["--", "/usr/bin/grep", "o", "in.txt"])
-        .stdout(out_file)
-        .stderr(Stdio::null())
-        .status()
-        .expect("rtit record");
-    assert!(status.success(), "grep found matches");
-    let commands = ["set breakpoint pending on", "break write", "continue", "bt", "finish"];
-    let native = Command::new("gdb")
-        .args([
-            "-batch",
-            "-nx",
-            "-ex",
-            "set breakpoint pending on",
-            "-ex",
-            "break write",
-        ])
-        .arg("-ex")
-        .arg(format!("run o in.txt > {}", dir.join("native.txt").display()))
-        .args(["-ex", "bt", "-ex", "finish", "/usr/bin/grep"])
-        .current_dir(&dir)
-        .output()
-        .expect("gdb");
-    let native = String::from_utf8_lossy(&native.stdout).into_owned() + &String::from_utf8_lossy(&native.stderr);
-    let rec = Recording::open(&dir.join("rec")).expect("the recording opens");
-    let replayed = Server::start(&rec).gdb(None, &commands);
-    let want = frame_functions(&native);
-    assert!(want.len() >= 10, "native gdb's backtrace: {native}");
-    assert_eq!(
-        frame_functions(&replayed),
-        want,
-        "replayed:\n{replayed}\nnative:\n{native}"
-    );
-    let value = |out: &str| {
-        out.lines()
-            .find(|l| l.starts_with("Value returned"))
-            .map(str::to_string)
-    };
-    assert_eq!(value(&replayed), value(&native), "finish: {replayed}");
-    assert!(value(&native).is_some(), "{native}");
 }

@@ -3,6 +3,8 @@
 //! a recording. Each test file uses part of it.
 #![allow(dead_code)]
 
+pub mod gdb;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;

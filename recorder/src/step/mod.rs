@@ -18,6 +18,7 @@
 pub(crate) mod sideband;
 mod syscall_log;
 pub(crate) mod tracee;
+mod vdso;
 
 use std::collections::HashMap;
 use std::ffi::OsString;

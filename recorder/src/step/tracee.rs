@@ -103,7 +103,8 @@ pub fn privilege_warning(path: &Path, meta: &std::fs::Metadata) -> Option<String
 
 impl Tracee {
     /// Starts `program` with `args` under ptrace, stopped at its first instruction after
-    /// execve. Standard input, output, error and the environment pass through.
+    /// execve, with the vDSO hidden from it (`vdso`). Standard input, output, error and the
+    /// environment pass through.
     pub fn spawn(program: &Path, args: &[OsString], aslr: bool) -> Result<Self, StepError> {
         let mut cmd = Command::new(program);
         cmd.args(args);
@@ -144,7 +145,9 @@ impl Tracee {
             .map_err(|e| StepError::Ptrace(format!("cannot open /proc/{pid}/mem: {e}")))?;
         // The child is reaped by waitpid, not by `child`: forget the handle.
         drop(child);
-        Ok(Self { pid, mem })
+        let tracee = Self { pid, mem };
+        super::vdso::hide(&tracee, tracee.regs()?.rsp)?;
+        Ok(tracee)
     }
 
     /// The registers.

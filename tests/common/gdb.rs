@@ -1,0 +1,75 @@
+//! A replay server and a real gdb driven against it, and reading what gdb printed.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use rtit_replay_core::recording::Recording;
+
+/// `rtit replay --no-gdb --port 0`, killed when dropped.
+pub struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    pub fn start(rec: &Recording) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_rtit"))
+            .args(["replay", "--no-gdb", "--port", "0"])
+            .arg(&rec.dir)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("rtit replay");
+        let stderr = child.stderr.take().expect("stderr");
+        let mut lines = BufReader::new(stderr).lines();
+        let port = loop {
+            let line = lines.next().expect("rtit replay says where it listens").expect("utf-8");
+            if let Some(addr) = line.strip_prefix("listening on ") {
+                break addr.rsplit(':').next().and_then(|p| p.parse().ok()).expect("a port");
+            }
+        };
+        // Keep draining stderr so the server never blocks on it.
+        std::thread::spawn(move || for _ in lines {});
+        Self { child, port }
+    }
+
+    /// Runs gdb in batch mode with `commands` after connecting; returns its output.
+    pub fn gdb(&self, exe: Option<&Path>, commands: &[&str]) -> String {
+        let mut gdb = Command::new("gdb");
+        gdb.args(["-batch", "-nx"]);
+        if let Some(exe) = exe {
+            gdb.arg("-ex").arg(format!("file {}", exe.display()));
+        }
+        gdb.arg("-ex").arg(format!("target remote :{}", self.port));
+        for c in commands {
+            gdb.arg("-ex").arg(c);
+        }
+        let out = gdb.output().expect("gdb is needed (`.ci/run` installs it)");
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// gdb's backtrace lines (`#N ...`).
+pub fn frames(out: &str) -> Vec<String> {
+    out.lines().filter(|l| l.starts_with('#')).map(str::to_string).collect()
+}
+
+/// The function of each frame of a `bt` (addresses and arguments differ between a native run
+/// and one under QEMU, which loads the program elsewhere).
+pub fn frame_functions(out: &str) -> Vec<String> {
+    frames(out)
+        .iter()
+        .map(|f| {
+            let rest = f.split_once("  ").map_or(f.as_str(), |(_, r)| r);
+            let rest = rest.split_once(" in ").map_or(rest, |(_, r)| r);
+            rest.split_whitespace().next().unwrap_or("").to_string()
+        })
+        .collect()
+}
