@@ -3,12 +3,9 @@
 //! control-flow trace cannot tell. Which memory a call writes comes from
 //! `rtit_replay_core::syscall::effect`, the same table the replay uses when there is no log.
 
-use rtit_replay_core::syscall::{effect, Effect, MemoryWrite, SyscallRecord};
+use rtit_replay_core::syscall::{effect, logged_writes, MemoryWrite, SyscallRecord};
 
 use super::tracee::{regs_map, Regs, Tracee};
-
-/// Bytes one record may hold; a call that wrote more is logged as incomplete.
-const WRITES_BOUND: u64 = 1 << 20;
 
 /// What a successful `mmap` of a file that is not an ELF image mapped (see
 /// [`crate::sideband::mapped_file`]).
@@ -35,24 +32,7 @@ pub fn record(tracee: &Tracee, position: u64, ip: u64, nr: u64, before: &Regs, a
         &["rax", "rcx", "r11", "eflags", "fs_base", "gs_base"]
     };
     let after_map = all.into_iter().filter(|(k, _)| kept.contains(&k.as_str())).collect();
-    let (mut writes, complete) = match effect(nr, &args, Some(after.rax)) {
-        Effect::Writes(ranges) if ranges.iter().map(|r| r.1).sum::<u64>() <= WRITES_BOUND => {
-            let mut writes = Vec::new();
-            let mut complete = true;
-            for (addr, len) in ranges {
-                if len == 0 {
-                    continue;
-                }
-                let mut bytes = vec![0u8; len as usize];
-                let n = tracee.read(addr, &mut bytes);
-                complete &= n == bytes.len();
-                writes.push(MemoryWrite::new(addr, &bytes[..n]));
-            }
-            (writes, complete)
-        }
-        Effect::Writes(_) | Effect::Anywhere => (Vec::new(), false),
-        Effect::Restores | Effect::SetsBase { .. } => (Vec::new(), true),
-    };
+    let (mut writes, complete) = logged_writes(&effect(nr, &args, Some(after.rax)), &|a, b| tracee.read(a, b));
     if nr == 9 {
         writes.extend(mapped_file(tracee, before, after));
     }

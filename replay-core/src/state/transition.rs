@@ -74,11 +74,26 @@ fn args(st: &State) -> [Option<u64>; 6] {
     [RDI, RSI, RDX, R10, R8, R9].map(|r| st.regs.get(r))
 }
 
-fn apply_effect_to_memory(st: &mut State, e: &Effect) {
-    match e {
-        Effect::Writes(ranges) => ranges.iter().for_each(|&(a, n)| st.mem.forget(a, n)),
-        Effect::Anywhere => st.mem.forget_all(),
-        Effect::Restores | Effect::SetsBase { .. } => {}
+/// Forgets the memory a call may have written: what its log says it wrote when the log is
+/// complete; else the ranges its effect gives (those it reads from memory, as `st` knows it),
+/// or all memory.
+fn forget_written(st: &mut State, e: &Effect, record: Option<&SyscallRecord>, space: &AddressSpace) {
+    if let Some(r) = record {
+        if !r.complete {
+            return st.mem.forget_all();
+        }
+        for w in &r.writes {
+            st.mem.forget(w.address, w.data().map_or(u64::MAX, |b| b.len() as u64));
+        }
+        return;
+    }
+    let ranges = {
+        let mem = &st.mem;
+        e.ranges(&|a, width| mem.read_u64(a, width, space))
+    };
+    match ranges {
+        Some(ranges) => ranges.iter().for_each(|&(a, n)| st.mem.forget(a, n)),
+        None => st.mem.forget_all(),
     }
 }
 
@@ -158,22 +173,14 @@ pub fn forward(st: &mut State, between: Between<'_>, space: &AddressSpace, f: &m
             why::insist(syscall_cause(nr, record.map_or(true, |r| r.complete)));
             let ret = record.and_then(|r| r.after.get("rax")).and_then(|v| parse(v));
             let e = nr.map_or(Effect::Anywhere, |nr| effect(nr, &args(st), ret));
-            match record {
-                Some(r) => {
-                    if !r.complete {
-                        st.mem.forget_all();
-                    }
-                    // What the kernel may have written and the record does not hold is
-                    // unknown; then what it holds.
-                    apply_effect_to_memory(st, &e);
-                    for w in &r.writes {
-                        match w.data() {
-                            Some(bytes) => st.mem.write(w.address, &bytes),
-                            None => st.mem.forget_all(),
-                        }
-                    }
+            // What the kernel may have written and the record does not hold is unknown; then
+            // what it holds.
+            forget_written(st, &e, record, space);
+            for w in record.map_or(&[][..], |r| &r.writes) {
+                match w.data() {
+                    Some(bytes) => st.mem.write(w.address, &bytes),
+                    None => st.mem.forget_all(),
                 }
-                None => apply_effect_to_memory(st, &e),
             }
             clobber(st, nr);
             match e {
@@ -217,10 +224,7 @@ pub fn backward(st: &mut State, between: Between<'_>, space: &AddressSpace, f: &
                 Some(nr) => effect(nr, &args(st), ret),
                 None => Effect::Anywhere,
             };
-            if record.is_some_and(|r| !r.complete) {
-                st.mem.forget_all();
-            }
-            apply_effect_to_memory(st, &e);
+            forget_written(st, &e, record, space);
             clobber(st, nr);
             if e == Effect::Restores {
                 st.regs.forget_all();

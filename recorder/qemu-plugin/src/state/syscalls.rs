@@ -5,7 +5,7 @@ use rtit_recorder::outcome::RegisterMap;
 use rtit_recorder::qemu::engine::{Counts, SyscallAction};
 use rtit_recorder::sideband::{diff, nr};
 use rtit_replay_core::recording::ChildProcess;
-use rtit_replay_core::syscall::{effect, Effect, MemoryWrite, SyscallRecord};
+use rtit_replay_core::syscall::{effect, logged_writes, SyscallRecord};
 
 use super::Plugin;
 
@@ -120,19 +120,9 @@ impl Plugin {
                 .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())
         };
         let args = ["rdi", "rsi", "rdx", "r10", "r8", "r9"].map(arg);
-        match effect(r.nr, &args, Some(ret)) {
-            Effect::Writes(ranges) if ranges.iter().map(|x| x.1).sum::<u64>() <= 1 << 20 => {
-                r.complete = true;
-                for (addr, len) in ranges.into_iter().filter(|x| x.1 > 0) {
-                    let mut bytes = vec![0u8; len as usize];
-                    let n = self.read(addr, &mut bytes);
-                    r.complete &= n == bytes.len();
-                    r.writes.push(MemoryWrite::new(addr, &bytes[..n]));
-                }
-            }
-            Effect::Restores | Effect::SetsBase { .. } => r.complete = true,
-            _ => {}
-        }
+        let (writes, complete) = logged_writes(&effect(r.nr, &args, Some(ret)), &|a, b| self.read(a, b));
+        r.writes.extend(writes);
+        r.complete = complete;
         if r.nr == nr::MMAP {
             if let (Some(fd), Some(len), Some(flags)) = (args[4], args[1], args[3]) {
                 let path = ((fd as i32) >= 0)
