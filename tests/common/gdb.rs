@@ -44,9 +44,27 @@ impl Server {
         for c in commands {
             gdb.arg("-ex").arg(c);
         }
-        let out = gdb.output().expect("gdb is needed (`.ci/run` installs it)");
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+        interleaved(&mut gdb)
     }
+}
+
+/// Runs `cmd` (gdb) with its standard output and error into one file, so what it printed is
+/// in the order it printed it, and returns that.
+pub fn interleaved(cmd: &mut Command) -> String {
+    static COUNT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("rtit-test-gdb-{}-{n}.txt", std::process::id()));
+    let file = std::fs::File::create(&path).expect("a temporary file");
+    let status = cmd
+        .stdin(Stdio::null())
+        .stdout(file.try_clone().expect("clone"))
+        .stderr(file)
+        .status()
+        .expect("gdb is needed (`.ci/run` installs it)");
+    let out = std::fs::read_to_string(&path).unwrap_or_default();
+    let _ = std::fs::remove_file(&path);
+    assert!(status.code().is_some(), "gdb ran: {out}");
+    out
 }
 
 impl Drop for Server {
