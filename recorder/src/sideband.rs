@@ -107,21 +107,66 @@ impl Images {
     }
 }
 
-/// At most this many bytes of memory per snapshot: the stack first, then the other writable
-/// mappings in address order, each cut short when the bound is reached.
-pub const SNAPSHOT_BOUND: usize = 16 << 20;
+/// Bytes read at a time when taking a snapshot.
+const CHUNK: usize = 1 << 20;
+/// The unit of zero elision: a page of zeros is listed, not stored.
+const PAGE: usize = 4096;
 
-/// Writable memory at one moment: (mapping, its bytes, possibly cut short).
+/// Writable memory at one moment: every writable mapping whole, its pages of zeros listed
+/// rather than stored (a program's `.bss` and untouched heap).
 #[derive(Debug, Default, Clone)]
 pub struct Snapshot {
-    /// The regions read.
+    /// The regions read, with their bytes.
     pub regions: Vec<(Mapping, Vec<u8>)>,
-    /// Whether the bound cut something off.
+    /// The regions read that hold only zeros.
+    pub zero: Vec<Mapping>,
+    /// Whether part of a mapping could not be read (recordings made with a bound on the
+    /// snapshot's size also set it when the bound cut a mapping short).
     pub truncated: bool,
 }
 
+impl Snapshot {
+    /// Adds `bytes` read at `at` from `mapping`: runs of whole zero pages as zero regions,
+    /// the rest as regions with bytes (consecutive runs of the same kind merged).
+    fn add(&mut self, mapping: &Mapping, at: u64, bytes: &[u8]) {
+        let mut from = 0;
+        while from < bytes.len() {
+            let zero = |i: usize| bytes[i..(i + PAGE).min(bytes.len())].iter().all(|&b| b == 0);
+            let kind = zero(from);
+            let mut to = from;
+            while to < bytes.len() && zero(to) == kind {
+                to = (to + PAGE).min(bytes.len());
+            }
+            let mut region = mapping.clone();
+            region.start = at + from as u64;
+            region.end = at + to as u64;
+            if kind {
+                match self.zero.last_mut() {
+                    Some(last) if last.end == region.start && last.path == region.path => last.end = region.end,
+                    _ => self.zero.push(region),
+                }
+            } else {
+                match self.regions.last_mut() {
+                    Some((last, data)) if last.end == region.start && last.path == region.path => {
+                        last.end = region.end;
+                        data.extend_from_slice(&bytes[from..to]);
+                    }
+                    _ => self.regions.push((region, bytes[from..to].to_vec())),
+                }
+            }
+            from = to;
+        }
+    }
+
+    /// Bytes stored (zero pages not counted).
+    pub fn stored(&self) -> u64 {
+        self.regions.iter().map(|(_, b)| b.len() as u64).sum()
+    }
+}
+
 /// Reads the writable mappings of `maps` with `read` (which returns how many bytes it could
-/// read at an address), the stack first, up to [`SNAPSHOT_BOUND`] bytes.
+/// read at an address), every byte of them: the state layer knows memory from the start only
+/// where the snapshot holds it.
 pub fn snapshot_with(maps: &[Mapping], mut read: impl FnMut(u64, &mut [u8]) -> usize) -> Snapshot {
     // Writable mappings, and RELRO: the read-only part of a file's data that the dynamic
     // loader relocated and then protected (an `r--p` mapping right before the same file's
@@ -132,36 +177,23 @@ pub fn snapshot_with(maps: &[Mapping], mut read: impl FnMut(u64, &mut [u8]) -> u
             && m.path.is_some()
             && next.is_some_and(|n| n.path == m.path && n.start == m.end && n.perms.contains('w'))
     };
-    let mut writable: Vec<&Mapping> = (0..maps.len())
+    let mut snap = Snapshot::default();
+    let mut buf = vec![0u8; CHUNK];
+    for m in (0..maps.len())
         .filter(|&i| maps[i].perms.contains('w') || relro(i))
         .map(|i| &maps[i])
-        .collect();
-    writable.sort_by_key(|m| (m.path.as_deref() != Some("[stack]"), m.start));
-    let mut snap = Snapshot::default();
-    let mut left = SNAPSHOT_BOUND;
-    for m in writable {
-        let size = (m.end - m.start) as usize;
-        // The stack's live part is at its top: keep the top when cutting it short.
-        let take = size.min(left);
-        if take < size {
-            snap.truncated = true;
+    {
+        let mut at = m.start;
+        while at < m.end {
+            let want = ((m.end - at) as usize).min(CHUNK);
+            let n = read(at, &mut buf[..want]);
+            snap.add(m, at, &buf[..n]);
+            if n < want {
+                snap.truncated = true;
+                break;
+            }
+            at += n as u64;
         }
-        if take == 0 {
-            continue;
-        }
-        let from = if m.path.as_deref() == Some("[stack]") {
-            m.end - take as u64
-        } else {
-            m.start
-        };
-        let mut bytes = vec![0u8; take];
-        let n = read(from, &mut bytes);
-        bytes.truncate(n);
-        left -= n;
-        let mut region = m.clone();
-        region.start = from;
-        region.end = from + n as u64;
-        snap.regions.push((region, bytes));
     }
     snap
 }
@@ -292,5 +324,63 @@ mod tests {
         assert_eq!((change.added, change.removed), (vec![b2], vec![b]));
         let same = std::slice::from_ref(&a);
         assert!(diff(same, same, 1, nr::BRK).is_none());
+    }
+
+    #[test]
+    fn snapshots_take_every_writable_byte_and_list_zero_pages() {
+        // 3 MiB of heap (more than a read chunk): zeros but for a byte in its second page
+        // and the last page; the stack partly unreadable.
+        let heap = Mapping {
+            start: 0x10_0000,
+            end: 0x10_0000 + (3 << 20),
+            perms: "rw-p".into(),
+            offset: 0,
+            path: None,
+        };
+        let stack = Mapping {
+            start: 0x7fff_0000,
+            end: 0x7fff_4000,
+            perms: "rw-p".into(),
+            offset: 0,
+            path: Some("[stack]".into()),
+        };
+        let text = m(0x40_0000, "r-xp", 0, "/bin/a");
+        let snap = snapshot_with(&[text, heap.clone(), stack.clone()], |a, buf| {
+            if a >= stack.start {
+                // Only the first page of the stack is readable.
+                let n = buf.len().min((stack.start + 0x1000).saturating_sub(a) as usize);
+                buf[..n].fill(7);
+                return n;
+            }
+            buf.fill(0);
+            for (i, b) in buf.iter_mut().enumerate() {
+                let at = a + i as u64;
+                if at == heap.start + 0x1234 || at >= heap.end - 0x1000 {
+                    *b = 1;
+                }
+            }
+            buf.len()
+        });
+        let spans = |v: &[Mapping]| v.iter().map(|r| (r.start, r.end)).collect::<Vec<_>>();
+        let data: Vec<(u64, u64)> = snap.regions.iter().map(|(r, _)| (r.start, r.end)).collect();
+        assert_eq!(
+            data,
+            [
+                (heap.start + 0x1000, heap.start + 0x2000),
+                (heap.end - 0x1000, heap.end),
+                (stack.start, stack.start + 0x1000)
+            ]
+        );
+        assert_eq!(snap.regions[0].1[0x234], 1);
+        assert_eq!(
+            spans(&snap.zero),
+            [
+                (heap.start, heap.start + 0x1000),
+                (heap.start + 0x2000, heap.end - 0x1000)
+            ],
+            "zero pages merged across read chunks"
+        );
+        assert!(snap.truncated, "the stack could not be read whole");
+        assert_eq!(snap.stored(), 3 * 0x1000);
     }
 }

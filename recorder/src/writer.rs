@@ -12,7 +12,7 @@ use rtit_replay_core::recording::{
 use sha2::{Digest, Sha256};
 
 use crate::outcome::Outcome;
-use crate::sideband::{Snapshot, SNAPSHOT_BOUND};
+use crate::sideband::Snapshot;
 
 /// A failure to write a recording.
 #[derive(Debug, thiserror::Error)]
@@ -178,7 +178,8 @@ fn copy_image(
     })
 }
 
-/// Writes a snapshot's bytes one region after another; returns where each went.
+/// Writes a snapshot's bytes one region after another; returns where each went, and its zero
+/// regions (no bytes stored).
 pub fn write_snapshot(path: &Path, snap: &Snapshot) -> Result<Vec<MemoryRegion>, WriteError> {
     let mut f = std::io::BufWriter::new(std::fs::File::create(path).map_err(io(path))?);
     let mut offset = 0u64;
@@ -188,9 +189,15 @@ pub fn write_snapshot(path: &Path, snap: &Snapshot) -> Result<Vec<MemoryRegion>,
         regions.push(MemoryRegion {
             mapping: mapping.clone(),
             file_offset: offset,
+            zero: false,
         });
         offset += bytes.len() as u64;
     }
+    regions.extend(snap.zero.iter().map(|mapping| MemoryRegion {
+        mapping: mapping.clone(),
+        file_offset: 0,
+        zero: true,
+    }));
     f.flush().map_err(io(path))?;
     Ok(regions)
 }
@@ -241,7 +248,7 @@ fn write_into(tmp: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, Wr
     }
 
     let mut index = MemoryIndex {
-        bound: SNAPSHOT_BOUND as u64,
+        bound: 0,
         start_truncated: outcome.memory_start.truncated,
         end_truncated: outcome.memory_end.truncated,
         ..MemoryIndex::default()

@@ -276,10 +276,14 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
     let snapshot = |name: &str, regions: &[MemoryRegion], truncated: bool| -> Result<Snapshot, QemuError> {
         let bytes = read(name)?;
         let mut snap = Snapshot {
-            regions: Vec::new(),
             truncated,
+            ..Snapshot::default()
         };
         for r in regions {
+            if r.zero {
+                snap.zero.push(r.mapping.clone());
+                continue;
+            }
             let len = (r.mapping.end - r.mapping.start) as usize;
             let from = r.file_offset as usize;
             let chunk = bytes.get(from..from + len).ok_or_else(|| QemuError::BadReport {

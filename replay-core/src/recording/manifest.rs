@@ -335,12 +335,15 @@ pub struct MemoryRegion {
     pub mapping: Mapping,
     /// Where its bytes are in the snapshot file.
     pub file_offset: u64,
+    /// It holds only zeros, and no bytes are stored for it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub zero: bool,
 }
 
 /// `memory.json`: where the snapshots' bytes come from.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemoryIndex {
-    /// The bound on each snapshot, in bytes.
+    /// The bound on each snapshot, in bytes; 0: none (every writable mapping whole).
     pub bound: u64,
     /// Regions of `memory-start.bin`.
     pub start: Vec<MemoryRegion>,

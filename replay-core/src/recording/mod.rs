@@ -258,13 +258,20 @@ impl Recording {
         if regions.is_empty() {
             return Ok(Vec::new());
         }
-        let bytes = read(&self.dir.join(file))?;
+        let bytes = if regions.iter().all(|r| r.zero) {
+            Vec::new()
+        } else {
+            read(&self.dir.join(file))?
+        };
         validate::snapshot(&index_path, which, regions, file, bytes.len() as u64)?;
         Ok(regions
             .iter()
             .map(|r| {
-                let from = r.file_offset as usize;
                 let len = (r.mapping.end - r.mapping.start) as usize;
+                if r.zero {
+                    return (r.mapping.start, vec![0; len]);
+                }
+                let from = r.file_offset as usize;
                 (r.mapping.start, bytes[from..from + len].to_vec())
             })
             .collect())

@@ -137,6 +137,9 @@ pub(super) fn snapshot(
 ) -> Result<(), RecordingError> {
     for (i, r) in regions.iter().enumerate() {
         let len = r.mapping.end.checked_sub(r.mapping.start);
+        if r.zero && len.is_some() {
+            continue;
+        }
         let end = len.and_then(|n| r.file_offset.checked_add(n));
         if !end.is_some_and(|e| e <= file_len) {
             let what = format!(
