@@ -98,4 +98,10 @@ pub struct FromTrace {
     /// For each of `maps.changes`, in order, the trace offset at which it took effect (where
     /// the trace had got to when the target stopped at the system call's exit).
     pub change_offsets: Vec<u64>,
+    /// For each of `syscalls`, in order, the trace offset at its exit stop: the call is the
+    /// instruction before the position there.
+    pub syscall_offsets: Vec<u64>,
+    /// For each of `signals`, in order, the trace offset where the target stopped at the
+    /// handler's entry: the handler's first instruction is the position there.
+    pub signal_offsets: Vec<u64>,
 }

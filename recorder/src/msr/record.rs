@@ -4,13 +4,14 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use rtit_replay_core::recording::{Mapping, Maps};
+use rtit_replay_core::recording::{Mapping, Maps, SignalEntry};
 use rtit_replay_core::regs::{ctl, events, EventId};
+use rtit_replay_core::syscall::SyscallRecord;
 
 use super::collect::WrapMode;
 use super::linux::{pin, CpuLock, HugePage};
 use super::session::{self, SessionOptions};
-use super::target::{MapStop, PtraceTarget};
+use super::target::{PtraceTarget, Stop};
 use crate::model::RtitConfig;
 use crate::outcome::{FromTrace, Module, Outcome};
 use crate::step::StartAt;
@@ -67,6 +68,9 @@ pub fn record(mut opts: MsrOptions) -> Result<Outcome, String> {
     }
     let mut target =
         PtraceTarget::spawn(&opts.program, &opts.args, opts.aslr, opts.cpu, &opts.start).map_err(|e| e.to_string())?;
+    // Under an IP filter, user code outside it runs untraced.
+    target.filtered = opts.config.events & 0b111 != EventId::AlwaysOn.bits();
+    let xcr0 = target.xcr0();
     // The drain loop runs where the target runs (§3.3.1).
     pin(nix::unistd::Pid::from_raw(0), opts.cpu)?;
     let session = SessionOptions {
@@ -78,7 +82,7 @@ pub fn record(mut opts: MsrOptions) -> Result<Outcome, String> {
     let traced = session::record(msrs, &mut region, &mut target, &session).map_err(|e| e.to_string())?;
     let mut start = target.start.clone().unwrap_or_default();
     let end = target.end.clone().unwrap_or_default();
-    let placed = place(start.maps.clone(), &target.changes, &traced.marks);
+    let placed = place(start.maps.clone(), &target.stops, &traced.marks);
     if traced.gaps.first().is_some_and(|g| g.offset == 0) {
         // The history starts after lost bytes: the state where it starts is not the state
         // rtit read when tracing started.
@@ -109,43 +113,60 @@ pub fn record(mut opts: MsrOptions) -> Result<Outcome, String> {
         config: traced.config,
         modules: opts.module.into_iter().collect(),
         gaps: traced.gaps,
-        syscalls: Vec::new(),
+        syscalls: placed.syscalls,
         results: Vec::new(),
-        signals: Vec::new(),
+        signals: placed.signals,
         cpuid: Vec::new(),
-        xcr0: None,
+        xcr0,
         from_trace: Some(FromTrace {
             change_offsets: placed.offsets,
+            syscall_offsets: placed.syscall_offsets,
+            signal_offsets: placed.signal_offsets,
         }),
         // The caller adds the kernel's sideband (`super::kernel`).
         kernel_text: None,
     })
 }
 
-/// The map changes placed in the trace kept.
-#[derive(Debug, PartialEq, Eq)]
+/// The sideband stops placed in the trace kept.
+#[derive(Debug, Default, PartialEq, Eq)]
 struct Placed {
     maps: Maps,
+    /// The trace offset of each of `maps.changes`.
     offsets: Vec<u64>,
+    syscalls: Vec<SyscallRecord>,
+    syscall_offsets: Vec<u64>,
+    signals: Vec<SignalEntry>,
+    signal_offsets: Vec<u64>,
 }
 
-/// Places each map change at the trace offset of its stop. A change before the first byte
-/// kept (a flight recorder's lost beginning) is part of the map the history starts with.
-fn place(initial: Vec<Mapping>, stops: &[MapStop], marks: &[Option<u64>]) -> Placed {
+/// Places each stop's sideband at the trace offset of its stop. A map change before the
+/// first byte kept (a flight recorder's lost beginning) is part of the map the history
+/// starts with; a system call or a signal there is not in the history.
+fn place(initial: Vec<Mapping>, stops: &[Stop], marks: &[Option<u64>]) -> Placed {
     let mut placed = Placed {
         maps: Maps {
             initial,
             changes: Vec::new(),
         },
-        offsets: Vec::new(),
+        ..Placed::default()
     };
     for (stop, mark) in stops.iter().zip(marks) {
-        match mark {
-            Some(offset) => {
-                placed.maps.changes.push(stop.change.clone());
-                placed.offsets.push(*offset);
+        match (stop, mark) {
+            (Stop::Syscall { record, change }, Some(offset)) => {
+                placed.syscalls.push((**record).clone());
+                placed.syscall_offsets.push(*offset);
+                if let Some(c) = change {
+                    placed.maps.changes.push(c.change.clone());
+                    placed.offsets.push(*offset);
+                }
             }
-            None => placed.maps.initial = stop.after.clone(),
+            (Stop::Syscall { change: Some(c), .. }, None) => placed.maps.initial = c.after.clone(),
+            (Stop::Signal(entry), Some(offset)) => {
+                placed.signals.push((**entry).clone());
+                placed.signal_offsets.push(*offset);
+            }
+            _ => {}
         }
     }
     placed
@@ -154,7 +175,9 @@ fn place(initial: Vec<Mapping>, stops: &[MapStop], marks: &[Option<u64>]) -> Pla
 #[cfg(test)]
 mod tests {
     use rtit_replay_core::recording::MapChange;
+    use rtit_replay_core::syscall::MemoryWrite;
 
+    use super::super::target::MapStop;
     use super::*;
 
     fn mapping(start: u64) -> Mapping {
@@ -167,7 +190,19 @@ mod tests {
         }
     }
 
-    fn stop(start: u64, before: &[Mapping]) -> MapStop {
+    fn record(nr: u64) -> Box<SyscallRecord> {
+        Box::new(SyscallRecord {
+            position: 0,
+            ip: 0x1000 + nr,
+            nr,
+            before: Default::default(),
+            after: Default::default(),
+            writes: Vec::new(),
+            complete: true,
+        })
+    }
+
+    fn map_stop(start: u64, before: &[Mapping]) -> MapStop {
         let mut after = before.to_vec();
         after.push(mapping(start));
         MapStop {
@@ -181,22 +216,55 @@ mod tests {
         }
     }
 
+    fn mmap(start: u64, before: &[Mapping]) -> (Stop, Vec<Mapping>) {
+        let m = map_stop(start, before);
+        let after = m.after.clone();
+        (
+            Stop::Syscall {
+                record: record(9),
+                change: Some(m),
+            },
+            after,
+        )
+    }
+
     #[test]
     fn changes_before_the_kept_trace_become_the_initial_map() {
-        let first = stop(0x1000, &[]);
-        let second = stop(0x2000, &first.after);
-        let third = stop(0x3000, &second.after);
-        let stops = [first, second.clone(), third.clone()];
-        let placed = place(Vec::new(), &stops, &[None, None, Some(40)]);
-        assert_eq!(
-            placed.maps.initial, second.after,
-            "the map after the last change not kept"
-        );
-        assert_eq!(placed.maps.changes, vec![third.change]);
+        let (first, a1) = mmap(0x1000, &[]);
+        let (second, a2) = mmap(0x2000, &a1);
+        let (third, _) = mmap(0x3000, &a2);
+        let read = Stop::Syscall {
+            record: record(0),
+            change: None,
+        };
+        let signal = Stop::Signal(Box::new(SignalEntry {
+            position: 0,
+            ip: 0x5000,
+            registers: Default::default(),
+            frame: MemoryWrite::new(0x7000, &[1]),
+            only_kernel: true,
+        }));
+        let stops = [first, read.clone(), second, signal.clone(), read, third];
+        let placed = place(Vec::new(), &stops, &[None, None, None, None, Some(33), Some(40)]);
+        assert_eq!(placed.maps.initial, a2, "the map after the last change not kept");
+        assert_eq!(placed.maps.changes.len(), 1);
         assert_eq!(placed.offsets, vec![40]);
-        let all = place(Vec::new(), &stops, &[Some(0), Some(9), Some(40)]);
+        assert_eq!(
+            placed.syscall_offsets,
+            vec![33, 40],
+            "the calls kept: the read and the mmap"
+        );
+        assert_eq!(placed.syscalls.iter().map(|r| r.nr).collect::<Vec<_>>(), [0, 9]);
+        assert!(placed.signals.is_empty(), "before the trace kept");
+        let all = place(
+            Vec::new(),
+            &stops,
+            &[Some(0), Some(5), Some(9), Some(20), Some(33), Some(40)],
+        );
         assert!(all.maps.initial.is_empty());
         assert_eq!(all.offsets, vec![0, 9, 40]);
         assert_eq!(all.maps.changes.len(), 3);
+        assert_eq!(all.syscall_offsets, vec![0, 5, 9, 33, 40]);
+        assert_eq!(all.signal_offsets, vec![20]);
     }
 }

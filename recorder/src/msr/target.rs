@@ -1,7 +1,9 @@
 //! The traced program under the msr backend: started stopped under ptrace, pinned to the
-//! traced CPU, then let run at full speed (the hardware traces it); ptrace only reports its
-//! signals and its exit, where rtit reads the end state. The sideband is the step backend's:
-//! maps, images, registers and memory at the start and at the end.
+//! traced CPU, then let run at full speed (the hardware traces it). ptrace stops it at every
+//! system call's entry and exit, where rtit logs what the call returned and wrote (and any map
+//! change), at each signal handler's entry, where it logs the registers and the frame the
+//! kernel wrote, and at its exit, where it reads the end state: the step backend's sideband,
+//! which no trace holds. Each of those stops is a place in the trace (`Ran::Sideband`).
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -10,7 +12,8 @@ use std::time::{Duration, Instant};
 use nix::sys::ptrace;
 use nix::sys::signal::Signal;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-use rtit_replay_core::recording::{EndState, MapChange, Mapping};
+use rtit_replay_core::recording::{EndState, MapChange, Mapping, SignalEntry};
+use rtit_replay_core::syscall::{MemoryWrite, SyscallRecord};
 
 use super::session::{Ran, Target};
 use crate::outcome::RegisterMap;
@@ -39,16 +42,34 @@ pub struct MapStop {
     pub after: Vec<Mapping>,
 }
 
+/// What a sideband stop holds; its position is found later from its trace offset.
+#[derive(Debug, Clone)]
+pub enum Stop {
+    /// A system call returned: its log record, and the change of the map it made.
+    Syscall {
+        /// The record (its position not yet known).
+        record: Box<SyscallRecord>,
+        /// The map change, if any.
+        change: Option<MapStop>,
+    },
+    /// A signal handler is about to run: its registers and frame.
+    Signal(Box<SignalEntry>),
+}
+
 /// A program under ptrace, for the msr backend.
 pub struct PtraceTarget {
     tracee: Tracee,
     running: bool,
-    /// Between a system-call-entry stop and its exit stop, with the call's number.
-    in_syscall: Option<u64>,
+    /// Between a system-call-entry stop and its exit stop: the call's number and the
+    /// registers at its entry.
+    in_syscall: Option<(u64, crate::step::Regs)>,
     /// The memory map as last read.
     current_map: Vec<Mapping>,
-    /// The changes of the map while tracing, in order.
-    pub changes: Vec<MapStop>,
+    /// The sideband stops while tracing, in order.
+    pub stops: Vec<Stop>,
+    /// Whether code outside the IP filter runs untraced (then a signal delivery may follow
+    /// user code the trace does not show).
+    pub filtered: bool,
     /// The images its code may run from, noted at the start, at each change and at the end.
     pub images: Images,
     /// A signal to deliver when it next continues.
@@ -89,7 +110,8 @@ impl PtraceTarget {
             running: false,
             in_syscall: None,
             current_map: Vec::new(),
-            changes: Vec::new(),
+            stops: Vec::new(),
+            filtered: false,
             images: Images::default(),
             pending: None,
             start: None,
@@ -104,30 +126,72 @@ impl PtraceTarget {
         self.tracee.pid
     }
 
-    /// Registers, map and memory now (it must be stopped).
+    /// Registers (vector registers and XCR0's components included), map and memory now (it
+    /// must be stopped).
     pub fn moment(&self) -> Result<Moment, StepError> {
         let maps = self.tracee.maps()?;
+        let mut registers = regs_map(&self.tracee.regs()?);
+        registers.extend(self.tracee.vectors()?.0);
         Ok(Moment {
-            registers: regs_map(&self.tracee.regs()?),
+            registers,
             memory: step_sideband::snapshot(&self.tracee, &maps),
             maps,
         })
     }
 
-    /// At a system-call stop: at the exit of one that changed the map, the change.
-    fn syscall_stop(&mut self) -> Result<Option<MapChange>, StepError> {
-        let Some(nr) = self.in_syscall.take() else {
-            self.in_syscall = Some(self.tracee.regs()?.orig_rax);
+    /// XCR0, as the kernel reports it (it must be stopped).
+    pub fn xcr0(&self) -> Option<u64> {
+        self.tracee.vectors().ok().and_then(|v| v.1)
+    }
+
+    /// At a system-call stop: at an exit, the call's log record and the map change it made.
+    fn syscall_stop(&mut self) -> Result<Option<Stop>, StepError> {
+        let regs = self.tracee.regs()?;
+        let Some((nr, before)) = self.in_syscall.take() else {
+            self.in_syscall = Some((regs.orig_rax, regs));
             return Ok(None);
         };
-        if !nr::changes_map(nr) {
-            return Ok(None);
+        // At the entry stop rip is past the two-byte `syscall`.
+        let ip = before.rip.wrapping_sub(2);
+        let record = crate::step::syscall_log::record(&self.tracee, 0, ip, nr, &before, &regs);
+        let mut change = None;
+        if nr::changes_map(nr) {
+            let now = self.tracee.maps()?;
+            // The position is not known here; it comes from the trace offset of this stop.
+            change = diff(&self.current_map, &now, 0, nr).map(|change| MapStop {
+                change,
+                after: now.clone(),
+            });
+            self.current_map = now;
         }
-        let now = self.tracee.maps()?;
-        // The position is not known here; it comes from the trace offset of this stop.
-        let change = diff(&self.current_map, &now, 0, nr);
-        self.current_map = now;
-        Ok(change)
+        Ok(Some(Stop::Syscall {
+            record: Box::new(record),
+            change,
+        }))
+    }
+
+    /// At a signal stop for a signal the program handles: lets the kernel deliver it with a
+    /// single step, which stops at the handler's first instruction before it runs, and logs
+    /// the registers and the frame there.
+    fn signal_entry(&mut self, signal: Signal) -> Result<Stop, StepError> {
+        let pid = self.tracee.pid;
+        ptrace::step(pid, Some(signal)).map_err(|e| StepError::Ptrace(format!("PTRACE_SINGLESTEP: {e}")))?;
+        match waitpid(pid, None) {
+            Ok(WaitStatus::Stopped(_, Signal::SIGTRAP)) => {}
+            other => return Err(StepError::Ptrace(format!("delivering {signal}: {other:?}"))),
+        }
+        let regs = self.tracee.regs()?;
+        let mut registers = regs_map(&regs);
+        registers.extend(self.tracee.vectors()?.0);
+        let mut frame = vec![0u8; crate::step::SIGNAL_FRAME_BOUND];
+        let n = self.tracee.read(regs.rsp, &mut frame);
+        Ok(Stop::Signal(Box::new(SignalEntry {
+            position: 0,
+            ip: regs.rip,
+            registers,
+            frame: MemoryWrite::new(regs.rsp, &frame[..n]),
+            only_kernel: !self.filtered,
+        })))
     }
 
     fn ended(&self, status: WaitStatus) -> Option<EndState> {
@@ -172,7 +236,7 @@ impl Target for PtraceTarget {
         let until = Instant::now() + slice;
         loop {
             if !self.running {
-                // Stops at every system call's entry and exit, to see map changes.
+                // Stops at every system call's entry and exit, to log it.
                 ptrace::syscall(pid, self.pending.take())
                     .map_err(|e| StepError::Ptrace(format!("PTRACE_SYSCALL: {e}")))?;
                 self.running = true;
@@ -189,12 +253,11 @@ impl Target for PtraceTarget {
                 }
                 WaitStatus::PtraceSyscall(_) => {
                     self.running = false;
-                    if let Some(change) = self.syscall_stop()? {
-                        self.images.note(&change.added);
-                        self.changes.push(MapStop {
-                            change,
-                            after: self.current_map.clone(),
-                        });
+                    if let Some(stop) = self.syscall_stop()? {
+                        if let Stop::Syscall { change: Some(c), .. } = &stop {
+                            self.images.note(&c.change.added);
+                        }
+                        self.stops.push(stop);
                         return Ok(Ran::Sideband);
                     }
                 }
@@ -220,6 +283,12 @@ impl Target for PtraceTarget {
                             })
                             .unwrap_or(0);
                         self.fault = Some((signal, addr, self.tracee.regs()?.rip));
+                    }
+                    let (caught, _) = self.tracee.disposition(signal);
+                    if caught && !matches!(signal, Signal::SIGSTOP | Signal::SIGKILL) {
+                        let entry = self.signal_entry(signal)?;
+                        self.stops.push(entry);
+                        return Ok(Ran::Sideband);
                     }
                     self.pending = Some(signal);
                 }
@@ -277,17 +346,66 @@ mod tests {
         let at_exit = t.end.expect("exit stop seen");
         assert!(at_exit.registers.contains_key("rip"));
         assert!(at_exit.maps.iter().any(|m| m.path.as_deref() == Some("[stack]")));
-        // The dynamic loader mapped the C library: changes, each seen at its system call.
-        assert!(!t.changes.is_empty());
-        for stop in &t.changes {
+        // Every system call is logged; the dynamic loader mapped the C library: changes, each
+        // seen at its system call.
+        let changes: Vec<&MapStop> = t
+            .stops
+            .iter()
+            .filter_map(|s| match s {
+                Stop::Syscall { change, .. } => change.as_ref(),
+                Stop::Signal(_) => None,
+            })
+            .collect();
+        let calls = t.stops.iter().filter(|s| matches!(s, Stop::Syscall { .. })).count();
+        assert!(calls > changes.len(), "every call, not only map changes: {calls}");
+        assert!(!changes.is_empty());
+        for stop in &changes {
             assert!(stop.change.added.iter().all(|m| stop.after.contains(m)), "{stop:?}");
             assert!(["mmap", "mprotect", "munmap", "brk", "mremap"].contains(&stop.change.syscall.as_str()));
         }
-        assert!(t.changes.iter().any(|s| s
+        assert!(changes.iter().any(|s| s
             .change
             .added
             .iter()
             .any(|m| m.path.as_deref().is_some_and(|p| p.contains("libc")))));
         assert!(t.images.files().any(|(p, _)| p.contains("libc")), "noted as an image");
+    }
+
+    /// A caught signal stops the target at its handler's entry, where the registers and the
+    /// frame are logged.
+    #[test]
+    fn a_caught_signal_is_logged_at_the_handlers_entry() {
+        let mut t = PtraceTarget::spawn(
+            Path::new("/bin/sh"),
+            &["-c".into(), "trap 'exit 3' USR1; kill -USR1 $$; sleep 5".into()],
+            false,
+            0,
+            &StartAt::Entry,
+        )
+        .expect("spawn");
+        t.starting().expect("start state");
+        let end = loop {
+            match t.run(Duration::from_millis(5)).expect("run") {
+                Ran::Ended(end) => break end,
+                Ran::Sideband | Ran::Slice => {}
+            }
+        };
+        assert_eq!(end, EndState::Exited { code: 3 }, "the handler ran");
+        let entries: Vec<&SignalEntry> = t
+            .stops
+            .iter()
+            .filter_map(|s| match s {
+                Stop::Signal(e) => Some(&**e),
+                Stop::Syscall { .. } => None,
+            })
+            .collect();
+        assert_eq!(entries.len(), 1, "one delivery");
+        let e = entries[0];
+        assert_eq!(e.registers["rdi"], "0xa", "the handler's first argument: SIGUSR1");
+        assert_eq!(e.registers["rip"], format!("{:#x}", e.ip));
+        assert_eq!(e.registers["rsp"], format!("{:#x}", e.frame.address));
+        assert!(e.frame.data().is_some_and(|f| f.len() > 512), "the frame");
+        assert!(e.only_kernel);
+        assert!(e.registers.contains_key("mxcsr"), "vector state too");
     }
 }

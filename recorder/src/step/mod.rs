@@ -16,7 +16,7 @@
 //!   `exit_group` ends the recording; `execve` and thread creation stop it, unsupported.
 
 pub(crate) mod sideband;
-mod syscall_log;
+pub(crate) mod syscall_log;
 pub(crate) mod tracee;
 mod vdso;
 
@@ -108,7 +108,7 @@ const TRUTH_SAMPLE_INTERVAL: u64 = 97;
 
 /// Bytes of stack logged at a signal handler's entry: the frame (return address, siginfo,
 /// ucontext, and the XSAVE area, up to 11 KiB with AMX) and whatever lies above it.
-const SIGNAL_FRAME_BOUND: usize = 16 << 10;
+pub(crate) const SIGNAL_FRAME_BOUND: usize = 16 << 10;
 
 /// An instruction as the backend needs it.
 #[derive(Debug, Clone, Copy)]
@@ -446,10 +446,13 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
                     // signal frame the kernel wrote below the old stack pointer.
                     let mut frame = vec![0u8; SIGNAL_FRAME_BOUND];
                     let n = rec.tracee.read(new.rsp, &mut frame);
+                    let mut registers = regs_map(&new);
+                    // The kernel gives a handler fresh vector state (the old is in the frame).
+                    registers.extend(rec.tracee.vectors()?.0);
                     rec.signals.push(SignalEntry {
                         position: rec.model.traced(),
                         ip: new.rip,
-                        registers: regs_map(&new),
+                        registers,
                         frame: MemoryWrite::new(new.rsp, &frame[..n]),
                         only_kernel: !rec.untraced_since_traced,
                     });

@@ -122,7 +122,8 @@ fn tiny_elf(vaddr: u64, code: &[u8]) -> Vec<u8> {
 fn the_writer_counts_the_instructions_and_places_the_map_changes_by_decoding() {
     use crate::outcome::{FromTrace, Outcome};
     use crate::writer::{self, Meta};
-    use rtit_replay_core::recording::{MapChange, Mapping, Maps, Recording};
+    use rtit_replay_core::recording::{MapChange, Mapping, Maps, Recording, SignalEntry};
+    use rtit_replay_core::syscall::{MemoryWrite, SyscallRecord};
 
     let mut r = rig(64 << 10, 400);
     r.target.sideband_every = 5;
@@ -147,6 +148,28 @@ fn the_writer_counts_the_instructions_and_places_the_map_changes_by_decoding() {
         removed: Vec::new(),
     };
     let offsets: Vec<u64> = t.marks.iter().map(|m| m.expect("drain mode keeps all")).collect();
+    // Each stop is also a system call's exit (the call is the instruction before the stop's
+    // position), and the second a signal handler's entry.
+    let stops = &r.target.sideband_stops;
+    let syscalls: Vec<SyscallRecord> = stops
+        .iter()
+        .map(|&n| SyscallRecord {
+            position: 0,
+            ip: r.truth[n as usize - 1],
+            nr: 39,
+            before: Default::default(),
+            after: [("rax".to_string(), "0x7".to_string())].into(),
+            writes: Vec::new(),
+            complete: true,
+        })
+        .collect();
+    let signal = SignalEntry {
+        position: 0,
+        ip: r.truth[stops[1] as usize],
+        registers: [("rsp".to_string(), "0x7ff0".to_string())].into(),
+        frame: MemoryWrite::new(0x7ff0, &[1, 2]),
+        only_kernel: true,
+    };
     let outcome = Outcome {
         trace: t.trace.clone(),
         instructions: 0,
@@ -166,13 +189,15 @@ fn the_writer_counts_the_instructions_and_places_the_map_changes_by_decoding() {
         config: t.config,
         modules: Vec::new(),
         gaps: t.gaps.clone(),
-        syscalls: Vec::new(),
+        syscalls,
         results: Vec::new(),
-        signals: Vec::new(),
+        signals: vec![signal],
         cpuid: Vec::new(),
         xcr0: None,
         from_trace: Some(FromTrace {
-            change_offsets: offsets,
+            change_offsets: offsets.clone(),
+            syscall_offsets: offsets.clone(),
+            signal_offsets: vec![offsets[1]],
         }),
         kernel_text: None,
         trace_end: None,
@@ -193,5 +218,11 @@ fn the_writer_counts_the_instructions_and_places_the_map_changes_by_decoding() {
     let expected: Vec<u64> = r.target.sideband_stops.iter().map(|n| n - 1).collect();
     assert!(expected.len() > 5);
     assert_eq!(positions, expected);
+    let calls: Vec<u64> = rec.syscalls().expect("syscalls").iter().map(|c| c.position).collect();
+    let before: Vec<u64> = expected.iter().map(|p| p - 1).collect();
+    assert_eq!(calls, before, "each call is the instruction before its exit stop");
+    let signals = rec.signals().expect("signals");
+    assert_eq!(signals.len(), 1);
+    assert_eq!(signals[0].position, expected[1], "the handler's first instruction");
     let _ = std::fs::remove_dir_all(&root);
 }
