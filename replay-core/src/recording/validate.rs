@@ -176,9 +176,9 @@ pub(super) fn results(path: &Path, records: &[super::InsnResult]) -> Result<(), 
     Ok(())
 }
 
-/// A record's register map: names of tracked registers (with `eflags` and `rip` where
-/// `whole` is set: a signal entry has every register; else `xstate_bv`, the header an
-/// XSAVEC wrote), hexadecimal values.
+/// A record's register map: names of tracked registers, MXCSR and the vector and opmask
+/// registers (with `eflags` and `rip` where `whole` is set: a signal entry has every
+/// register; else `xstate_bv`, the header an XSAVEC wrote), hexadecimal values.
 fn registers(
     path: &Path,
     i: usize,
@@ -187,10 +187,15 @@ fn registers(
     whole: bool,
 ) -> Result<(), RecordingError> {
     for (name, value) in map {
-        let hex = value
-            .strip_prefix("0x")
-            .is_some_and(|h| u64::from_str_radix(h, 16).is_ok());
+        let vector = crate::state::vector::named::Named::parse(name);
+        let hex = value.starts_with("0x")
+            && match vector {
+                Some(n) => n.value(value).is_some(),
+                None => u64::from_str_radix(&value[2..], 16).is_ok(),
+            };
         let named = crate::state::Reg::from_name(name).is_some()
+            || vector.is_some()
+            || name == "mxcsr"
             || whole && (name == "eflags" || name == "rip")
             || !whole && name == "xstate_bv";
         if !named || !hex {
@@ -234,7 +239,13 @@ mod tests {
         };
         let path = Path::new("rec/results.jsonl");
         assert!(results(path, &[record("rax", "0x1f")]).is_ok());
-        for (name, value) in [("rax", "1f"), ("rax", "0xzz"), ("xmm0", "0x1")] {
+        assert!(results(path, &[record("zmm3", "0x1f")]).is_ok());
+        for (name, value) in [
+            ("rax", "1f"),
+            ("rax", "0xzz"),
+            ("k8", "0x1"),
+            ("xmm0", &format!("0x1{:032x}", 0)),
+        ] {
             let e = results(path, &[record(name, value)]).expect_err("invalid").to_string();
             assert!(
                 e.contains("results.jsonl") && e.contains("record 1 (position 7)") && e.contains(name),
