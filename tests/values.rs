@@ -195,6 +195,16 @@ fn glibc_string_routines_carries_atomics_and_cpuid_are_computed_exactly() {
 }
 
 #[test]
+fn a_signal_return_restores_the_interrupted_vector_state() {
+    // The handler changes vector registers; rt_sigreturn loads the interrupted ones back from
+    // the frame. Before the state layer modelled that, the handler's values were shown after
+    // the return (58 wrong xmm samples).
+    let out = check_source("tests/programs/signal_vectors.c", true, true, &[]);
+    assert!(right(&out, "all GPRs") >= 99.0, "{out}");
+    assert!(right(&out, "xmm0-15") >= 99.0, "{out}");
+}
+
+#[test]
 fn debian_grep_from_its_entry_point() {
     // The real, dynamically linked grep, from the dynamic loader's first instruction: lazy
     // binding (xsavec), glibc's SSE2 string routines reading past strings' ends, futex,

@@ -21,7 +21,7 @@
 //! (what iced-x86 says an instruction writes), `forward` and `backward` (semantics),
 //! `transition` (one position to the next: instructions, system calls, events), `engine`
 //! (checkpoints and queries), `known` (reading both passes at one position), `why` (the
-//! cause of each unknown).
+//! cause of each unknown), `sigreturn` (the context a signal return restores).
 
 mod backward;
 mod engine;
@@ -37,6 +37,7 @@ mod ops;
 mod partial;
 pub mod reg;
 mod rounded;
+mod sigreturn;
 mod transition;
 pub mod vector;
 pub mod why;

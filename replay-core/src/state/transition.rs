@@ -173,6 +173,13 @@ pub fn forward(st: &mut State, between: Between<'_>, space: &AddressSpace, f: &m
             why::insist(syscall_cause(nr, record.map_or(true, |r| r.complete)));
             let ret = record.and_then(|r| r.after.get("rax")).and_then(|v| parse(v));
             let e = nr.map_or(Effect::Anywhere, |nr| effect(nr, &args(st), ret));
+            // rt_sigreturn restores the context from the frame, read before anything changes.
+            let mut restored = None;
+            if e == Effect::Restores {
+                let mut after = st.clone();
+                super::sigreturn::restore(&mut after, space);
+                restored = Some(after);
+            }
             // What the kernel may have written and the record does not hold is unknown; then
             // what it holds.
             forget_written(st, &e, record, space);
@@ -183,12 +190,14 @@ pub fn forward(st: &mut State, between: Between<'_>, space: &AddressSpace, f: &m
                 }
             }
             clobber(st, nr);
-            match e {
-                Effect::Restores => {
-                    st.regs.forget_all();
-                    st.mxcsr = Default::default();
+            match (e, restored) {
+                (Effect::Restores, Some(after)) => {
+                    st.regs = after.regs;
+                    st.flags = after.flags;
+                    st.vec = after.vec;
+                    st.mxcsr = after.mxcsr;
                 }
-                Effect::SetsBase { fs, value } => st.regs.set(if fs { Reg::FsBase } else { Reg::GsBase }, value),
+                (Effect::SetsBase { fs, value }, _) => st.regs.set(if fs { Reg::FsBase } else { Reg::GsBase }, value),
                 _ => {}
             }
             if let Some(r) = record {
@@ -227,7 +236,10 @@ pub fn backward(st: &mut State, between: Between<'_>, space: &AddressSpace, f: &
             forget_written(st, &e, record, space);
             clobber(st, nr);
             if e == Effect::Restores {
+                // Before the return: what the handler left, which nothing here tells.
                 st.regs.forget_all();
+                st.flags.forget(flags::ALL);
+                st.vec.forget_all();
                 st.mxcsr = Default::default();
             }
             if let Some(r) = record {

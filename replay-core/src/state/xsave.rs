@@ -301,6 +301,52 @@ fn xstate_bv(st: &State, a: u64, space: &AddressSpace) -> u64 {
     u64::from(bits & known) | u64::from(!known) << 8
 }
 
+/// `magic1` of a signal frame's FPU area (`FP_XSTATE_MAGIC1`, at byte 464): the area holds
+/// XSAVE state, whose components the 8 bytes at 472 name.
+const FP_XSTATE_MAGIC1: u32 = 0x4650_5853;
+
+/// The vector state a signal return loads from the frame's FPU area at `fpstate` (Linux's
+/// `restore_fpregs_from_user`): no area resets it to its initial state; an area with the
+/// XSAVE magic is loaded as XRSTOR (standard form) loads the components it names, another as
+/// FXRSTOR does. Anything unknown leaves what it decides unknown.
+pub fn restore_frame(st: &mut State, fpstate: Option<u64>, space: &AddressSpace) {
+    match fpstate {
+        Some(0) => {
+            for i in 0..super::vector::COUNT {
+                st.vec.forget(i);
+                for at in (0..super::vector::WIDTH).step_by(8) {
+                    st.vec.set_lane(i, at, 8, Some(0));
+                }
+            }
+            st.vec.k.forget_all();
+            for i in 0..8 {
+                st.vec.k.set(i, 0, u64::MAX);
+            }
+            st.mxcsr = Mxcsr::known(0x1f80);
+        }
+        Some(a) => {
+            let magic = st.mem.read_u64(a + 464, 4, space);
+            // What the area holds decides everything loaded: forget first.
+            st.vec.forget_all();
+            st.mxcsr = Mxcsr::default();
+            match magic {
+                Some(m) if m == u64::from(FP_XSTATE_MAGIC1) => {
+                    let xfeatures = st.mem.read_u64(a + 472, 8, space);
+                    let rfbm = xfeatures.map(|x| x & st.cpu.xcr0.unwrap_or(u64::MAX) | X87 | SSE);
+                    let in_use = xstate_bv(st, a, space);
+                    restore(st, Some(a), rfbm, Some(in_use), Some(0), space);
+                }
+                Some(_) => restore(st, Some(a), Some(SSE), Some(SSE), Some(0), space),
+                None => {}
+            }
+        }
+        None => {
+            st.vec.forget_all();
+            st.mxcsr = Mxcsr::default();
+        }
+    }
+}
+
 /// MXCSR at a restore (SDM vol. 1, 13.8): the standard form loads it with SSE or AVX
 /// requested (QEMU with SSE only, so AVX alone leaves it unknown); the compacted form with SSE
 /// requested loads it if XSTATE_BV says SSE is in use, else sets 1F80H, and without SSE leaves
