@@ -274,3 +274,8 @@ fn compare(backend: &str) {
 fn the_step_backend_replays_as_record_full_does() {
     compare("step");
 }
+
+#[test]
+fn the_qemu_backend_replays_as_record_full_does() {
+    compare("qemu");
+}

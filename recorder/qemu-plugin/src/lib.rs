@@ -190,11 +190,9 @@ pub unsafe extern "C" fn qemu_plugin_install(
             return -1;
         }
     }
-    if args.truth {
-        if let Err(e) = write_counters(&args.out) {
-            say(&e);
-            return -1;
-        }
+    if let Err(e) = write_counters(&args.out) {
+        say(&e);
+        return -1;
     }
     match Plugin::new(args) {
         Ok(p) => *guard = Some(p),
@@ -211,11 +209,13 @@ pub unsafe extern "C" fn qemu_plugin_install(
     0
 }
 
-/// Tells `rtit record --truth` where the sample counters are in this process.
+/// Tells `rtit record` where the position counters and the signal handlers are in this
+/// process.
 fn write_counters(out: &str) -> Result<(), String> {
     let counters = rtit_recorder::qemu::report::Counters {
         position: POSITION.as_ptr() as u64,
         started: STARTED.as_ptr() as u64,
+        handlers: shared::HANDLERS.as_ptr() as u64,
     };
     let path = std::path::Path::new(out).join(rtit_recorder::qemu::report::files::COUNTERS);
     let text = serde_json::to_vec(&counters).map_err(|e| e.to_string())?;

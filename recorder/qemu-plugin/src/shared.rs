@@ -20,6 +20,11 @@ pub static ACCESSED: AtomicU64 = AtomicU64::new(0);
 /// between two blocks, to place a register sample.
 pub static POSITION: AtomicU64 = AtomicU64::new(u64::MAX);
 
+/// The handler the program installed for each signal (0: default, 1: ignored), as its
+/// successful `rt_sigaction` calls set them: `rtit record` reads it from outside when QEMU's
+/// gdbstub reports a signal, to stop the program at the handler's entry and log it.
+pub static HANDLERS: [AtomicU64; 65] = [const { AtomicU64::new(0) }; 65];
+
 /// The plugin; `None` once it has finished.
 pub static PLUGIN: Mutex<Option<Plugin>> = Mutex::new(None);
 

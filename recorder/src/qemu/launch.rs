@@ -176,9 +176,9 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
     }
     cmd.env("LD_PRELOAD", preload);
     cmd.arg("-plugin").arg(option);
-    // QEMU's gdbstub waits on this socket before the first instruction when rtit needs
-    // registers the plugin cannot read: where tracing starts and samples for `--truth`
-    // (see `super::gdbstub`).
+    // QEMU's gdbstub waits on this socket before the first instruction: rtit reads there
+    // the registers the plugin cannot read, where tracing starts, at signal handlers'
+    // entries, and samples for `--truth` (see `super::gdbstub`).
     let socket = dir.join("gdbstub.sock");
     let plan = super::gdbstub::Plan {
         sample: opts.truth,
@@ -191,11 +191,10 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
             }),
             StartAt::Address(a) => Some(StartPoint::Address(*a)),
         },
+        // Under an IP filter user code outside it runs untraced.
+        only_kernel: config.events & 0b111 == rtit_replay_core::regs::EventId::AlwaysOn.bits(),
     };
-    let gdbstub = plan.sample || plan.start.is_some();
-    if gdbstub {
-        cmd.arg("-g").arg(&socket);
-    }
+    cmd.arg("-g").arg(&socket);
     cmd.arg(program).args(&opts.args);
     // QEMU writes a core file of the guest into the working directory when it dies of a
     // signal, unless the core size limit is 0. QEMU stays in rtit's process group, so an
@@ -211,23 +210,16 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
         });
     }
     let mut child = cmd.spawn().map_err(io(qemu))?;
-    let watch = if gdbstub {
-        match super::gdbstub::Watch::start(&socket, dir, child.id(), plan) {
-            Ok(w) => Some(w),
-            Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(e.into());
-            }
+    let watch = match super::gdbstub::Watch::start(&socket, dir, child.id(), plan) {
+        Ok(w) => w,
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e.into());
         }
-    } else {
-        None
     };
     let status = pipe.wait(&mut child, &opts.interrupted, super::stop::GRACE)?;
-    let watched = watch
-        .map(super::gdbstub::Watch::finish)
-        .transpose()?
-        .unwrap_or_default();
+    let watched = watch.finish()?;
     let samples = watched.samples;
     let report_path = dir.join(files::REPORT);
     let text = std::fs::read(&report_path).map_err(|_| QemuError::NoReport {
@@ -322,7 +314,7 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
         warnings,
         syscalls: report.syscalls,
         results: Vec::new(),
-        signals: Vec::new(),
+        signals: watched.signals,
         cpuid,
         xcr0: None,
         modules: Vec::new(),

@@ -23,16 +23,18 @@ pub mod files {
     pub const COUNTERS: &str = "counters.json";
 }
 
-/// Where, in QEMU's process, the plugin keeps the two counters `rtit record --truth` reads
-/// while the program is stopped in QEMU's gdbstub (see `crate::qemu::truth`): the position
-/// before the running block (`u64::MAX` while not tracing), and how many of that block's
-/// instructions started. Both are `u64`s.
+/// Where, in QEMU's process, the plugin keeps what `rtit record` reads while the program is
+/// stopped in QEMU's gdbstub (see `crate::qemu::gdbstub`): the position before the running
+/// block (`u64::MAX` while not tracing) and how many of that block's instructions started
+/// (`u64`s), and the handler of each signal (65 `u64`s, 0 default, 1 ignored).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Counters {
     /// The address of the position.
     pub position: u64,
     /// The address of the running block's started-instruction count.
     pub started: u64,
+    /// The address of the table of signal handlers.
+    pub handlers: u64,
 }
 
 /// The lowest descriptor number the plugin keeps open (its output files, and the pipe on

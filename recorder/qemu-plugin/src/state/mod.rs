@@ -61,6 +61,8 @@ pub struct Plugin {
     syscall: Option<(u64, [u64; 6])>,
     /// The traced system call under way, completed at its return.
     syscall_record: Option<SyscallRecord>,
+    /// A running `rt_sigaction`'s signal and new handler, set in the table if it succeeds.
+    new_action: Option<(u64, u64)>,
     syscalls: Vec<SyscallRecord>,
     memory_start: (Vec<MemoryRegion>, bool),
     registers_start: RegisterMap,
@@ -114,6 +116,7 @@ impl Plugin {
             truth,
             syscall: None,
             syscall_record: None,
+            new_action: None,
             syscalls: Vec::new(),
             memory_start: (Vec::new(), false),
             registers_start: RegisterMap::new(),

@@ -18,10 +18,13 @@ impl Plugin {
     /// A system call starts.
     pub fn syscall(&mut self, number: u64, a: [u64; 6], counts: Counts) {
         self.syscall = Some((number, a));
+        self.new_action = None;
         if number == RT_SIGACTION && a[1] != 0 {
-            if let Some(handler) = self.read_u64(a[1]).filter(|&h| h > 1) {
-                self.engine.note_handler(handler);
+            let handler = self.read_u64(a[1]);
+            if let Some(h) = handler.filter(|&h| h > 1) {
+                self.engine.note_handler(h);
             }
+            self.new_action = handler.map(|h| (a[0], h));
         }
         let creates_thread = match number {
             nr::CLONE => a[0] & nr::CLONE_THREAD != 0,
@@ -71,6 +74,11 @@ impl Plugin {
     /// follows the map. (In the child a fork returns 0 in, nothing runs: it went inert as it
     /// was forked, see `shared::forked_child`.)
     pub fn syscall_ret(&mut self, number: u64, ret: i64) {
+        if let Some((signal, handler)) = self.new_action.take().filter(|_| number == RT_SIGACTION && ret == 0) {
+            if let Some(slot) = crate::shared::HANDLERS.get(signal as usize) {
+                slot.store(handler, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
         let position = self.syscall_record.as_ref().map(|r| r.position);
         if let Some(r) = self.syscall_record.take() {
             let r = self.complete_syscall(r, ret as u64);

@@ -1,5 +1,5 @@
 //! Registers through QEMU's gdbstub. QEMU user mode 7.2's plugin API cannot read registers,
-//! so QEMU runs with its gdbstub (`-g SOCKET`) whenever rtit needs them:
+//! so QEMU runs with its gdbstub (`-g SOCKET`) and rtit reads them there:
 //!
 //! - where tracing starts (`--start`): a breakpoint at the start point, the registers read
 //!   when it is hit (before the instruction runs, which is where the plugin begins tracing),
@@ -12,9 +12,14 @@
 //!   recorder keeps a sample only where the trace's own instruction address at that
 //!   position is the sampled `rip`.
 //!
-//! Every other signal the gdbstub reports is passed on to the program as it came.
+//! - signal deliveries: every signal the gdbstub reports is passed on to the program as it
+//!   came; one the program handles is run to the handler's entry and logged there
+//!   (`signals`).
+//!
+//! So QEMU always runs with its gdbstub.
 
 mod remote;
+mod signals;
 mod start;
 mod watch;
 

@@ -1,7 +1,8 @@
 //! The thread that holds QEMU's gdbstub connection for the whole run: it reads the
 //! registers where tracing starts, then (for `--truth`) waits a random 0.1–0.7 ms, stops
 //! the program, reads the registers and the plugin's counters, and lets it go on, again and
-//! again; and it passes the program's own signals on.
+//! again; and it passes the program's own signals on, logging each delivery to a handler
+//! (`super::signals`).
 
 use std::io::IoSliceMut;
 use std::os::unix::net::UnixStream;
@@ -18,6 +19,8 @@ use nix::unistd::Pid;
 use super::remote::{registers, stop, Received, Remote, Stop};
 use super::start::{run_to, Reached, StartPoint};
 use super::GdbstubError;
+use rtit_replay_core::recording::SignalEntry;
+
 use crate::outcome::RegisterMap;
 use crate::qemu::report::Counters;
 
@@ -45,6 +48,9 @@ pub struct Plan {
     pub sample_entry: bool,
     /// Where tracing starts when not at the first instruction: the registers there are read.
     pub start: Option<StartPoint>,
+    /// Whether only the kernel runs between traced code and a signal handler (no IP filter
+    /// leaves user code untraced).
+    pub only_kernel: bool,
 }
 
 /// What the thread read.
@@ -54,6 +60,8 @@ pub struct Watched {
     pub samples: Vec<(u64, RegisterMap)>,
     /// The registers where the plan's start point first ran, or why they were not read.
     pub start: Option<Result<RegisterMap, String>>,
+    /// Signal handlers' entries while tracing.
+    pub signals: Vec<SignalEntry>,
 }
 
 /// A running watch over QEMU's gdbstub.
@@ -67,11 +75,7 @@ impl Watch {
     /// instruction, and carries out `plan`. `dir` holds the plugin's counters file.
     pub fn start(socket: &Path, dir: &Path, pid: u32, plan: Plan) -> Result<Self, GdbstubError> {
         let stream = connect(socket)?;
-        let counters = if plan.sample {
-            Some(read_counters(&dir.join(crate::qemu::report::files::COUNTERS))?)
-        } else {
-            None
-        };
+        let counters = read_counters(&dir.join(crate::qemu::report::files::COUNTERS))?;
         let done = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&done);
         let pid = Pid::from_raw(pid as i32);
@@ -126,10 +130,35 @@ impl Jitter {
     }
 }
 
+/// What the thread needs to pass a signal on: the program, the plugin's counters, and where
+/// the entries go.
+struct Program {
+    pid: Pid,
+    counters: Counters,
+    only_kernel: bool,
+    signals: Vec<SignalEntry>,
+}
+
+impl Program {
+    /// Passes signal `s` on (logging its delivery to a handler); false if the program ended.
+    fn pass(&mut self, remote: &mut Remote, s: u8, done: &AtomicBool) -> Result<bool, GdbstubError> {
+        let done = || done.load(Ordering::Relaxed);
+        super::signals::deliver(
+            remote,
+            self.pid,
+            &self.counters,
+            s,
+            self.only_kernel,
+            &mut self.signals,
+            &done,
+        )
+    }
+}
+
 fn watch(
     mut remote: Remote,
     pid: Pid,
-    counters: Option<Counters>,
+    counters: Counters,
     plan: &Plan,
     done: &AtomicBool,
 ) -> Result<Watched, GdbstubError> {
@@ -149,15 +178,23 @@ fn watch(
         }
     }
     remote.send("c")?;
-    match counters {
-        Some(counters) => sample(&mut remote, pid, counters, done, &mut watched.samples)?,
-        None => pass_signals(&mut remote, done)?,
+    let mut program = Program {
+        pid,
+        counters,
+        only_kernel: plan.only_kernel,
+        signals: Vec::new(),
+    };
+    if plan.sample {
+        sample(&mut remote, &mut program, done, &mut watched.samples)?;
+    } else {
+        pass_signals(&mut remote, &mut program, done)?;
     }
+    watched.signals = program.signals;
     Ok(watched)
 }
 
 /// Passes the program's signals on until it ends.
-fn pass_signals(remote: &mut Remote, done: &AtomicBool) -> Result<(), GdbstubError> {
+fn pass_signals(remote: &mut Remote, program: &mut Program, done: &AtomicBool) -> Result<(), GdbstubError> {
     loop {
         match remote.receive(Some(POLL))? {
             Received::Closed => return Ok(()),
@@ -165,7 +202,11 @@ fn pass_signals(remote: &mut Remote, done: &AtomicBool) -> Result<(), GdbstubErr
             Received::TimedOut => {}
             Received::Packet(reply) => match stop(&reply)? {
                 Stop::Ended => return Ok(()),
-                Stop::Signal(s) => remote.send(&format!("C{s:02x}"))?,
+                Stop::Signal(s) => {
+                    if !program.pass(remote, s, done)? {
+                        return Ok(());
+                    }
+                }
             },
         }
     }
@@ -174,11 +215,11 @@ fn pass_signals(remote: &mut Remote, done: &AtomicBool) -> Result<(), GdbstubErr
 /// Samples the running program until it ends.
 fn sample(
     remote: &mut Remote,
-    pid: Pid,
-    counters: Counters,
+    program: &mut Program,
     done: &AtomicBool,
     samples: &mut Vec<(u64, RegisterMap)>,
 ) -> Result<(), GdbstubError> {
+    let pid = program.pid;
     let mut jitter = Jitter(u64::from(pid.as_raw() as u32) | 1 << 40);
     loop {
         match remote.receive(Some(jitter.next()))? {
@@ -186,16 +227,20 @@ fn sample(
             // The program's own signal (or its end) while it ran: passed on as it came.
             Received::Packet(reply) => match stop(&reply)? {
                 Stop::Ended => return Ok(()),
-                Stop::Signal(s) => remote.send(&format!("C{s:02x}"))?,
+                Stop::Signal(s) => {
+                    if !program.pass(remote, s, done)? {
+                        return Ok(());
+                    }
+                }
             },
             Received::TimedOut => {
                 if done.load(Ordering::Relaxed) || kill(pid, SAMPLE_SIGNAL).is_err() {
                     return Ok(());
                 }
-                match our_stop(remote, done)? {
+                match our_stop(remote, program, done)? {
                     None => return Ok(()),
                     Some(()) => {
-                        let at = position(pid, counters);
+                        let at = position(pid, program.counters);
                         let regs = registers(&remote.request("g")?)?;
                         if let Some(at) = at {
                             samples.push((at, regs));
@@ -210,7 +255,7 @@ fn sample(
 
 /// Waits for the stop the sample signal causes, passing the program's own signals on;
 /// `None` if the program ended first.
-fn our_stop(remote: &mut Remote, done: &AtomicBool) -> Result<Option<()>, GdbstubError> {
+fn our_stop(remote: &mut Remote, program: &mut Program, done: &AtomicBool) -> Result<Option<()>, GdbstubError> {
     loop {
         match remote.receive(Some(POLL))? {
             Received::Closed => return Ok(None),
@@ -219,7 +264,11 @@ fn our_stop(remote: &mut Remote, done: &AtomicBool) -> Result<Option<()>, Gdbstu
             Received::Packet(reply) => match stop(&reply)? {
                 Stop::Ended => return Ok(None),
                 Stop::Signal(GDB_SAMPLE_SIGNAL) => return Ok(Some(())),
-                Stop::Signal(s) => remote.send(&format!("C{s:02x}"))?,
+                Stop::Signal(s) => {
+                    if !program.pass(remote, s, done)? {
+                        return Ok(None);
+                    }
+                }
             },
         }
     }
@@ -227,7 +276,7 @@ fn our_stop(remote: &mut Remote, done: &AtomicBool) -> Result<Option<()>, Gdbstu
 
 /// The position of the instruction the program stopped before: the running block's base
 /// plus its started instructions (the stop is between blocks). `None` while not tracing.
-fn position(pid: Pid, counters: Counters) -> Option<u64> {
+pub(super) fn position(pid: Pid, counters: Counters) -> Option<u64> {
     let mut base = [0u8; 8];
     let mut started = [0u8; 8];
     let remote = [

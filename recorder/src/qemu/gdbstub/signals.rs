@@ -1,0 +1,127 @@
+//! Signal deliveries under QEMU, logged as the step backend logs them: QEMU hands every
+//! signal to its gdbstub before the program gets it. If the program handles the signal (the
+//! plugin keeps the handler each successful `rt_sigaction` installed, in a table rtit reads
+//! from QEMU's memory), rtit puts a breakpoint on the handler, lets QEMU deliver the signal,
+//! and at the breakpoint, where the handler's first instruction is about to run, reads every
+//! register, the plugin's position and 16 KiB of stack from the handler's stack pointer: the
+//! frame QEMU wrote. Without it a handler's registers, and what the program does after
+//! `rt_sigreturn`, would be unknown in replay (`next` over `raise` ran to the end).
+
+use std::io::IoSliceMut;
+use std::time::Duration;
+
+use nix::sys::uio::{process_vm_readv, RemoteIoVec};
+use nix::unistd::Pid;
+use rtit_replay_core::recording::SignalEntry;
+use rtit_replay_core::syscall::MemoryWrite;
+
+use super::remote::{registers, stop, Received, Remote, Stop};
+use super::GdbstubError;
+use crate::qemu::report::Counters;
+
+/// SIGTRAP in GDB's numbering: a breakpoint.
+const GDB_SIGTRAP: u8 = 5;
+/// Bytes of stack logged at a handler's entry (as the step backend logs).
+const FRAME: usize = 16 << 10;
+/// Linux's signal numbers for GDB's (`gdb/signals.def`, which QEMU's gdbstub speaks):
+/// `LINUX[gdb]`, 0 where Linux has none. Real-time signals are not listed: they are passed on
+/// unlogged.
+const LINUX: [u8; 34] = [
+    0, 1, 2, 3, 4, 5, 6, 0, 8, 9, 7, 11, 31, 13, 14, 15, 23, 19, 20, 18, 17, 21, 22, 29, 24, 25, 26, 27, 28, 0, 10, 12,
+    30, 29,
+];
+
+/// Reads `len` bytes of QEMU's memory at `at` (QEMU user mode keeps the program's memory at
+/// its own addresses); fewer where it cannot.
+pub fn read(pid: Pid, at: u64, len: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; len];
+    let mut done = 0;
+    while done < len {
+        let remote = [RemoteIoVec {
+            base: at as usize + done,
+            len: len - done,
+        }];
+        match process_vm_readv(pid, &mut [IoSliceMut::new(&mut buf[done..])], &remote) {
+            Ok(n) if n > 0 => done += n,
+            _ => break,
+        }
+    }
+    buf.truncate(done);
+    buf
+}
+
+/// The handler the program installed for GDB signal `s`, if it is a function.
+fn handler(pid: Pid, counters: &Counters, s: u8) -> Option<u64> {
+    let linux = *LINUX.get(usize::from(s)).filter(|&&l| l != 0)?;
+    let bytes = read(pid, counters.handlers + 8 * u64::from(linux), 8);
+    let h = u64::from_le_bytes(bytes.try_into().ok()?);
+    (h > 1).then_some(h)
+}
+
+/// Lets the program have signal `s` (as reported by a stop); if it handles it, runs it to
+/// the handler's entry and logs it into `entries` (`only_kernel`: no user code runs untraced).
+/// Returns false if the program ended meanwhile (or `done` says rtit stopped waiting).
+pub fn deliver(
+    remote: &mut Remote,
+    pid: Pid,
+    counters: &Counters,
+    s: u8,
+    only_kernel: bool,
+    entries: &mut Vec<SignalEntry>,
+    done: &dyn Fn() -> bool,
+) -> Result<bool, GdbstubError> {
+    let Some(at) = handler(pid, counters, s) else {
+        remote.send(&format!("C{s:02x}"))?;
+        return Ok(true);
+    };
+    let breakpoint = format!("{at:x},1");
+    if remote.request(&format!("Z0,{breakpoint}"))? != "OK" {
+        remote.send(&format!("C{s:02x}"))?;
+        return Ok(true);
+    }
+    remote.send(&format!("C{s:02x}"))?;
+    let ended = loop {
+        let reply = match remote.receive(Some(Duration::from_millis(100)))? {
+            Received::Closed => break true,
+            Received::TimedOut if done() => break true,
+            Received::TimedOut => continue,
+            Received::Packet(reply) => reply,
+        };
+        match stop(&reply)? {
+            Stop::Ended => break true,
+            Stop::Signal(GDB_SIGTRAP) => {
+                let regs = registers(&remote.request("g")?)?;
+                if regs.get("rip").map(String::as_str) != Some(&format!("{at:#x}")) {
+                    // The program's own trap: it goes on to get it.
+                    remote.send(&format!("C{GDB_SIGTRAP:02x}"))?;
+                    continue;
+                }
+                let rsp = regs
+                    .get("rsp")
+                    .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok());
+                if let (Some(position), Some(rsp)) = (super::watch::position(pid, *counters), rsp) {
+                    entries.push(SignalEntry {
+                        position,
+                        ip: at,
+                        frame: MemoryWrite::new(rsp, &read(pid, rsp, FRAME)),
+                        registers: regs,
+                        only_kernel,
+                    });
+                }
+                break false;
+            }
+            // Another signal before the handler ran: it is delivered too (unlogged).
+            Stop::Signal(other) => remote.send(&format!("C{other:02x}"))?,
+        }
+    };
+    if ended {
+        return Ok(false);
+    }
+    if remote.request(&format!("z0,{breakpoint}"))? != "OK" {
+        return Err(GdbstubError::Protocol(format!(
+            "the breakpoint at the handler {at:#x} cannot be removed"
+        )));
+    }
+    remote.send("c")?;
+    Ok(true)
+}
