@@ -1,6 +1,6 @@
 /* Exercises the instructions the state layer computes beyond moves and plain arithmetic:
    glibc's SSE2/AVX2 string routines (strlen, strchr, memchr, memcmp, memcpy, strcmp), carries
-   (__int128), wide multiply and divide, bit scans, rotates, byte swaps, atomics (xadd,
+   (__int128), wide multiply and divide, double shifts, bit scans, rotates, byte swaps, atomics (xadd,
    cmpxchg), vector packs, aligns, shuffles and dword min/max, movbe, lzcnt and tzcnt, scalar
    float arithmetic that rounds, AVX-512 where the CPU has it (opmasks, masked and zeroing
    writes, masked loads and stores, compares into masks, broadcasts, ternary logic, zmm16-31),
@@ -24,6 +24,9 @@ __attribute__((noinline)) static uint64_t mix(uint64_t a, uint64_t b) {
     r ^= (r << 13) | (r >> 51);
     r += __builtin_bswap64(a) + __builtin_bswap32((uint32_t)b);
     r += __builtin_popcountll(a);
+    /* Double shifts (shld, shrd), as in glibc's multi-precision printing of floats. */
+    unsigned __int128 wide = ((unsigned __int128)a << 64) | b;
+    r ^= (uint64_t)((wide << (b & 63)) >> 64) ^ (uint64_t)(wide >> (a & 63));
     if (b != 0) r += a / b + a % b + (uint64_t)((int64_t)a / ((int64_t)b | 1));
     return r;
 }

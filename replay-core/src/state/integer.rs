@@ -23,6 +23,7 @@ pub fn step(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
         M::Div | M::Idiv => return divide(st, insn, space),
         M::Tzcnt | M::Lzcnt | M::Bsf | M::Bsr | M::Popcnt => bit_count(st, insn, space, w),
         M::Rol | M::Ror => rotate(st, insn, space, w),
+        M::Shld | M::Shrd => double_shift(st, insn, space, w),
         M::Bswap => {
             let v = read(st, insn, 0, space).map(|v| match w {
                 8 => v.swap_bytes(),
@@ -318,6 +319,45 @@ fn rotate(st: &mut State, insn: &Instruction, space: &AddressSpace, w: u32) {
         };
         st.flags.put(CF, if cf != 0 { CF } else { 0 });
     }
+    write(st, insn, 0, r);
+}
+
+/// `shld` and `shrd` (what glibc's multi-precision arithmetic behind `printf("%f")` runs):
+/// the destination shifted, the vacated bits filled from the source. A count of 0 changes
+/// nothing; CF is the last bit shifted out, SF, ZF and PF follow the result, OF is defined
+/// for a count of one only, AF never; a 16-bit count above 16 leaves the result undefined.
+fn double_shift(st: &mut State, insn: &Instruction, space: &AddressSpace, w: u32) {
+    let bits = w * 8;
+    let count = read(st, insn, 2, space).map(|c| (c & if w == 8 { 63 } else { 31 }) as u32);
+    if count == Some(0) {
+        return;
+    }
+    let (a, b) = (read(st, insn, 0, space), read(st, insn, 1, space));
+    st.flags.apply_generic(insn);
+    let left = insn.mnemonic() == M::Shld;
+    let r = match (a, b, count) {
+        (Some(a), Some(b), Some(c)) if c <= bits => {
+            let (a, b) = (a & mask(w), b & mask(w));
+            let (r, cf) = if c == bits {
+                (b, if left { a & 1 } else { a >> (bits - 1) & 1 })
+            } else if left {
+                (((a << c) | (b >> (bits - c))) & mask(w), a >> (bits - c) & 1)
+            } else {
+                (((a >> c) | (b << (bits - c))) & mask(w), a >> (c - 1) & 1)
+            };
+            let sign = r >> (bits - 1) & 1;
+            st.flags.put(CF, if cf != 0 { CF } else { 0 });
+            st.flags.put(SF, if sign != 0 { SF } else { 0 });
+            st.flags.put(ZF, if r == 0 { ZF } else { 0 });
+            st.flags.put(PF, if (r as u8).count_ones() % 2 == 0 { PF } else { 0 });
+            if c == 1 {
+                let changed = (a >> (bits - 1) & 1) != sign;
+                st.flags.put(OF, if changed { OF } else { 0 });
+            }
+            Some(r)
+        }
+        _ => None,
+    };
     write(st, insn, 0, r);
 }
 
