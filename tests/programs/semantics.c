@@ -1,7 +1,8 @@
 /* Exercises the instructions the state layer computes beyond moves and plain arithmetic:
    glibc's SSE2/AVX2 string routines (strlen, strchr, memchr, memcmp, memcpy, strcmp), carries
    (__int128), wide multiply and divide, double shifts, bit scans, rotates, byte swaps, atomics (xadd,
-   cmpxchg), vector packs, aligns, shuffles and dword min/max, movbe, lzcnt and tzcnt, scalar
+   cmpxchg), vector packs, aligns, shuffles and dword min/max, SSE4.2 string compares, movbe,
+   lzcnt and tzcnt, scalar
    float arithmetic that rounds, AVX-512 where the CPU has it (opmasks, masked and zeroing
    writes, masked loads and stores, compares into masks, broadcasts, ternary logic, zmm16-31),
    and cpuid and rdtsc,
@@ -106,6 +107,28 @@ __attribute__((noinline, target("avx512f,avx512bw,avx512vl,avx512dq"))) static u
     return r + (uint64_t)out[5];
 }
 
+/* SSE4.2's string compares in every aggregation and polarity, implicit and explicit lengths,
+   index and mask results; and glibc's strcspn, strspn and strpbrk, which run them. */
+__attribute__((noinline, target("sse4.2"))) static uint64_t strings42(const char *s, uint64_t a) {
+    __m128i hay = _mm_loadu_si128((const __m128i *)s);
+    __m128i set = _mm_set_epi64x(0, (long long)(0x6d6c6b7178000000ULL | (a & 0xffffff)));
+    __m128i range = _mm_setr_epi8('a', 'f', 'm', 'q', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    uint64_t r = 0;
+    r += (uint64_t)_mm_cmpistri(set, hay, _SIDD_UBYTE_OPS | _SIDD_CMP_EQUAL_ANY);
+    r += (uint64_t)_mm_cmpistri(range, hay, _SIDD_UBYTE_OPS | _SIDD_CMP_RANGES | _SIDD_NEGATIVE_POLARITY) << 5;
+    r += (uint64_t)_mm_cmpistri(hay, hay, _SIDD_UBYTE_OPS | _SIDD_CMP_EQUAL_EACH | _SIDD_MASKED_NEGATIVE_POLARITY) << 10;
+    r += (uint64_t)_mm_cmpistri(_mm_setr_epi8('q', 'x', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), hay,
+                                _SIDD_UBYTE_OPS | _SIDD_CMP_EQUAL_ORDERED | _SIDD_MOST_SIGNIFICANT) << 15;
+    r += (uint64_t)_mm_cmpestri(set, (int)(a & 7), hay, (int)(a >> 3 & 15), _SIDD_SWORD_OPS | _SIDD_CMP_RANGES) << 20;
+    r += (uint64_t)_mm_cmpistrc(set, hay, _SIDD_UBYTE_OPS | _SIDD_CMP_EQUAL_ANY) << 25;
+    r += (uint64_t)_mm_cmpistrz(set, hay, _SIDD_UBYTE_OPS | _SIDD_CMP_EQUAL_ANY) << 26;
+    __m128i m = _mm_cmpistrm(range, hay, _SIDD_UBYTE_OPS | _SIDD_CMP_RANGES | _SIDD_UNIT_MASK);
+    __m128i bits = _mm_cmpestrm(set, 5, hay, 12, _SIDD_UWORD_OPS | _SIDD_CMP_EQUAL_ANY);
+    r ^= (uint64_t)_mm_cvtsi128_si64(m) ^ (uint64_t)_mm_extract_epi64(m, 1) << 1 ^ (uint64_t)_mm_cvtsi128_si64(bits);
+    r += strcspn(s, "qxz") + (strspn(s, "abcdefghij") << 8) + (uint64_t)(strpbrk(s, "mno") ? 1 : 0);
+    return r;
+}
+
 /* Scalar double and single arithmetic that rounds (MXCSR is the default from execve on). */
 __attribute__((noinline)) static uint64_t floats(uint64_t a, uint64_t b) {
     double x = (double)(a >> 11) * 0x1p-53 + 1.0, y = (double)(b & 0xffff) + 0.1;
@@ -144,6 +167,7 @@ int main(void) {
         acc += ea ^ eb ^ ec ^ ed ^ (__rdtsc() & 1);
         acc += floats(acc, (uint64_t)round * 0x9e3779b9ULL);
         acc += shuffles(acc, n * 0x0101010101010101ULL + (uint64_t)round, &counter);
+        acc += strings42(text + round * 50, acc);
         if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
             __builtin_cpu_supports("avx512dq")) {
             acc += avx512(acc, (uint64_t)round, text + round * 61);

@@ -10,13 +10,15 @@
 //!
 //! Files: `sse` (moves, logic, compares, adds in every encoding), `shuffle` (packs, aligns,
 //! shuffles, inserts), `evex` (compares into opmasks, ternary logic), `opmask` (the k
-//! registers and their instructions), `named` (their names in a recording).
+//! registers and their instructions), `strings` (SSE4.2's string compares), `named` (their
+//! names in a recording).
 
 mod evex;
 pub mod named;
 pub mod opmask;
 mod shuffle;
 mod sse;
+mod strings;
 
 use iced_x86::{EncodingKind, Instruction, Mnemonic as M, OpKind, Register};
 
@@ -186,7 +188,9 @@ pub fn index(r: Register) -> Option<usize> {
 pub fn step(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
     match insn.encoding() {
         EncodingKind::Legacy | EncodingKind::VEX if opmask::is_opmask(insn) => opmask::step(st, insn, space),
-        EncodingKind::Legacy | EncodingKind::VEX => sse::step(st, insn, space) || shuffle::step(st, insn, space),
+        EncodingKind::Legacy | EncodingKind::VEX => {
+            sse::step(st, insn, space) || shuffle::step(st, insn, space) || strings::step(st, insn, space)
+        }
         EncodingKind::EVEX => evex::step(st, insn, space) || (writes_vector(insn) && sse::step(st, insn, space)),
         _ => false,
     }

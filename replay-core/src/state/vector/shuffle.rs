@@ -1,6 +1,7 @@
 //! Vector instructions that move bytes between elements or narrow them, beyond the moves,
-//! logic and compares of `vector`: packs with saturation, byte aligns, dword and qword
-//! shuffles, element inserts and extracts, dword minimum and maximum. Found by `rtit check-values` on python3 (its
+//! logic and compares of `vector`: packs with saturation, byte shuffles (`pshufb`, which
+//! glibc's `strcspn` aligns its input with) and aligns, dword and qword shuffles, element
+//! inserts and extracts, dword minimum and maximum. Found by `rtit check-values` on python3 (its
 //! string and hash routines) under the qemu backend. A result byte is known where every
 //! input byte it depends on is (SDM vol. 2, each instruction's operation).
 
@@ -67,6 +68,23 @@ pub fn step(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
                             w.clamp(-128, 127) as i8 as u8
                         };
                         out.known |= 1 << d;
+                    }
+                }
+            }
+            write(st, insn, out, len);
+        }
+        M::Pshufb | M::Vpshufb => {
+            // Per lane: each byte picked from the lane by the control's low four bits, or
+            // zero where the control's top bit is set.
+            let (a, control) = pair(st, insn, len, space);
+            let mut out = Value::default();
+            for lane in (0..len).step_by(16) {
+                for d in lane..lane + 16 {
+                    let Some(c) = control.byte(d) else { continue };
+                    if c & 0x80 != 0 {
+                        out.known |= 1 << d;
+                    } else {
+                        take(&mut out, d, &a, lane + usize::from(c & 15));
                     }
                 }
             }
