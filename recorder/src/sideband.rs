@@ -245,7 +245,13 @@ pub fn mapped_file(
 }
 
 /// What changed between two maps, if anything.
-pub fn diff(old: &[Mapping], new: &[Mapping], position: u64, syscall: u64) -> Option<MapChange> {
+pub fn diff(
+    old: &[Mapping],
+    new: &[Mapping],
+    position: u64,
+    syscall: u64,
+    mapped: Option<(u64, u64)>,
+) -> Option<MapChange> {
     let added: Vec<Mapping> = new.iter().filter(|m| !old.contains(m)).cloned().collect();
     let removed: Vec<Mapping> = old.iter().filter(|m| !new.contains(m)).cloned().collect();
     (!added.is_empty() || !removed.is_empty()).then(|| MapChange {
@@ -253,7 +259,16 @@ pub fn diff(old: &[Mapping], new: &[Mapping], position: u64, syscall: u64) -> Op
         syscall: syscall_name(syscall).to_string(),
         added,
         removed,
+        mapped_start: mapped.map(|m| m.0),
+        mapped_end: mapped.map(|m| m.1),
     })
+}
+
+/// The range an `mmap` of `len` bytes that returned `ret` mapped (whole pages), if `syscall`
+/// is one that succeeded.
+pub fn mapped(syscall: u64, len: u64, ret: u64) -> Option<(u64, u64)> {
+    (syscall == nr::MMAP && ret < 0u64.wrapping_sub(4095) && len > 0)
+        .then(|| (ret, ret.saturating_add(len.next_multiple_of(4096))))
 }
 
 /// Parses a line of `/proc/PID/maps`.
@@ -319,11 +334,11 @@ mod tests {
         let a = m(0x1000, "r--p", 0, "/x");
         let b = m(0x2000, "rw-p", 0, "/y");
         let b2 = m(0x2000, "r--p", 0, "/y");
-        let change = diff(&[a.clone(), b.clone()], &[a.clone(), b2.clone()], 7, nr::MPROTECT).expect("a change");
+        let change = diff(&[a.clone(), b.clone()], &[a.clone(), b2.clone()], 7, nr::MPROTECT, None).expect("a change");
         assert_eq!((change.position, change.syscall.as_str()), (7, "mprotect"));
         assert_eq!((change.added, change.removed), (vec![b2], vec![b]));
         let same = std::slice::from_ref(&a);
-        assert!(diff(same, same, 1, nr::BRK).is_none());
+        assert!(diff(same, same, 1, nr::BRK, None).is_none());
     }
 
     #[test]

@@ -211,6 +211,8 @@ mod tests {
                 syscall: "mmap".into(),
                 added: vec![mapping(start)],
                 removed: Vec::new(),
+                mapped_start: None,
+                mapped_end: None,
             },
             after,
         }

@@ -158,7 +158,8 @@ impl PtraceTarget {
         if nr::changes_map(nr) {
             let now = self.tracee.maps()?;
             // The position is not known here; it comes from the trace offset of this stop.
-            change = diff(&self.current_map, &now, 0, nr).map(|change| MapStop {
+            let mapped = crate::sideband::mapped(nr, before.rsi, regs.rax);
+            change = diff(&self.current_map, &now, 0, nr, mapped).map(|change| MapStop {
                 change,
                 after: now.clone(),
             });

@@ -230,7 +230,7 @@ impl Recorder<'_> {
                         Retired::new(KERNEL + 0x40, 3, Cofi::Far(FarKind::Sysret), next).to_cpl(3),
                     ));
                     if nr::changes_map(syscall_nr) {
-                        self.map_changed(syscall_nr)?;
+                        self.map_changed(syscall_nr, regs.rsi)?;
                     }
                 }
             }
@@ -263,9 +263,11 @@ impl Recorder<'_> {
         })
     }
 
-    fn map_changed(&mut self, syscall: u64) -> Result<(), StepError> {
+    /// After system call `syscall` (its second argument `a1`), a change of the map.
+    fn map_changed(&mut self, syscall: u64, a1: u64) -> Result<(), StepError> {
         let now = self.tracee.maps()?;
-        if let Some(change) = shared::diff(&self.current_map, &now, self.model.traced(), syscall) {
+        let mapped = shared::mapped(syscall, a1, self.tracee.regs()?.rax);
+        if let Some(change) = shared::diff(&self.current_map, &now, self.model.traced(), syscall, mapped) {
             self.images.note(&change.added);
             self.maps.changes.push(change);
         }

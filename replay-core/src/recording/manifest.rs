@@ -317,6 +317,13 @@ pub struct MapChange {
     pub added: Vec<Mapping>,
     /// Mappings that went away or changed.
     pub removed: Vec<Mapping>,
+    /// For `mmap`: the range the call mapped, [start, end) (the kernel may merge it with a
+    /// neighbour, which keeps its bytes, so `added` alone does not tell what is new).
+    #[serde(default, with = "crate::hex::option", skip_serializing_if = "Option::is_none")]
+    pub mapped_start: Option<u64>,
+    /// Its end.
+    #[serde(default, with = "crate::hex::option", skip_serializing_if = "Option::is_none")]
+    pub mapped_end: Option<u64>,
 }
 
 /// `maps.json`.

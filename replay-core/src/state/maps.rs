@@ -1,6 +1,8 @@
 //! What a memory-map change does to memory's contents: a new anonymous mapping (mmap, the
 //! growth of the brk heap) is zero-filled by the kernel; a new file mapping holds the file's
-//! bytes (known where the recording holds the file as an image); unmapped bytes are gone; a protection change keeps the bytes.
+//! bytes (known where the recording holds the file as an image); unmapped bytes are gone; a
+//! protection change keeps the bytes. An `mmap` next to a mapping like it is merged with it
+//! into one: only the range the call mapped is new, the neighbour keeps its bytes.
 
 use crate::recording::{MapChange, Mapping};
 
@@ -67,16 +69,44 @@ pub fn effect(change: &MapChange) -> MapEffect {
     let mut e = MapEffect::default();
     let gone = subtract(&removed, &added);
     match change.syscall.as_str() {
-        // New contents over the whole mapped range, even where something was mapped before.
+        // New contents over the range the call mapped, even where something was mapped
+        // before (MAP_FIXED); a neighbour it merged with keeps its bytes. Without the range
+        // (recordings made before it was logged), what was mapped before is unknown after.
         "mmap" => {
+            let mapped = match (change.mapped_start, change.mapped_end) {
+                (Some(s), Some(end)) if s < end => Some((s, end)),
+                _ => None,
+            };
             for m in &added {
-                let r = (m.start, m.end - m.start);
-                if anonymous(m) && r.1 <= ZERO_BOUND {
-                    e.zero.push(r);
-                } else {
-                    e.forget.push(r);
-                    if let (Some(path), true) = (&m.path, m.perms.ends_with('p')) {
-                        e.files.push((r.0, r.1, path.clone(), m.offset));
+                let new: Vec<(u64, u64)> = match mapped {
+                    Some((s, end)) => {
+                        let (s, end) = (s.max(m.start), end.min(m.end));
+                        if s < end {
+                            vec![(s, end)]
+                        } else {
+                            Vec::new()
+                        }
+                    }
+                    None => {
+                        // Mapped before: merged (kept) or replaced; which, nothing says.
+                        for r in &removed {
+                            let (s, end) = (m.start.max(r.start), m.end.min(r.end));
+                            if s < end {
+                                e.forget.push((s, end - s));
+                            }
+                        }
+                        subtract(&[m], &removed)
+                    }
+                };
+                for piece in new {
+                    let r = len(&piece);
+                    if anonymous(m) && r.1 <= ZERO_BOUND {
+                        e.zero.push(r);
+                    } else {
+                        e.forget.push(r);
+                        if let (Some(path), true) = (&m.path, m.perms.ends_with('p')) {
+                            e.files.push((r.0, r.1, path.clone(), m.offset + (r.0 - m.start)));
+                        }
                     }
                 }
             }
@@ -123,7 +153,32 @@ mod tests {
             syscall: syscall.into(),
             added,
             removed,
+            mapped_start: None,
+            mapped_end: None,
         }
+    }
+
+    #[test]
+    fn an_mmap_merged_with_its_neighbour_leaves_the_neighbours_bytes() {
+        // mmap of 0x4000 bytes at 0x5000, merged with the mapping at 0x9000 (python3's arenas):
+        // only the range mapped is zero.
+        let mut c = change("mmap", vec![m(0x5000, 0x20000, None)], vec![m(0x9000, 0x20000, None)]);
+        c.mapped_start = Some(0x5000);
+        c.mapped_end = Some(0x9000);
+        let e = effect(&c);
+        assert_eq!(e.zero, vec![(0x5000, 0x4000)]);
+        assert!(e.forget.is_empty(), "{e:?}");
+        // Without the range: the new part is zero, the old part unknown (it may have been
+        // replaced, MAP_FIXED), never zero.
+        c.mapped_start = None;
+        let e = effect(&c);
+        assert_eq!(e.zero, vec![(0x5000, 0x4000)]);
+        assert_eq!(e.forget, vec![(0x9000, 0x17000)]);
+        // MAP_FIXED over a mapping, the range given: new zeros.
+        let mut c = change("mmap", vec![m(0x9000, 0xa000, None)], vec![m(0x9000, 0xa000, None)]);
+        c.mapped_start = Some(0x9000);
+        c.mapped_end = Some(0xa000);
+        assert_eq!(effect(&c).zero, vec![(0x9000, 0x1000)]);
     }
 
     #[test]
@@ -142,7 +197,11 @@ mod tests {
             vec![m(0x9000, 0xa000, None)],
             vec![m(0x9000, 0xa000, None)],
         ));
-        assert_eq!(e.zero, vec![(0x9000, 0x1000)], "MAP_FIXED over a mapping: new zeros");
+        assert_eq!(
+            e.forget,
+            vec![(0x9000, 0x1000)],
+            "over a mapping, without the range: merged or MAP_FIXED, unknown"
+        );
         let e = effect(&change("munmap", vec![], vec![m(0x9000, 0xa000, None)]));
         assert_eq!(e.forget, vec![(0x9000, 0x1000)]);
         let e = effect(&change(

@@ -111,7 +111,8 @@ impl Plugin {
             _ => {}
         }
         if self.engine.tracing() {
-            if let Some(change) = diff(&old, maps.current(), self.engine.position(), number) {
+            let mapped = rtit_recorder::sideband::mapped(number, a[1], ret);
+            if let Some(change) = diff(&old, maps.current(), self.engine.position(), number, mapped) {
                 self.images.note(&change.added);
                 self.changes.push(change);
             }

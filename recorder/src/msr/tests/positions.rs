@@ -146,6 +146,8 @@ fn the_writer_counts_the_instructions_and_places_the_map_changes_by_decoding() {
             path: None,
         }],
         removed: Vec::new(),
+        mapped_start: None,
+        mapped_end: None,
     };
     let offsets: Vec<u64> = t.marks.iter().map(|m| m.expect("drain mode keeps all")).collect();
     // Each stop is also a system call's exit (the call is the instruction before the stop's
