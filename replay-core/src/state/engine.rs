@@ -289,6 +289,12 @@ impl Values {
                 }
                 _ => None,
             };
+            // An XSAVEC whose header the recorder logged writes only what is in use: its area
+            // as it was, to keep what it leaves alone.
+            let xsave_area = match (&insn, between) {
+                (Some(i), Between::Insn { .. }) => super::xsave::xsavec_area(st, i, &self.space),
+                _ => None,
+            };
             let delivered = match (entry.filter(|e| e.only_kernel), &insn, between) {
                 (Some(_), Some(i), Between::Unknown) if !super::forward::is_repeated_string(i) => {
                     transition::forward(
@@ -316,7 +322,7 @@ impl Values {
                     .get("xstate_bv")
                     .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok());
                 if let (Some(i), Some(h)) = (&insn, header) {
-                    super::xsave::xsavec_logged(st, i, h);
+                    super::xsave::xsavec_logged(st, i, h, xsave_area);
                 }
             } else if let Some(out) = cpuid {
                 for (r, v) in [RAX, RBX, RCX, RDX].into_iter().zip(out) {

@@ -152,3 +152,68 @@ fn a_set_mxcsr_flag_after_an_instruction_is_unknown_before_it_and_a_clear_one_is
     start_unknown = v.at(0).expect("p0");
     assert_eq!(start_unknown.mxcsr(), Ok(Some(0x1f80)));
 }
+
+#[test]
+fn xsavec_writes_only_the_components_in_use_and_the_rest_of_its_area_keeps_its_bytes() {
+    // xsavec [rsp] (0f c7 24 24) requesting SSE and AVX, with the header the recorder read:
+    // SSE in use, AVX not. The AVX component's bytes (and x87's) are not written.
+    let code: Vec<&[u8]> = vec![&[0x0f, 0xc7, 0x24, 0x24], &[0x90]];
+    let (space, ips) = super::tests_semantics::code_at_0x1000(&code);
+    let mut start = State::unknown();
+    for (r, v) in SSE_AVX {
+        start.regs.set(r, Some(v));
+    }
+    start.vec.set_lane(0, 0, 8, Some(1f64.to_bits()));
+    start.vec.set_lane(0, 8, 8, Some(0));
+    start.mxcsr = Mxcsr::known(0x1f80);
+    start.mem.write(0x8000, &[0xab; 0x1000]);
+    start.cpu = Cpu {
+        xcr0: Some(7),
+        ..Cpu::default()
+    };
+    let results = vec![crate::recording::InsnResult {
+        position: 0,
+        ip: 0x1000,
+        after: [("xstate_bv".to_string(), "0x2".to_string())].into(),
+    }];
+    let mut v = Values::new(
+        space,
+        Inputs {
+            ips: Arc::from(ips),
+            start,
+            results,
+            ..Inputs::default()
+        },
+    );
+    let k = v.at(1).expect("p1");
+    assert_eq!(
+        k.memory(0x8000 + 160, 8),
+        Ok(Some(1f64.to_bits().to_le_bytes().to_vec())),
+        "xmm0"
+    );
+    assert_eq!(
+        k.memory(0x8000 + 512, 8),
+        Ok(Some(2u64.to_le_bytes().to_vec())),
+        "XSTATE_BV"
+    );
+    assert_eq!(
+        k.memory(0x8000 + 520, 8),
+        Ok(Some((6u64 | 1 << 63).to_le_bytes().to_vec())),
+        "XCOMP_BV"
+    );
+    assert_eq!(
+        k.memory(0x8000 + 576, 256),
+        Ok(Some(vec![0xab; 256])),
+        "AVX not in use: untouched"
+    );
+    assert_eq!(
+        k.memory(0x8000, 24),
+        Ok(Some(vec![0xab; 24])),
+        "x87 not requested: untouched"
+    );
+    assert_eq!(
+        k.memory(0x8000 + 528, 48),
+        Ok(Some(vec![0xab; 48])),
+        "the rest of the header"
+    );
+}

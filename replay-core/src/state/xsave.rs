@@ -182,10 +182,23 @@ pub fn step(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
     }
 }
 
+/// An XSAVEC's area before it runs: its address and the bytes it may write (each known or
+/// not), so that what it leaves alone keeps them ([`xsavec_logged`]).
+pub fn xsavec_area(st: &State, insn: &Instruction, space: &AddressSpace) -> Option<(u64, Vec<Option<u8>>)> {
+    if !matches!(insn.mnemonic(), M::Xsavec | M::Xsavec64) {
+        return None;
+    }
+    let a = address(&st.regs, insn, 0)?;
+    let len = super::ops::extent(&st.regs, insn, 0, st.cpu.xcr0)?;
+    Some((a, (0..len).map(|i| st.mem.read_byte(a + i, space)).collect()))
+}
+
 /// What an XSAVEC wrote, once the generic rule forgot its area: `header` is the XSTATE_BV
-/// the recorder read after it. The components in use are written, the rest are not (their
-/// bytes stay forgotten, which is sound), and XCOMP_BV is RFBM with bit 63 set.
-pub fn xsavec_logged(st: &mut State, insn: &Instruction, header: u64) {
+/// the recorder read after it, `before` the area before it ([`xsavec_area`]). XSAVEC writes
+/// MXCSR with SSE requested, each requested component in use (XINUSE[i] = 1) at its compacted
+/// offset, XSTATE_BV and XCOMP_BV (RFBM with bit 63 set), and nothing else (SDM vol. 1,
+/// 13.10): every other byte of the area keeps what it held.
+pub fn xsavec_logged(st: &mut State, insn: &Instruction, header: u64, before: Option<(u64, Vec<Option<u8>>)>) {
     if !matches!(insn.mnemonic(), M::Xsavec | M::Xsavec64) {
         return;
     }
@@ -193,6 +206,39 @@ pub fn xsavec_logged(st: &mut State, insn: &Instruction, header: u64) {
         return;
     };
     let xcomp_bv = rfbm | 1 << 63;
+    let written = header & rfbm;
+    // What it left alone first: the bytes before it.
+    if let Some((at, bytes)) = before.filter(|(at, _)| *at == a) {
+        let mut touched: Vec<(u64, u64)> = vec![(XSTATE_BV, 16)];
+        if rfbm & SSE != 0 {
+            touched.push((MXCSR, 8));
+        }
+        if written & X87 != 0 {
+            touched.extend([(0, MXCSR), (32, XMM - 32)]);
+        }
+        if written & SSE != 0 {
+            touched.push((XMM, 256));
+        }
+        for c in 2..63u32 {
+            if written & 1 << c != 0 {
+                match (offset(c, 0, xcomp_bv), super::ops::xsave_size(c)) {
+                    (Some(o), Some(n)) => touched.push((o, n)),
+                    // A component nobody sized: where it ends is not known.
+                    _ => touched.push((HEADER_END, bytes.len() as u64)),
+                }
+            }
+        }
+        for (i, b) in bytes.iter().enumerate() {
+            let i = i as u64;
+            if touched.iter().any(|&(o, n)| i >= o && i < o + n) {
+                continue;
+            }
+            match b {
+                Some(b) => st.mem.write(at + i, &[*b]),
+                None => st.mem.forget(at + i, 1),
+            }
+        }
+    }
     st.mem.write(a + XSTATE_BV, &header.to_le_bytes());
     st.mem.write(a + XCOMP_BV, &xcomp_bv.to_le_bytes());
     // MXCSR (and MXCSR_MASK) with SSE requested, in use or not (SDM vol. 1, 13.10).
@@ -200,11 +246,11 @@ pub fn xsavec_logged(st: &mut State, insn: &Instruction, header: u64) {
         let m = st.mxcsr;
         m.store(st, a + MXCSR);
     }
-    if header & rfbm & SSE != 0 {
+    if written & SSE != 0 {
         write_xmm(st, a + XMM);
     }
     for (c, standard, part) in PARTS {
-        if header & rfbm & 1 << c != 0 {
+        if written & 1 << c != 0 {
             if let Some(at) = offset(c, standard, xcomp_bv) {
                 write_part(st, a + at, part);
             }
