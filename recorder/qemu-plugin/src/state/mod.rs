@@ -193,6 +193,10 @@ impl Plugin {
         // QEMU, like Linux at execve, starts SSE with MXCSR's default: all exceptions
         // masked, round to nearest, no DAZ or FTZ.
         regs.insert("mxcsr".into(), "0x1f80".into());
+        // QEMU's CPU reset zeroes the vector registers, as Linux's execve does.
+        for i in 0..16 {
+            regs.insert(format!("ymm{i}"), "0x0".into());
+        }
         if let Some(rsp) = rsp {
             regs.insert("rsp".into(), format!("{rsp:#x}"));
         }
