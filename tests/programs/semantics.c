@@ -80,7 +80,7 @@ __attribute__((noinline, target("avx512f,avx512bw,avx512vl,avx512dq"))) static u
     __m512i x9 = _mm512_max_epu8(x8, x1), x10 = _mm512_add_epi64(x9, x2), x11 = _mm512_sub_epi32(x10, x3);
     __m512i x12 = _mm512_xor_si512(x11, x4), x13 = _mm512_add_epi16(x12, x5), x14 = _mm512_or_si512(x13, x6);
     __m512i x15 = _mm512_and_si512(x14, x7), x16 = _mm512_add_epi8(x15, x8), x17 = _mm512_xor_si512(x16, x9);
-    __m512i x18 = _mm512_sub_epi64(x17, x10), x19 = _mm512_min_epu8(x18, x11), x20 = _mm512_max_epu8(x19, x12);
+    __m512i x18 = _mm512_sub_epi64(x17, x10), x19 = _mm512_min_epu32(x18, x11), x20 = _mm512_max_epi32(x19, x12);
     __m512i x21 = _mm512_add_epi32(x20, x13), x22 = _mm512_xor_si512(x21, x14), x23 = _mm512_or_si512(x22, x15);
     AVX512_STEP(x0, 0) AVX512_STEP(x1, 1) AVX512_STEP(x2, 2) AVX512_STEP(x3, 3) AVX512_STEP(x4, 4)
     AVX512_STEP(x5, 5) AVX512_STEP(x6, 6) AVX512_STEP(x7, 7) AVX512_STEP(x8, 8) AVX512_STEP(x9, 9)

@@ -177,9 +177,21 @@ pub fn after_generic(st: &mut State, before: &super::reg::RegFile, insn: &Instru
             r.is_xmm() || r.is_ymm() || r.is_zmm()
         }
     });
-    if vector || insn.memory_size().is_packed() {
+    if (vector || insn.memory_size().is_packed()) && !integer(insn) {
         st.mxcsr.maybe(FLAGS);
     }
+}
+
+/// Whether a vector instruction works on integers only (its elements are integers and it
+/// converts nothing): those raise no SIMD floating-point exception (SDM vol. 1, 11.5.2).
+fn integer(insn: &Instruction) -> bool {
+    use iced_x86::MemorySize as S;
+    let converts = format!("{:?}", insn.mnemonic()).to_ascii_lowercase().contains("cvt");
+    !converts
+        && matches!(
+            insn.memory_size().element_type(),
+            S::UInt8 | S::Int8 | S::UInt16 | S::Int16 | S::UInt32 | S::Int32 | S::UInt64 | S::Int64 | S::UInt128
+        )
 }
 
 /// Backwards over an instruction: a flag set after it may have been raised by it, so it is

@@ -87,3 +87,15 @@ fn xsave_and_xrstor_keep_the_rounding_control_when_the_flags_are_unknown() {
     let mut v = run(&code, &[(RSP, 0x8000), (RAX, 2), (RDI, 0)], Mxcsr::known(0x1f80));
     assert_eq!(reg(&mut v, 9, RAX), None);
 }
+
+#[test]
+fn an_unmodelled_integer_vector_instruction_raises_no_mxcsr_flag_and_a_conversion_may() {
+    // pmaddwd xmm0, xmm1 (integers: nobody models it); nop.
+    let code: [&[u8]; 2] = [&[0x66, 0x0f, 0xf5, 0xc1], &[0x90]];
+    let mut v = run(&code, &[], Mxcsr::known(0x1f80));
+    assert_eq!(v.at(1).expect("p1").mxcsr(), Ok(Some(0x1f80)));
+    // cvtdq2ps xmm0, xmm1 converts integers to floats: it may round (PE).
+    let code: [&[u8]; 2] = [&[0x0f, 0x5b, 0xc1], &[0x90]];
+    let mut v = run(&code, &[], Mxcsr::known(0x1f80));
+    assert_eq!(v.at(1).expect("p1").mxcsr(), Ok(None));
+}

@@ -191,9 +191,18 @@ pub fn step(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
         EncodingKind::Legacy | EncodingKind::VEX => {
             sse::step(st, insn, space) || shuffle::step(st, insn, space) || strings::step(st, insn, space)
         }
-        EncodingKind::EVEX => evex::step(st, insn, space) || (writes_vector(insn) && sse::step(st, insn, space)),
+        EncodingKind::EVEX => {
+            evex::step(st, insn, space)
+                || (writes_vector(insn) && sse::step(st, insn, space))
+                || (!into_mask(insn) && shuffle::step(st, insn, space))
+        }
         _ => false,
     }
+}
+
+/// Whether operand 0 is an opmask.
+fn into_mask(insn: &Instruction) -> bool {
+    insn.op_kind(0) == OpKind::Register && insn.op_register(0).is_k()
 }
 
 /// Whether operand 0 is a vector register or memory (not an opmask): what the shared

@@ -37,13 +37,17 @@ fn take_n(out: &mut Value, d: usize, src: &Value, s: usize, e: usize) {
     }
 }
 
-/// Applies one of these (SSE or VEX, on xmm or ymm); false if it is not one.
+/// Applies one of these (SSE, VEX or EVEX, whose opmask [`write`] applies); false if it is
+/// not one.
 pub fn step(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
-    if !matches!(insn.encoding(), EncodingKind::Legacy | EncodingKind::VEX) {
+    if !matches!(
+        insn.encoding(),
+        EncodingKind::Legacy | EncodingKind::VEX | EncodingKind::EVEX
+    ) {
         return false;
     }
     let len = length(insn);
-    if len != 16 && len != 32 {
+    if !matches!(len, 16 | 32 | 64) {
         return false;
     }
     let m = insn.mnemonic();
