@@ -9,6 +9,7 @@
 //!   the guest memory map, and launching `qemu-x86_64` with the plugin;
 //! - [`outcome`], [`sideband`], [`writer`], [`complete`]: what any backend produced, writing
 //!   it, and finding by decoding what the hardware backend could not count;
+//! - [`probe`]: what this CPU does where the SDM leaves a result undefined;
 //! - [`interrupt`]: a signal's request to stop recording, shared with the backends.
 
 pub mod complete;
@@ -16,6 +17,7 @@ pub mod interrupt;
 pub mod model;
 pub mod msr;
 pub mod outcome;
+pub mod probe;
 pub mod qemu;
 pub mod script;
 pub mod sideband;

@@ -105,6 +105,7 @@ pub fn cpu_info() -> CpuInfo {
         xsave_all_in_use: false,
         lzcnt: flag(&field("flags"), "abm"),
         bmi1: flag(&field("flags"), "bmi1"),
+        logic_clears_af: crate::probe::logic_clears_af(),
     }
 }
 
@@ -312,6 +313,11 @@ fn write_into(tmp: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, Wr
             bmi1: match meta.backend.as_str() {
                 "qemu" => cpuid_bit(&outcome.cpuid, 7, 1, 3),
                 _ => cpu_info().bmi1,
+            },
+            // QEMU computes a logic instruction's flags with AF = 0 (its CC_OP_LOGIC).
+            logic_clears_af: match meta.backend.as_str() {
+                "qemu" => Some(true),
+                _ => crate::probe::logic_clears_af(),
             },
             ..cpu_info()
         },

@@ -155,6 +155,7 @@ fn cpu(c: &crate::recording::CpuInfo) -> state::Cpu {
         syscall_keeps_registers: c.syscall_keeps_registers,
         lzcnt: c.lzcnt,
         bmi1: c.bmi1,
+        logic_clears_af: c.logic_clears_af,
         xsave_all_in_use: c.xsave_all_in_use,
     }
 }

@@ -91,6 +91,7 @@ mod tests {
             xsave_all_in_use: false,
             lzcnt: None,
             bmi1: None,
+            logic_clears_af: None,
         }
     }
 

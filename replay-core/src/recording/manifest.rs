@@ -58,6 +58,10 @@ pub struct CpuInfo {
     /// unchanged destination.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bmi1: Option<bool>,
+    /// Whether `and`, `or`, `xor` and `test` clear AF, which the SDM leaves undefined: found by
+    /// running them on the recording CPU (QEMU: yes). Unknown: AF is unknown after them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logic_clears_af: Option<bool>,
     /// The program ran on a CPU model whose XSAVE marks every requested component in use in
     /// XSTATE_BV (QEMU does not track XINUSE), so an XRSTOR of what it saved loads every
     /// register back; a real CPU's XINUSE is its own.

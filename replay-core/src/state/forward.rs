@@ -144,6 +144,9 @@ fn modelled(st: &mut State, insn: &Instruction, next: Option<u64>, space: &Addre
                         _ => a ^ b,
                     } & mask(w);
                     arith(&mut st.flags, op, a, b, r, w);
+                    if op == Arith::Logic && st.cpu.logic_clears_af == Some(true) {
+                        st.flags.put(flags::AF, 0);
+                    }
                     Some(r)
                 }
                 _ => {

@@ -83,6 +83,8 @@ pub struct Cpu {
     pub lzcnt: Option<bool>,
     /// Whether `tzcnt` is TZCNT (BMI1; else it runs as `bsf`).
     pub bmi1: Option<bool>,
+    /// Whether `and`, `or`, `xor` and `test` clear AF (the SDM leaves it undefined).
+    pub logic_clears_af: Option<bool>,
     /// Whether XSAVE marks every requested component in use in XSTATE_BV (QEMU, which does
     /// not track XINUSE); a real CPU's XINUSE is its own.
     pub xsave_all_in_use: bool,
@@ -95,6 +97,7 @@ impl Cpu {
             syscall_keeps_registers: self.syscall_keeps_registers | other.syscall_keeps_registers,
             lzcnt: self.lzcnt.or(other.lzcnt),
             bmi1: self.bmi1.or(other.bmi1),
+            logic_clears_af: self.logic_clears_af.or(other.logic_clears_af),
             xsave_all_in_use: self.xsave_all_in_use | other.xsave_all_in_use,
         }
     }

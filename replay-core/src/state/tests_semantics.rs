@@ -556,3 +556,23 @@ fn lzcnt_and_tzcnt_follow_what_the_cpu_runs_them_as() {
     );
     assert_eq!(cpu(None, None), (None, None), "not known which");
 }
+
+#[test]
+fn a_logic_op_clears_af_only_where_the_recording_says_the_cpu_does() {
+    // add eax, 1 (0xf + 1: AF = 1); and eax, ebx (0x10 & 0x1f: an adder would set AF); nop.
+    let code: [&[u8]; 3] = [&[0x83, 0xc0, 0x01], &[0x21, 0xd8], &[0x90]];
+    let eflags = |logic_clears_af| {
+        let cpu = super::Cpu {
+            logic_clears_af,
+            ..Default::default()
+        };
+        let mut v = run_on(&code, &[(RAX, 0xf), (RBX, 0x1f)], &[], cpu);
+        let after_add = v.at(1).expect("p1").eflags().expect("no conflict");
+        let after_and = v.at(2).expect("p2").eflags().expect("no conflict");
+        (after_add, after_and)
+    };
+    // After the add: AF, IF and bit 1; after the and (0x10): IF, bit 1, PF clear (one bit).
+    assert_eq!(eflags(Some(true)), (Some(0x212), Some(0x202)));
+    assert_eq!(eflags(Some(false)), (Some(0x212), None), "another CPU: AF undefined");
+    assert_eq!(eflags(None), (Some(0x212), None), "not recorded: AF undefined");
+}
