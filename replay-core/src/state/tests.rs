@@ -269,3 +269,37 @@ fn a_restarted_system_call_changes_nothing_but_the_return_registers() {
     );
     assert_eq!(v.at(1).expect("p1").register(RAX), Ok(Some(219)));
 }
+
+#[test]
+fn memory_a_store_through_an_unknown_address_lost_comes_back_from_the_backward_pass() {
+    // cpuid; mov rsi, rax (unknown); mov [rsi], rax: the forward pass forgets all memory.
+    // Then `jmp $` past the next checkpoint, mov rcx, [0x7000]; nop. The end state knows the
+    // memory (it was read when the recording ended), not rcx.
+    let (space, _) = program(&[
+        (&[0x0f, 0xa2], "cpuid"),
+        (&[0x48, 0x89, 0xc6], "mov rsi, rax"),
+        (&[0x48, 0x89, 0x06], "mov [rsi], rax"),
+        (&[0xeb, 0xfe], "jmp $"),
+        (&[0x48, 0x8b, 0x0c, 0x25, 0x00, 0x70, 0x00, 0x00], "mov rcx, [0x7000]"),
+        (&[0x90], "nop"),
+    ]);
+    let spins = super::INTERVAL as usize + 10;
+    let mut ips = vec![0x1000, 0x1002, 0x1005];
+    ips.extend(std::iter::repeat(0x1008).take(spins));
+    ips.extend([0x100a, 0x1012]);
+    let last = ips.len() as u64 - 1;
+    let start = state(&[(RSP, 0x8000), (RAX, 1)], &[(0x7000, &[5; 8])]);
+    let end = state(&[(RSP, 0x8000)], &[(0x7000, &[5; 8])]);
+    let mut v = values(space.clone(), ips.clone(), start.clone(), Some(end));
+    let k = v.at(3).expect("p3");
+    assert_eq!(k.memory(0x7000, 8), Ok(Some(vec![5; 8])), "right after the store");
+    assert_eq!(
+        reg(&mut v, last, RCX),
+        Ok(Some(0x0505_0505_0505_0505)),
+        "the forward pass loaded what the backward pass knew at the checkpoint"
+    );
+    // Without the end state the memory stays lost, and so does what was loaded from it.
+    let mut v = values(space, ips, start, None);
+    assert_eq!(v.at(3).expect("p3").memory(0x7000, 8), Ok(None));
+    assert_eq!(reg(&mut v, last, RCX), Ok(None));
+}
