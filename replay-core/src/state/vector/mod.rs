@@ -193,7 +193,8 @@ pub fn step(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
         }
         EncodingKind::EVEX => {
             evex::step(st, insn, space)
-                || (writes_vector(insn) && sse::step(st, insn, space))
+                || ((writes_vector(insn) || matches!(insn.mnemonic(), M::Vmovd | M::Vmovq))
+                    && sse::step(st, insn, space))
                 || (!into_mask(insn) && shuffle::step(st, insn, space))
         }
         _ => false,

@@ -294,3 +294,18 @@ fn going_backwards_an_opmask_is_unknown_before_the_instruction_that_writes_it() 
     assert_eq!(opmask(&mut v, 1, 0), Some(0xffff_ffe0), "after the compare: the end's");
     assert_eq!(v.stats().conflicts, 0);
 }
+
+#[test]
+fn evex_moves_from_zmm16_31_into_general_registers() {
+    // wcsnlen_evex ends with vmovq rcx, xmm16; and vmovd eax, xmm17.
+    let code = assemble(|a| {
+        a.vmovdqu64(xmm16, ptr(rdi))?;
+        a.vmovdqa64(xmm17, xmm16)?;
+        a.vmovq(rcx, xmm16)?;
+        a.vmovd(eax, xmm17)
+    });
+    let s: Vec<u8> = (1..=16).collect();
+    let mut v = run(&code, with(&[(RDI, 0x7000), (RAX, u64::MAX)], &[(0x7000, &s)]));
+    assert_eq!(reg(&mut v, 3, RCX), Some(0x0807_0605_0403_0201));
+    assert_eq!(reg(&mut v, 4, RAX), Some(0x0403_0201), "a 32-bit write zero-extends");
+}
