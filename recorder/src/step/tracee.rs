@@ -101,6 +101,16 @@ pub fn privilege_warning(path: &Path, meta: &std::fs::Metadata) -> Option<String
     })
 }
 
+impl super::vdso::Memory for Tracee {
+    fn read(&self, at: u64, buf: &mut [u8]) -> usize {
+        Tracee::read(self, at, buf)
+    }
+
+    fn write(&self, at: u64, bytes: &[u8]) -> Result<(), StepError> {
+        Tracee::write(self, at, bytes)
+    }
+}
+
 impl Tracee {
     /// Starts `program` with `args` under ptrace, stopped at its first instruction after
     /// execve, with the vDSO hidden from it (`vdso`). Standard input, output, error and the

@@ -5,7 +5,6 @@
 //! shows, so what they return could never be known (rr patches the vDSO into system calls
 //! for the same reason; QEMU 7.2 gives its programs no vDSO at all). The page stays mapped.
 
-use super::tracee::Tracee;
 use super::StepError;
 
 /// AT_NULL: the end of the auxiliary vector.
@@ -17,9 +16,17 @@ const AT_SYSINFO_EHDR: u64 = 33;
 /// Words walked at most: argc, argv, envp and auxv of any real process fit.
 const MOST: u64 = 1 << 22;
 
+/// The stopped program's memory, as the tracer reaches it.
+pub trait Memory {
+    /// Reads into `buf` from `at`; the bytes read.
+    fn read(&self, at: u64, buf: &mut [u8]) -> usize;
+    /// Writes `bytes` at `at`.
+    fn write(&self, at: u64, bytes: &[u8]) -> Result<(), StepError>;
+}
+
 /// Hides the vDSO from a program stopped at its first instruction (rsp at `argc`); the
 /// address of the entry changed, or `None` if its auxiliary vector has none.
-pub fn hide(tracee: &Tracee, rsp: u64) -> Result<Option<u64>, StepError> {
+pub fn hide(tracee: &impl Memory, rsp: u64) -> Result<Option<u64>, StepError> {
     let word = |at: u64| -> Result<u64, StepError> {
         let mut b = [0u8; 8];
         if tracee.read(at, &mut b) != 8 {

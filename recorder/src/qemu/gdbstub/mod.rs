@@ -18,6 +18,7 @@
 //!
 //! So QEMU always runs with its gdbstub.
 
+mod guest;
 mod remote;
 mod signals;
 mod start;

@@ -7,10 +7,8 @@
 //! frame QEMU wrote. Without it a handler's registers, and what the program does after
 //! `rt_sigreturn`, would be unknown in replay (`next` over `raise` ran to the end).
 
-use std::io::IoSliceMut;
 use std::time::Duration;
 
-use nix::sys::uio::{process_vm_readv, RemoteIoVec};
 use nix::unistd::Pid;
 use rtit_replay_core::recording::SignalEntry;
 use rtit_replay_core::syscall::MemoryWrite;
@@ -31,29 +29,10 @@ const LINUX: [u8; 34] = [
     30, 29,
 ];
 
-/// Reads `len` bytes of QEMU's memory at `at` (QEMU user mode keeps the program's memory at
-/// its own addresses); fewer where it cannot.
-pub fn read(pid: Pid, at: u64, len: usize) -> Vec<u8> {
-    let mut buf = vec![0u8; len];
-    let mut done = 0;
-    while done < len {
-        let remote = [RemoteIoVec {
-            base: at as usize + done,
-            len: len - done,
-        }];
-        match process_vm_readv(pid, &mut [IoSliceMut::new(&mut buf[done..])], &remote) {
-            Ok(n) if n > 0 => done += n,
-            _ => break,
-        }
-    }
-    buf.truncate(done);
-    buf
-}
-
 /// The handler the program installed for GDB signal `s`, if it is a function.
 fn handler(pid: Pid, counters: &Counters, s: u8) -> Option<u64> {
     let linux = *LINUX.get(usize::from(s)).filter(|&&l| l != 0)?;
-    let bytes = read(pid, counters.handlers + 8 * u64::from(linux), 8);
+    let bytes = super::guest::read(pid, counters.handlers + 8 * u64::from(linux), 8);
     let h = u64::from_le_bytes(bytes.try_into().ok()?);
     (h > 1).then_some(h)
 }
@@ -99,11 +78,11 @@ pub fn deliver(
                 let rsp = regs
                     .get("rsp")
                     .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok());
-                if let (Some(position), Some(rsp)) = (super::watch::position(pid, *counters), rsp) {
+                if let (Some(position), Some(rsp)) = (super::guest::position(pid, *counters), rsp) {
                     entries.push(SignalEntry {
                         position,
                         ip: at,
-                        frame: MemoryWrite::new(rsp, &read(pid, rsp, FRAME)),
+                        frame: MemoryWrite::new(rsp, &super::guest::read(pid, rsp, FRAME)),
                         registers: regs,
                         only_kernel,
                     });

@@ -4,7 +4,6 @@
 //! again; and it passes the program's own signals on, logging each delivery to a handler
 //! (`super::signals`).
 
-use std::io::IoSliceMut;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,7 +12,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
-use nix::sys::uio::{process_vm_readv, RemoteIoVec};
 use nix::unistd::Pid;
 
 use super::remote::{registers, stop, Received, Remote, Stop};
@@ -240,7 +238,7 @@ fn sample(
                 match our_stop(remote, program, done)? {
                     None => return Ok(()),
                     Some(()) => {
-                        let at = position(pid, program.counters);
+                        let at = super::guest::position(pid, program.counters);
                         let regs = registers(&remote.request("g")?)?;
                         if let Some(at) = at {
                             samples.push((at, regs));
@@ -272,28 +270,4 @@ fn our_stop(remote: &mut Remote, program: &mut Program, done: &AtomicBool) -> Re
             },
         }
     }
-}
-
-/// The position of the instruction the program stopped before: the running block's base
-/// plus its started instructions (the stop is between blocks). `None` while not tracing.
-pub(super) fn position(pid: Pid, counters: Counters) -> Option<u64> {
-    let mut base = [0u8; 8];
-    let mut started = [0u8; 8];
-    let remote = [
-        RemoteIoVec {
-            base: counters.position as usize,
-            len: 8,
-        },
-        RemoteIoVec {
-            base: counters.started as usize,
-            len: 8,
-        },
-    ];
-    let mut local = [IoSliceMut::new(&mut base), IoSliceMut::new(&mut started)];
-    let n = process_vm_readv(pid, &mut local, &remote).ok()?;
-    if n != 16 {
-        return None;
-    }
-    let base = u64::from_le_bytes(base);
-    (base != u64::MAX).then(|| base.wrapping_add(u64::from_le_bytes(started)))
 }
