@@ -8,7 +8,7 @@
 //! - [`cofi`]: how an instruction changes the flow as RTIT sees it (table 2), by iced-x86;
 //! - [`image`]: the address space: ELF images at their addresses, symbols, source lines;
 //! - [`flow`]: the reconstruction of every executed instruction from packets and images;
-//! - [`timeline`]: that history indexed by position (first cut);
+//! - [`timeline`]: that history indexed by position, a block number a run;
 //! - [`recording`]: the recording format and its reader ([`hex`]: addresses as hex strings);
 //! - [`state`]: registers and memory at a position, known or unknown (forward and backward
 //!   semantics from the snapshots, checkpoints);

@@ -13,11 +13,11 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use crate::flow::{decode_insn, EventKind, FlowEvent};
+use crate::flow::{EventKind, FlowEvent};
 use crate::image::AddressSpace;
 use crate::recording::{EndState, Recording, RecordingError};
 use crate::state::{self, Known, Reg, State, Values, Why};
-use crate::timeline::Timeline;
+use crate::timeline::{Builder, Hit, Timeline};
 
 /// Why a move stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,13 +45,12 @@ pub struct Session {
     space: AddressSpace,
     /// The instruction at each position: those that retired, then the faulting one if a
     /// fault ended the run. Shared with the state layer.
-    ips: Arc<[u64]>,
-    /// How many of `ips` retired.
+    timeline: Arc<Timeline>,
+    /// How many of the positions retired.
     retired: u64,
     /// The instruction that faulted and the signal, for a run a fault ended.
     fault: Option<(u64, i32)>,
     position: u64,
-    events: Vec<FlowEvent>,
     values: Values,
     /// The state at the position asked last (gdb asks many questions at one stop).
     known: Option<(u64, Known)>,
@@ -73,18 +72,18 @@ fn snapshot_state(registers: &BTreeMap<String, String>, files: &[(u64, &[u8])], 
     st
 }
 
-/// The state layer's inputs from a recording and its decoded history (`ips`: every position,
-/// the faulting instruction last when `fault`). The end snapshot is used only when the
+/// The state layer's inputs from a recording and its decoded history (every position, the
+/// faulting instruction last when `fault`). The end snapshot is used only when the
 /// history is `complete`: one cut short does not reach the state the snapshot describes.
 fn values_inputs(
     recording: &Recording,
     space: &AddressSpace,
-    ips: Arc<[u64]>,
+    history: Arc<Timeline>,
     fault: bool,
     complete: bool,
-    events: &[FlowEvent],
 ) -> Result<state::Inputs, RecordingError> {
-    let retired = ips.len() as u64 - u64::from(fault);
+    let retired = history.len() - u64::from(fault);
+    let events = history.events();
     let hard = events
         .iter()
         .filter(|e| !matches!(e.kind, EventKind::Enabled { .. } | EventKind::Disabled { .. }))
@@ -131,7 +130,6 @@ fn values_inputs(
         false => None,
     };
     Ok(state::Inputs {
-        ips,
         hard_barriers: hard,
         soft_barriers: soft,
         map_changes,
@@ -145,6 +143,7 @@ fn values_inputs(
         },
         end,
         fault,
+        history,
     })
 }
 
@@ -160,42 +159,6 @@ fn cpu(c: &crate::recording::CpuInfo) -> state::Cpu {
     }
 }
 
-/// Every position's instruction from the runs of a timeline: each run is sequential from its
-/// first address. A run cut short by an undecodable instruction ends there (the decoder
-/// reported it). Runs repeat (loops), so each distinct run is decoded once and copied after.
-fn expand(timeline: &Timeline, space: &AddressSpace) -> Vec<u64> {
-    /// Distinct runs' addresses kept for copying, at most (beyond it, runs are walked).
-    const POOL: usize = 1 << 24;
-    let mut ips = Vec::with_capacity(timeline.len() as usize);
-    let mut next: rustc_hash::FxHashMap<u64, u64> = Default::default();
-    let mut seen: rustc_hash::FxHashMap<(u64, u64), (usize, usize)> = Default::default();
-    let mut pool: Vec<u64> = Vec::new();
-    for (_, first, count) in timeline.runs() {
-        if let Some(&(at, n)) = seen.get(&(first, count)) {
-            ips.extend_from_slice(&pool[at..at + n]);
-            continue;
-        }
-        let from = ips.len();
-        let mut ip = first;
-        for _ in 0..count {
-            ips.push(ip);
-            let n = match next.get(&ip) {
-                Some(&n) => n,
-                None => match decode_insn(space, ip) {
-                    Ok(insn) => *next.entry(ip).or_insert(insn.next_ip()),
-                    Err(_) => break,
-                },
-            };
-            ip = n;
-        }
-        if pool.len() < POOL {
-            seen.insert((first, count), (pool.len(), ips.len() - from));
-            pool.extend_from_slice(&ips[from..]);
-        }
-    }
-    ips
-}
-
 impl Session {
     /// Decodes a recording and starts at position 0. An incomplete recording (a trace cut
     /// short, fewer instructions than the manifest counts) is refused.
@@ -209,18 +172,18 @@ impl Session {
     pub fn open_with(recording: Recording, partial: bool) -> Result<Self, RecordingError> {
         let space = recording.address_space()?;
         let trace = recording.trace()?;
-        let mut timeline = Timeline::new();
+        let mut builder = Builder::new(&space);
         let gaps = recording.gaps();
-        recording.decoder(&trace, &space, &gaps).decode(&mut timeline);
-        let ran = timeline.len() + timeline.events().iter().map(FlowEvent::unshown).sum::<u64>();
-        let spun = timeline.events().iter().any(FlowEvent::unshown_unknown);
+        recording.decoder(&trace, &space, &gaps).decode(&mut builder);
+        let ran = builder.len() + builder.events().iter().map(FlowEvent::unshown).sum::<u64>();
+        let spun = builder.events().iter().any(FlowEvent::unshown_unknown);
         let incomplete = match recording.check_complete(trace.len(), ran, spun) {
             Ok(()) => None,
             Err(e) if partial => Some(e),
             Err(e) => return Err(e),
         };
-        let mut ips = expand(&timeline, &space);
-        let retired = ips.len() as u64;
+        let mut timeline = builder.finish();
+        let retired = timeline.len();
         let m = &recording.manifest;
         // The faulting instruction follows the last retired one only if nothing is missing.
         let fault = match &m.end {
@@ -231,24 +194,18 @@ impl Session {
                 .map(|ip| (ip, *signal)),
             _ => None,
         };
-        ips.extend(fault.map(|f| f.0));
-        let ips: Arc<[u64]> = Arc::from(ips);
+        if let Some((ip, _)) = fault {
+            timeline.push_ip(ip);
+        }
+        let timeline = Arc::new(timeline);
         let complete = incomplete.is_none();
-        let inputs = values_inputs(
-            &recording,
-            &space,
-            ips.clone(),
-            fault.is_some(),
-            complete,
-            timeline.events(),
-        )?;
+        let inputs = values_inputs(&recording, &space, timeline.clone(), fault.is_some(), complete)?;
         Ok(Self {
             values: Values::new(space.clone(), inputs),
             known: None,
-            events: timeline.events().to_vec(),
             recording,
             space,
-            ips,
+            timeline,
             retired,
             fault,
             position: 0,
@@ -273,7 +230,7 @@ impl Session {
 
     /// Number of positions.
     pub fn len(&self) -> u64 {
-        self.ips.len() as u64
+        self.timeline.len()
     }
 
     /// Whether the history is empty.
@@ -296,9 +253,14 @@ impl Session {
         self.position = position.min(self.last());
     }
 
+    /// The history's positions and their instructions.
+    pub fn timeline(&self) -> &Timeline {
+        &self.timeline
+    }
+
     /// The address of the instruction at a position.
     pub fn ip_at(&self, position: u64) -> Option<u64> {
-        self.ips.get(position as usize).copied()
+        self.timeline.ip_at(position)
     }
 
     /// The current program counter.
@@ -308,13 +270,19 @@ impl Session {
 
     /// Errors the decoder reported while reconstructing the history.
     pub fn errors(&self) -> impl Iterator<Item = &FlowEvent> {
-        self.events.iter().filter(|e| matches!(e.kind, EventKind::Error { .. }))
+        self.timeline
+            .events()
+            .iter()
+            .filter(|e| matches!(e.kind, EventKind::Error { .. }))
     }
 
     /// Where the program spun in a loop the trace cannot count (a hang): the history shows
     /// one pass of it; each event says how many instructions ran there beyond it, if known.
     pub fn spins(&self) -> impl Iterator<Item = &FlowEvent> {
-        self.events.iter().filter(|e| matches!(e.kind, EventKind::Spins { .. }))
+        self.timeline
+            .events()
+            .iter()
+            .filter(|e| matches!(e.kind, EventKind::Spins { .. }))
     }
 
     /// How arriving at `position` going forwards is reported.
@@ -345,39 +313,43 @@ impl Session {
 
     /// Forwards to the next position whose instruction is a breakpoint, or to the end.
     /// `interrupted` is polled now and then.
-    pub fn continue_forward(&mut self, breakpoints: &HashSet<u64>, mut interrupted: impl FnMut() -> bool) -> Stop {
-        let mut p = self.position + 1;
-        while p < self.retired {
-            if breakpoints.contains(&self.ips[p as usize]) {
+    pub fn continue_forward(&mut self, breakpoints: &HashSet<u64>, interrupted: impl FnMut() -> bool) -> Stop {
+        match self
+            .timeline
+            .next_hit(self.position + 1, self.retired, breakpoints, interrupted)
+        {
+            Hit::At(p) => {
                 self.position = p;
-                return Stop::Breakpoint;
+                Stop::Breakpoint
             }
-            if p % 0x1_0000 == 0 && interrupted() {
-                self.position = p;
-                return Stop::Interrupted;
+            Hit::Interrupted(p) => {
+                self.position = p.min(self.last());
+                Stop::Interrupted
             }
-            p += 1;
+            Hit::None => {
+                self.position = self.last();
+                self.arrived(self.position).unwrap_or(Stop::End)
+            }
         }
-        self.position = self.last();
-        self.arrived(self.position).unwrap_or(Stop::End)
     }
 
     /// Backwards to the previous position whose instruction is a breakpoint, or to position 0.
-    pub fn continue_backward(&mut self, breakpoints: &HashSet<u64>, mut interrupted: impl FnMut() -> bool) -> Stop {
-        let mut p = self.position.min(self.retired);
-        while p > 0 {
-            p -= 1;
-            if breakpoints.contains(&self.ips[p as usize]) {
+    pub fn continue_backward(&mut self, breakpoints: &HashSet<u64>, interrupted: impl FnMut() -> bool) -> Stop {
+        let from = self.position.min(self.retired);
+        match self.timeline.previous_hit(from, 0, breakpoints, interrupted) {
+            Hit::At(p) => {
                 self.position = p;
-                return Stop::Breakpoint;
+                Stop::Breakpoint
             }
-            if p % 0x1_0000 == 0 && interrupted() {
+            Hit::Interrupted(p) => {
                 self.position = p;
-                return Stop::Interrupted;
+                Stop::Interrupted
+            }
+            Hit::None => {
+                self.position = 0;
+                Stop::Begin
             }
         }
-        self.position = 0;
-        Stop::Begin
     }
 
     /// Computes now what the first question about values at position 0 would compute (see

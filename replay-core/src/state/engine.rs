@@ -28,6 +28,7 @@ use crate::image::AddressSpace;
 use crate::recording::cpuid::CpuidLeaf;
 use crate::recording::{InsnResult, SignalEntry};
 use crate::syscall::SyscallRecord;
+use crate::timeline::{Cursor, Timeline};
 
 /// RFLAGS.RF, which a fault's delivery sets in the flags the kernel saves.
 const RF: u64 = 1 << 16;
@@ -49,7 +50,7 @@ fn fine_below(q: u64, p: u64) -> bool {
 #[derive(Debug, Default)]
 pub struct Inputs {
     /// The address at each position (the last may be an instruction that faulted).
-    pub ips: Arc<[u64]>,
+    pub history: Arc<Timeline>,
     /// Positions `q` such that something the trace does not show happened between `q - 1`
     /// and `q`: an interrupt, a gap, an error.
     pub hard_barriers: Vec<u64>,
@@ -113,7 +114,9 @@ pub struct ValuesStats {
 /// Registers and memory at any position, known or unknown.
 pub struct Values {
     space: AddressSpace,
-    ips: Arc<[u64]>,
+    history: Arc<Timeline>,
+    /// Where the passes are in the history (they move a position at a time).
+    cursor: Cursor,
     hard: Vec<u64>,
     soft: Vec<u64>,
     map_changes: FxHashMap<u64, MapEffect>,
@@ -141,7 +144,7 @@ pub struct Values {
 impl Values {
     /// An engine over a history.
     pub fn new(space: AddressSpace, mut inputs: Inputs) -> Self {
-        let last = (inputs.ips.len() as u64).saturating_sub(1);
+        let last = inputs.history.len().saturating_sub(1);
         // A registered rseq area is rewritten by the kernel at any return to the program:
         // unknown in every state (before its registration too: a harmless loss).
         let volatile = rseq_areas(&inputs.syscalls);
@@ -156,7 +159,8 @@ impl Values {
         soft.sort_unstable();
         Self {
             space,
-            ips: inputs.ips,
+            history: inputs.history,
+            cursor: Cursor::default(),
             hard,
             soft,
             map_changes: inputs
@@ -190,12 +194,12 @@ impl Values {
 
     /// Number of positions.
     pub fn len(&self) -> u64 {
-        self.ips.len() as u64
+        self.history.len()
     }
 
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.ips.is_empty()
+        self.history.is_empty()
     }
 
     /// How the engine did so far.
@@ -214,6 +218,11 @@ impl Values {
         }
     }
 
+    /// The address at `p`, through the cursor.
+    fn ip(&mut self, p: u64) -> Option<u64> {
+        self.cursor.ip(&self.history, p)
+    }
+
     fn insn(&mut self, ip: u64) -> Option<Instruction> {
         let space = &self.space;
         *self.decoded.entry(ip).or_insert_with(|| decode_insn(space, ip).ok())
@@ -222,8 +231,9 @@ impl Values {
     /// Carries `st` over what lies between `p` and `p + 1`, forwards (from `p` to `p + 1`) or
     /// backwards.
     fn cross(&mut self, st: &mut State, p: u64, forwards: bool) {
-        let ip = self.ips[p as usize];
+        let ip = self.ip(p).expect("a position of the history");
         let insn = self.insn(ip);
+        let next = self.ip(p + 1);
         let hard = self.hard.binary_search(&(p + 1)).is_ok();
         let soft = self.soft.binary_search(&(p + 1)).is_ok();
         let between = match &insn {
@@ -231,17 +241,14 @@ impl Values {
             Some(i) if transition::is_syscall(i) && !hard => {
                 let record = self.syscalls.get(&p).filter(|r| r.ip == ip);
                 // Back at itself with no handler between: the call is restarted.
-                if self.ips.get(p as usize + 1) == Some(&ip) {
+                if next == Some(ip) {
                     Between::Restart(record)
                 } else {
                     Between::Syscall(record)
                 }
             }
             Some(_) if hard || soft => Between::Unknown,
-            Some(i) => Between::Insn {
-                insn: i,
-                next: self.ips.get(p as usize + 1).copied(),
-            },
+            Some(i) => Between::Insn { insn: i, next },
         };
         let cause = match (&insn, between) {
             (None, _) => Cause::Undecodable,
@@ -254,7 +261,7 @@ impl Values {
         // new program, nor a restored context) returned into a signal handler: the kernel
         // set the registers and wrote a signal frame the trace does not show.
         let signal = matches!((&insn, between), (Some(i), Between::Syscall(_))
-            if self.ips.get(p as usize + 1).is_some_and(|&next| next != i.next_ip())
+            if next.is_some_and(|next| next != i.next_ip())
                 && !self.syscalls.get(&p).is_some_and(|r| transition::changes_context(r.nr)));
         let changes = self.map_changes.get(&(p + 1));
         if forwards {
@@ -275,10 +282,7 @@ impl Values {
             // between, and it wrote the registers and the frame, which the log holds. The
             // instruction before retired (a fault or an interrupt comes after it), unless it
             // is a REP string instruction, which an interrupt can stop half-way.
-            let entry = self
-                .signals
-                .get(&(p + 1))
-                .filter(|e| self.ips.get(p as usize + 1) == Some(&e.ip));
+            let entry = self.signals.get(&(p + 1)).filter(|e| next == Some(e.ip));
             // CPUID from the model's table, for its inputs before it runs.
             let cpuid = match (&insn, between) {
                 (Some(i), Between::Insn { .. }) if i.mnemonic() == iced_x86::Mnemonic::Cpuid => {

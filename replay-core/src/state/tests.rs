@@ -1,8 +1,6 @@
 //! The engine on small hand-assembled histories: forward, backward, their merge, an
 //! unmodelled instruction, a store through an unknown pointer, system calls.
 
-use std::sync::Arc;
-
 use super::reg::{Reg, RAX, RCX, RDI, RDX, RSI, RSP};
 use super::{Conflict, Inputs, State, Values};
 use crate::image::{AddressSpace, Image};
@@ -38,7 +36,7 @@ fn values(space: AddressSpace, ips: Vec<u64>, start: State, end: Option<State>) 
     Values::new(
         space,
         Inputs {
-            ips: Arc::from(ips),
+            history: crate::timeline::Timeline::from_ips(ips),
             start,
             end,
             ..Inputs::default()
@@ -139,7 +137,7 @@ fn system_calls_use_their_record_or_forget_what_they_may_write() {
     let mut v = Values::new(
         space.clone(),
         Inputs {
-            ips: Arc::from(ips.clone()),
+            history: crate::timeline::Timeline::from_ips(ips.clone()),
             start: start.clone(),
             syscalls: vec![record.clone()],
             ..Inputs::default()
@@ -156,7 +154,7 @@ fn system_calls_use_their_record_or_forget_what_they_may_write() {
     let mut v = Values::new(
         space,
         Inputs {
-            ips: Arc::from(ips),
+            history: crate::timeline::Timeline::from_ips(ips),
             start,
             syscalls: vec![wrong_ip],
             ..Inputs::default()
@@ -226,7 +224,7 @@ fn a_restarted_system_call_changes_nothing_but_the_return_registers() {
     let mut v = Values::new(
         space.clone(),
         Inputs {
-            ips: Arc::from(ips.clone()),
+            history: crate::timeline::Timeline::from_ips(ips.clone()),
             start: start.clone(),
             syscalls: syscalls.clone(),
             ..Inputs::default()
@@ -247,7 +245,7 @@ fn a_restarted_system_call_changes_nothing_but_the_return_registers() {
     let mut v = Values::new(
         space.clone(),
         Inputs {
-            ips: Arc::from(ips.clone()),
+            history: crate::timeline::Timeline::from_ips(ips.clone()),
             end: Some(end),
             syscalls,
             ..Inputs::default()
@@ -261,7 +259,7 @@ fn a_restarted_system_call_changes_nothing_but_the_return_registers() {
     let mut v = Values::new(
         space,
         Inputs {
-            ips: Arc::from(ips),
+            history: crate::timeline::Timeline::from_ips(ips),
             start,
             syscalls: vec![returned(0, 35, (-516i64) as u64)],
             ..Inputs::default()

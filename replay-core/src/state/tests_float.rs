@@ -2,8 +2,6 @@
 //! the default, what is not when it is not, and MXCSR's control bits through an XSAVE and
 //! XRSTOR pair whose exception flags are unknown (what `_dl_runtime_resolve` does).
 
-use std::sync::Arc;
-
 use super::mxcsr::Mxcsr;
 use super::reg::{Reg, RAX, RDI, RDX, RSP};
 use super::{Inputs, State, Values};
@@ -22,7 +20,7 @@ fn run(code: &[&[u8]], regs: &[(Reg, u64)], mxcsr: Mxcsr) -> Values {
     Values::new(
         space,
         Inputs {
-            ips: Arc::from(ips),
+            history: crate::timeline::Timeline::from_ips(ips),
             start,
             ..Inputs::default()
         },

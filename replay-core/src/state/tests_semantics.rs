@@ -3,8 +3,6 @@
 //! what the SDM defines (and what `rtit check-values` confirmed against the CPU on
 //! `tests/programs/semantics.c`).
 
-use std::sync::Arc;
-
 use super::reg::{Reg, RAX, RCX, RDI, RDX, RSI, RSP};
 use super::why::Cause;
 use super::{Inputs, State, Values, Why};
@@ -61,7 +59,7 @@ fn run_on(code: &[&[u8]], regs: &[(Reg, u64)], memory: &[(u64, &[u8])], cpu: sup
     Values::new(
         space,
         Inputs {
-            ips: Arc::from(ips),
+            history: crate::timeline::Timeline::from_ips(ips),
             start,
             ..Inputs::default()
         },
@@ -273,7 +271,7 @@ fn a_signal_at_a_system_call_return_makes_the_state_unknown() {
     let mut v = Values::new(
         space,
         Inputs {
-            ips: Arc::from(vec![0x1000, 0x2000, 0x2001]),
+            history: crate::timeline::Timeline::from_ips(vec![0x1000, 0x2000, 0x2001]),
             start,
             syscalls: vec![record],
             ..Inputs::default()
@@ -470,7 +468,7 @@ fn a_registered_rseq_area_is_never_known() {
     let mut v = Values::new(
         space,
         Inputs {
-            ips: Arc::from(vec![0x1000, 0x1002]),
+            history: crate::timeline::Timeline::from_ips(vec![0x1000, 0x1002]),
             start,
             syscalls: vec![record],
             ..Inputs::default()
@@ -509,7 +507,7 @@ fn a_logged_signal_delivery_keeps_memory_when_only_the_kernel_ran() {
         Values::new(
             space.clone(),
             Inputs {
-                ips: Arc::from(vec![0x1000, 0x2000, 0x2001]),
+                history: crate::timeline::Timeline::from_ips(vec![0x1000, 0x2000, 0x2001]),
                 hard_barriers: vec![1],
                 start,
                 signals: vec![entry],

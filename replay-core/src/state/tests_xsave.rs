@@ -3,8 +3,6 @@
 //! the component is initialised), unknown where it is not; and MXCSR's sticky flags
 //! backwards.
 
-use std::sync::Arc;
-
 use super::mxcsr::Mxcsr;
 use super::reg::{Reg, RAX, RDX, RSP};
 use super::{Cpu, Inputs, State, Values};
@@ -27,7 +25,7 @@ fn run(code: &[&[u8]], regs: &[(Reg, u64)], cpu: Cpu, end: Option<State>) -> Val
     Values::new(
         space,
         Inputs {
-            ips: Arc::from(ips),
+            history: crate::timeline::Timeline::from_ips(ips),
             start,
             end,
             ..Inputs::default()
@@ -179,7 +177,7 @@ fn xsavec_writes_only_the_components_in_use_and_the_rest_of_its_area_keeps_its_b
     let mut v = Values::new(
         space,
         Inputs {
-            ips: Arc::from(ips),
+            history: crate::timeline::Timeline::from_ips(ips),
             start,
             results,
             ..Inputs::default()

@@ -3,8 +3,6 @@
 //! SDM defines (and what `rtit check-values` confirmed against the CPU on
 //! `tests/programs/semantics.c` and glibc's `*_evex` routines).
 
-use std::sync::Arc;
-
 use iced_x86::code_asm::*;
 use iced_x86::{Decoder, DecoderOptions};
 
@@ -42,7 +40,7 @@ fn run(code: &[Vec<u8>], mut start: State) -> Values {
     Values::new(
         space,
         Inputs {
-            ips: Arc::from(ips),
+            history: crate::timeline::Timeline::from_ips(ips),
             start,
             ..Inputs::default()
         },
@@ -247,7 +245,7 @@ fn avx512_state_round_trips_through_xsavec_and_xrstor_and_vzeroupper_spares_zmm1
     let mut v = Values::new(
         slices,
         Inputs {
-            ips: Arc::from(ips),
+            history: crate::timeline::Timeline::from_ips(ips),
             start,
             results,
             ..Inputs::default()
@@ -281,7 +279,7 @@ fn going_backwards_an_opmask_is_unknown_before_the_instruction_that_writes_it() 
     let mut v = Values::new(
         space,
         Inputs {
-            ips: Arc::from(ips),
+            history: crate::timeline::Timeline::from_ips(ips),
             start,
             end: Some(end),
             ..Inputs::default()

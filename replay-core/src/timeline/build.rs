@@ -1,0 +1,96 @@
+//! Building a timeline from the flow decoder's runs and events as they come, each new
+//! distinct run decoded into a block once, so nothing per instruction is ever held.
+
+use rustc_hash::FxHashMap;
+
+use super::Timeline;
+use crate::flow::{decode_insn, FlowEvent, FlowSink};
+use crate::image::AddressSpace;
+
+/// Receives the decoder's output (a [`FlowSink`]) and makes a [`Timeline`] of it.
+pub struct Builder<'a> {
+    space: &'a AddressSpace,
+    timeline: Timeline,
+    /// The block of each distinct run, by its first address and instruction count.
+    seen: FxHashMap<(u64, u64), u32>,
+    /// Each decoded instruction's successor in memory: blocks overlap (a loop entered at
+    /// several places, a function's tail), so most are decoded once.
+    next: FxHashMap<u64, u64>,
+    /// A block's addresses while it is decoded.
+    scratch: Vec<u64>,
+}
+
+impl<'a> Builder<'a> {
+    /// An empty timeline whose runs' instructions are in `space`.
+    pub fn new(space: &'a AddressSpace) -> Self {
+        Self {
+            space,
+            timeline: Timeline::default(),
+            seen: FxHashMap::default(),
+            next: FxHashMap::default(),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// The timeline built.
+    pub fn finish(mut self) -> Timeline {
+        self.timeline.runs.shrink_to_fit();
+        self.timeline.marks.shrink_to_fit();
+        self.timeline.events.shrink_to_fit();
+        self.timeline
+    }
+
+    /// Number of instructions so far.
+    pub fn len(&self) -> u64 {
+        self.timeline.len
+    }
+
+    /// Whether no instruction came yet.
+    pub fn is_empty(&self) -> bool {
+        self.timeline.len == 0
+    }
+
+    /// The events so far.
+    pub fn events(&self) -> &[FlowEvent] {
+        &self.timeline.events
+    }
+
+    /// Decodes a new run: sequential from `first`. A run cut short by an undecodable
+    /// instruction ends there (the decoder reported it).
+    fn decode(&mut self, first: u64, count: u64) -> u32 {
+        self.scratch.clear();
+        let mut ip = first;
+        for _ in 0..count {
+            self.scratch.push(ip);
+            ip = match self.next.get(&ip) {
+                Some(&n) => n,
+                None => match decode_insn(self.space, ip) {
+                    Ok(insn) => *self.next.entry(ip).or_insert(insn.next_ip()),
+                    Err(_) => break,
+                },
+            };
+        }
+        self.timeline.blocks.add(&self.scratch)
+    }
+}
+
+impl FlowSink for Builder<'_> {
+    fn run(&mut self, ip: u64, count: u64) {
+        if count == 0 {
+            return;
+        }
+        let block = match self.seen.get(&(ip, count)) {
+            Some(&b) => b,
+            None => {
+                let b = self.decode(ip, count);
+                self.seen.insert((ip, count), b);
+                b
+            }
+        };
+        self.timeline.push_run(block);
+    }
+
+    fn event(&mut self, event: FlowEvent) {
+        self.timeline.events.push(event);
+    }
+}

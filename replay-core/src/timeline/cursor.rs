@@ -1,0 +1,41 @@
+//! Sequential access: a pass that moves one position at a time (the state layer's forward
+//! and backward passes) finds each instruction in constant time, without the binary search
+//! a position far away needs.
+
+use super::Timeline;
+
+/// Where the last question was: a run and its first position.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Cursor {
+    run: usize,
+    start: u64,
+    /// The run's length (0 before the first question).
+    len: u64,
+}
+
+impl Cursor {
+    /// The address of the instruction at `position`, moving from where the cursor is.
+    pub fn ip(&mut self, t: &Timeline, position: u64) -> Option<u64> {
+        if position >= t.len {
+            return None;
+        }
+        if !(self.start..self.start + self.len).contains(&position) {
+            self.seek(t, position);
+        }
+        Some(t.blocks.ips(t.runs[self.run])[(position - self.start) as usize])
+    }
+
+    fn seek(&mut self, t: &Timeline, position: u64) {
+        let end = self.start + self.len;
+        if self.len > 0 && position == end {
+            self.run += 1;
+            self.start = end;
+        } else if self.len > 0 && self.run > 0 && position < self.start && position + 1 >= self.start {
+            self.run -= 1;
+            self.start -= t.blocks.len(t.runs[self.run]) as u64;
+        } else if let Some((run, start)) = t.locate(position) {
+            (self.run, self.start) = (run, start);
+        }
+        self.len = t.blocks.len(t.runs[self.run]) as u64;
+    }
+}

@@ -1,0 +1,124 @@
+//! The history as positions 0..N (DESIGN.md, layer 5): position → instruction address, and
+//! the queries reverse execution needs (the next or previous position at which any address
+//! of a set executes).
+//!
+//! Not an array of every address: the flow decoder reports runs (instructions one after
+//! another in memory), and runs repeat (loops, calls of the same function), so each distinct
+//! run is a *block* whose addresses are decoded once (`blocks`), and the history is the
+//! sequence of its runs' block numbers, four bytes a run, with the position of every
+//! [`STRIDE`]th run. A position is found by a binary search over those marks and a walk of
+//! at most `STRIDE` runs; a [`Cursor`] follows a pass that moves one position at a time in
+//! constant time; a search for breakpoints looks at each run once, and at a block's
+//! addresses only where the block holds one (`search`).
+//!
+//! Runs average 5–10 instructions on real programs, so this costs well under a byte an
+//! instruction (`docs/benchmarks.md`).
+
+mod blocks;
+mod build;
+mod cursor;
+mod search;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+pub use build::Builder;
+pub use cursor::Cursor;
+pub use search::Hit;
+
+use crate::flow::FlowEvent;
+use blocks::Blocks;
+
+/// Runs between two marks of their first position.
+const STRIDE: usize = 32;
+
+/// The reconstructed history, indexed by position.
+#[derive(Debug, Default, Clone)]
+pub struct Timeline {
+    blocks: Blocks,
+    /// The block of each run, in the order they ran.
+    runs: Vec<u32>,
+    /// The first position of runs 0, STRIDE, 2 STRIDE, …
+    marks: Vec<u64>,
+    events: Vec<FlowEvent>,
+    len: u64,
+}
+
+impl Timeline {
+    /// A history of these addresses, one position each, without decoding anything (tests, and
+    /// histories given as addresses).
+    pub fn from_ips(ips: Vec<u64>) -> Arc<Timeline> {
+        let mut t = Timeline::default();
+        for ip in ips {
+            t.push_ip(ip);
+        }
+        Arc::new(t)
+    }
+
+    /// Appends one instruction at `ip` as a run of its own, undecoded (the faulting
+    /// instruction of a run a fault ended, which may not even decode).
+    pub fn push_ip(&mut self, ip: u64) {
+        let block = self.blocks.single(ip);
+        self.push_run(block);
+    }
+
+    fn push_run(&mut self, block: u32) {
+        if self.runs.len() % STRIDE == 0 {
+            self.marks.push(self.len);
+        }
+        self.runs.push(block);
+        self.len += self.blocks.len(block) as u64;
+    }
+
+    /// Number of instructions in the history.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the history holds no instruction.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The events, in order; each knows its position.
+    pub fn events(&self) -> &[FlowEvent] {
+        &self.events
+    }
+
+    /// The address of the instruction at `position`.
+    pub fn ip_at(&self, position: u64) -> Option<u64> {
+        let (run, start) = self.locate(position)?;
+        Some(self.blocks.ips(self.runs[run])[(position - start) as usize])
+    }
+
+    /// The run holding `position` and that run's first position.
+    fn locate(&self, position: u64) -> Option<(usize, u64)> {
+        if position >= self.len {
+            return None;
+        }
+        let k = self.marks.partition_point(|&m| m <= position) - 1;
+        let (mut run, mut start) = (k * STRIDE, self.marks[k]);
+        loop {
+            let n = self.blocks.len(self.runs[run]) as u64;
+            if position < start + n {
+                return Some((run, start));
+            }
+            start += n;
+            run += 1;
+        }
+    }
+
+    /// Resident bytes: the runs, the marks, the blocks' addresses and the events.
+    pub fn heap_bytes(&self) -> usize {
+        self.runs.capacity() * 4
+            + self.marks.capacity() * 8
+            + self.blocks.heap_bytes()
+            + self.events.capacity() * size_of::<FlowEvent>()
+    }
+
+    /// How many runs and distinct blocks.
+    pub fn counts(&self) -> (usize, usize) {
+        (self.runs.len(), self.blocks.count())
+    }
+}
