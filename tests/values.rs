@@ -264,6 +264,10 @@ fn the_qemu_backend_samples_registers_through_qemus_gdbstub() {
     // r11), sort's values are known throughout.
     assert!(right(&text, "rsp") >= 99.0, "{text}");
     assert!(right(&text, "all GPRs") >= 99.0, "{text}");
+    // The selectors QEMU's loader gives, and the GS base ARCH_SET_FS leaves alone.
+    for r in ["cs", "ss", "ds", "es", "fs", "gs", "gs_base"] {
+        assert_eq!(right(&text, r), 100.0, "{r}: {text}");
+    }
 }
 
 #[test]

@@ -189,6 +189,7 @@ pub fn forward(st: &mut State, between: Between<'_>, space: &AddressSpace, f: &m
                     None => st.mem.forget_all(),
                 }
             }
+            let bases = (st.regs.get(Reg::FsBase), st.regs.get(Reg::GsBase));
             clobber(st, nr);
             match (e, restored) {
                 (Effect::Restores, Some(after)) => {
@@ -197,7 +198,11 @@ pub fn forward(st: &mut State, between: Between<'_>, space: &AddressSpace, f: &m
                     st.vec = after.vec;
                     st.mxcsr = after.mxcsr;
                 }
-                (Effect::SetsBase { fs, value }, _) => st.regs.set(if fs { Reg::FsBase } else { Reg::GsBase }, value),
+                // ARCH_SET_FS or ARCH_SET_GS: the other base stays.
+                (Effect::SetsBase { fs, value }, _) => {
+                    st.regs.set(Reg::FsBase, if fs { value } else { bases.0 });
+                    st.regs.set(Reg::GsBase, if fs { bases.1 } else { value });
+                }
                 _ => {}
             }
             if let Some(r) = record {

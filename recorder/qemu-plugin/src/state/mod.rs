@@ -187,6 +187,18 @@ impl Plugin {
         regs.insert("rip".into(), format!("{entry:#x}"));
         // Linux starts a process with only IF (and the reserved bit 1) set.
         regs.insert("eflags".into(), "0x202".into());
+        // QEMU's linux-user loads the selectors Linux gives a 64-bit process: __USER_CS and
+        // __USER_DS (as ss), the others null (target_cpu_copy_regs).
+        for (seg, v) in [
+            ("cs", "0x33"),
+            ("ss", "0x2b"),
+            ("ds", "0x0"),
+            ("es", "0x0"),
+            ("fs", "0x0"),
+            ("gs", "0x0"),
+        ] {
+            regs.insert(seg.into(), v.into());
+        }
         // No segment base is set before the program sets one.
         regs.insert("fs_base".into(), "0x0".into());
         regs.insert("gs_base".into(), "0x0".into());
