@@ -412,6 +412,10 @@ fn monitor_goto_then_bt_in_the_launched_gdb_equals_stepping_there() {
     assert_eq!(positions(&out), [n as u64], "{out}");
     assert_eq!(stepped.len(), 12, "fib × 11 and main: {out}");
     assert_eq!(gone_to, stepped, "{out}");
+    assert!(
+        !out.contains("a gdb not started by"),
+        "the launched gdb flushes its caches itself: {out}"
+    );
 }
 
 #[test]
@@ -419,7 +423,11 @@ fn monitor_info_and_help_read_as_text() {
     let rec = recording("info");
     let exe = common::executable(&rec);
     let server = Server::start(&rec.dir, &[]);
-    let out = server.gdb(&exe, &["monitor info", "monitor help"]);
+    let out = server.gdb(&exe, &["monitor info", "monitor help", "monitor goto 1"]);
+    assert!(
+        out.contains("(a gdb not started by `rtit replay`: run `maint flush register-cache`"),
+        "another gdb is told to flush its caches after a goto: {out}"
+    );
     let info: Vec<&str> = out
         .lines()
         .skip_while(|l| !l.starts_with("recording "))

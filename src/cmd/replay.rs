@@ -88,6 +88,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         gdb.arg(exe);
     }
     gdb.args(["-ex", &format!("target remote {addr}")]);
+    gdb.args(["-ex", rtit_stub::monitor::FLUSHES]);
     // Ctrl-C at the terminal reaches rtit too; it is gdb's (it interrupts a `continue`), and
     // rtit must outlive it to answer. rtit still ends when gdb does.
     let _keep_running = signal_hook::flag::register(

@@ -22,6 +22,9 @@ define hookpost-monitor
 end
 ";
 
+/// What a gdb with [`GDB_INIT`] says once connected, so `goto` stops telling it to flush.
+pub const FLUSHES: &str = "monitor flushes-caches";
+
 /// Most instructions `monitor insns` shows on each side: every line is a packet to gdb.
 const MAX_INSNS: u64 = 1000;
 
@@ -47,6 +50,7 @@ impl MonitorCmd for ReplayTarget {
                 outputln!(out, "position {} of {} (last {})", s.position(), s.len(), s.last());
             }
             (Some("goto"), Some(n)) => goto(self, n, &mut out),
+            (Some("flushes-caches"), None) => self.gdb_flushes = true,
             (Some("info"), None) => info(self, &mut out),
             (Some("insns"), n) => insns(self, n, &mut out),
             (Some("why-unknown"), Some(what)) => why_unknown(self, what, &mut out),
@@ -62,10 +66,12 @@ fn goto(target: &mut ReplayTarget, n: &str, out: &mut ConsoleOutput<'_>) {
         Ok(n) if n <= s.last() => {
             s.set_position(n);
             outputln!(out, "position {n}, rip {:#x}", s.pc());
-            outputln!(
-                out,
-                "(a gdb not started by `rtit replay`: run `maint flush register-cache` and `maint flush dcache` now)"
-            );
+            if !target.gdb_flushes {
+                outputln!(
+                    out,
+                    "(a gdb not started by `rtit replay`: run `maint flush register-cache` and `maint flush dcache` now)"
+                );
+            }
         }
         _ => outputln!(out, "goto: `{n}` is not a position (0..={})", s.last()),
     }
@@ -144,6 +150,14 @@ fn info(target: &ReplayTarget, out: &mut ConsoleOutput<'_>) {
         ""
     };
     outputln!(out, "history   {} positions{last}", s.len());
+    let t = s.timeline();
+    let (runs, blocks) = t.counts();
+    outputln!(
+        out,
+        "          {runs} runs of {blocks} distinct blocks, {:.2} MiB ({:.2} bytes a position)",
+        t.heap_bytes() as f64 / f64::from(1 << 20),
+        t.heap_bytes() as f64 / s.len().max(1) as f64
+    );
     if let Some(text) = m.kernel_text {
         outputln!(out, "kernel    _text at {text:#x} (kallsyms)");
     }

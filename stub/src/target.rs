@@ -46,6 +46,9 @@ pub struct ReplayTarget {
     pub pending: Option<Action>,
     /// The recording's files, as gdb asks for them.
     pub files: Files,
+    /// The connected gdb flushes its caches after every monitor command (it said so with
+    /// `monitor flushes-caches`, as the gdb `rtit replay` starts does).
+    pub gdb_flushes: bool,
     /// The target description: with AVX-512's registers if the recording's XCR0 enabled them.
     description: String,
     avx512: bool,
@@ -64,6 +67,7 @@ impl ReplayTarget {
             files: Files::new(session.recording()),
             description: crate::arch::description(avx512),
             avx512,
+            gdb_flushes: false,
             session,
             breakpoints: HashSet::new(),
             pending: None,
@@ -76,6 +80,7 @@ impl ReplayTarget {
         self.breakpoints.clear();
         self.pending = None;
         self.files.close_all();
+        self.gdb_flushes = false;
     }
 }
 
