@@ -3,8 +3,7 @@
 
 use std::sync::Arc;
 
-use rustc_hash::FxHashMap;
-
+use super::pages::PageTable;
 use super::why::{self, Why};
 use crate::image::AddressSpace;
 
@@ -41,7 +40,7 @@ impl Page {
 /// The writable memory's known bytes.
 #[derive(Clone, Default)]
 pub struct Memory {
-    pages: FxHashMap<u64, Arc<Page>>,
+    pages: PageTable<Page>,
     /// Why the bytes of pages not held are unknown: the last time all memory was forgotten,
     /// or never known.
     why_all: Why,
@@ -73,7 +72,7 @@ impl Memory {
 
     /// The byte at `addr`, if known here.
     fn byte(&self, addr: u64) -> Option<u8> {
-        let page = self.pages.get(&(addr / PAGE))?;
+        let page = self.pages.get(addr / PAGE)?;
         let i = (addr % PAGE) as usize;
         page.is_known(i).then_some(page.bytes[i])
     }
@@ -81,7 +80,7 @@ impl Memory {
     /// The cause recorded for the line holding `addr`.
     fn line_why(&self, addr: u64) -> Why {
         let line = (addr % PAGE) as usize / 64;
-        self.pages.get(&(addr / PAGE)).map_or(self.why_all, |p| p.why[line])
+        self.pages.get(addr / PAGE).map_or(self.why_all, |p| p.why[line])
     }
 
     /// Declares ranges the kernel may rewrite at any time: never known.
@@ -149,11 +148,7 @@ impl Memory {
             let a = addr.wrapping_add(done as u64);
             let j = (a % PAGE) as usize;
             let n = (PAGE as usize - j).min(bytes.len() - done);
-            let page = Arc::make_mut(
-                self.pages
-                    .entry(a / PAGE)
-                    .or_insert_with(|| Arc::new(Page::empty(why_all))),
-            );
+            let page = Arc::make_mut(self.pages.get_or_insert_with(a / PAGE, || Page::empty(why_all)));
             page.bytes[j..j + n].copy_from_slice(&bytes[done..done + n]);
             for k in j..j + n {
                 page.known[k / 64] |= 1 << (k % 64);
@@ -206,8 +201,8 @@ impl Memory {
         if len / PAGE > self.pages.len() as u64 {
             let touched: Vec<u64> = self
                 .pages
-                .keys()
-                .copied()
+                .iter()
+                .map(|(p, _)| p)
                 .filter(|&p| p * PAGE < end && (p + 1).saturating_mul(PAGE) > addr)
                 .collect();
             for p in touched {
@@ -224,7 +219,7 @@ impl Memory {
             let p = a / PAGE;
             let page_end = (p + 1).saturating_mul(PAGE).min(end);
             // A page forgotten is kept (its bytes unknown) for the cause it holds.
-            if let Some(page) = self.pages.get_mut(&p) {
+            if let Some(page) = self.pages.get_mut(p) {
                 let page = Arc::make_mut(page);
                 let why = why::current();
                 if a % PAGE == 0 && page_end - a == PAGE {
@@ -247,10 +242,10 @@ impl Memory {
 
     /// Learns every byte `other` knows and this does not.
     pub fn absorb(&mut self, other: &Memory) {
-        for (p, theirs) in &other.pages {
+        for (p, theirs) in other.pages.iter() {
             match self.pages.get_mut(p) {
                 None => {
-                    self.pages.insert(*p, theirs.clone());
+                    self.pages.insert(p, theirs.clone());
                 }
                 Some(mine) if Arc::ptr_eq(mine, theirs) => {}
                 Some(mine) => {

@@ -34,6 +34,7 @@ pub mod maps;
 pub mod memory;
 mod mxcsr;
 mod ops;
+mod pages;
 mod partial;
 pub mod reg;
 mod rounded;
