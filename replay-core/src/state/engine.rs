@@ -137,8 +137,12 @@ pub struct Values {
     decoded: FxHashMap<u64, Option<Instruction>>,
     factory: InstructionInfoFactory,
     stats: ValuesStats,
-    /// How often the forward chain met each instruction nobody modelled.
+    /// How often the forward chain met each instruction nobody modelled (and whose result
+    /// the recording did not give).
     unmodelled: FxHashMap<iced_x86::Mnemonic, u64>,
+    /// Whether the last forward step took its instruction's result from the recording
+    /// (`cpuid`, `rdtsc`, `xgetbv`, XSAVEC's header): not a gap in the semantics.
+    answered: bool,
 }
 
 impl Values {
@@ -189,6 +193,7 @@ impl Values {
             factory: InstructionInfoFactory::new(),
             stats: ValuesStats::default(),
             unmodelled: FxHashMap::default(),
+            answered: false,
         }
     }
 
@@ -318,6 +323,8 @@ impl Values {
                     false
                 }
             };
+            let logged = self.logged_result(p, ip, between);
+            self.answered = logged.is_some() || cpuid.is_some();
             if let Some(r) = self.logged_result(p, ip, between) {
                 transition::set_named(st, &r.after);
                 // The XSAVE header XSAVEC wrote, read by the step backend after it.
@@ -400,8 +407,9 @@ impl Values {
             let mut st = self.seeded_forward(self.forward.len() - 1);
             for q in from..from + INTERVAL {
                 self.step_forward(&mut st, q);
-                if let Some(Cause::Unmodelled(m)) = why::insisted() {
-                    *self.unmodelled.entry(m).or_default() += 1;
+                match why::insisted() {
+                    Some(Cause::Unmodelled(m)) if !self.answered => *self.unmodelled.entry(m).or_default() += 1,
+                    _ => {}
                 }
             }
             self.forward.push(st);
