@@ -52,8 +52,9 @@ pub struct Session {
     fault: Option<(u64, i32)>,
     position: u64,
     values: Values,
-    /// The state at the position asked last (gdb asks many questions at one stop).
-    known: Option<(u64, Known)>,
+    /// The state at the position asked last (gdb asks many questions at one stop), and the
+    /// state layer's generation it was computed at.
+    known: Option<(u64, u64, Known)>,
     /// Why the recording is incomplete, when opened with `partial`.
     incomplete: Option<RecordingError>,
 }
@@ -352,11 +353,22 @@ impl Session {
         }
     }
 
-    /// Computes now what the first question about values at position 0 would compute (see
-    /// [`Values::prepare`]): on a history of hundreds of millions of instructions that takes
-    /// longer than a debugger waits for an answer. `progress(done, total)` counts positions.
+    /// Waits until the state layer's answers are final everywhere (see [`Values::prepare`]):
+    /// on a long history they are worked out in the background, and until then some values
+    /// that will be known are shown as unknown. `progress(done, total)` counts positions.
     pub fn prepare(&mut self, progress: impl FnMut(u64, u64)) {
         self.values.prepare(progress);
+    }
+
+    /// How long a question about values may wait for the state layer's background work
+    /// rather than answer from less (see [`Values::set_patience`]).
+    pub fn set_patience(&mut self, patience: std::time::Duration) {
+        self.values.set_patience(patience);
+    }
+
+    /// How the state layer did so far.
+    pub fn values_stats(&self) -> state::ValuesStats {
+        self.values.stats()
     }
 
     /// The state layer.
@@ -367,10 +379,14 @@ impl Session {
     /// Both passes' states at the current position (computed once per position).
     fn known(&mut self) -> Option<&Known> {
         let p = self.position;
-        if self.known.as_ref().map(|(q, _)| *q) != Some(p) {
-            self.known = self.values.at(p).map(|k| (p, k));
+        let g = self.values.generation();
+        if self.known.as_ref().map(|(q, h, _)| (*q, *h)) != Some((p, g)) {
+            // `at` takes what the chains delivered first: the answer is that generation's.
+            let known = self.values.at(p);
+            let g = self.values.generation();
+            self.known = known.map(|k| (p, g, k));
         }
-        self.known.as_ref().map(|(_, k)| k)
+        self.known.as_ref().map(|(_, _, k)| k)
     }
 
     /// A register's value at the current position, if known (`rip` always is; `eflags` and

@@ -1,11 +1,10 @@
 //! `rtit replay`: serve a recording to gdb with forward and reverse execution, and by default
 //! start gdb connected to it, as `rr replay` does.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
@@ -43,6 +42,10 @@ pub struct ReplayArgs {
 /// huge history can take longer, and gdb drops a connection whose answer is late.
 const REMOTE_TIMEOUT: u32 = 60;
 
+/// Seconds the launched gdb's questions may wait for values due soon (a crash at the end of
+/// a python3 run: its forward checkpoint there comes after two seconds or so).
+const PATIENCE: u64 = 10;
+
 /// Runs `rtit replay`.
 pub fn run(args: &ReplayArgs) -> Result<()> {
     let rec = recordings::open(args.recording.as_deref())?;
@@ -60,11 +63,19 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     for spin in session.spins().take(3) {
         eprintln!("rtit: note: {spin}");
     }
-    prepare(&mut session);
+    if session.len() > rtit_replay_core::state::WAIT_BELOW {
+        eprintln!(
+            "rtit: working out values over the {} positions in the background; until then some show as <unavailable> (`monitor info` says how far)",
+            session.len()
+        );
+    }
     let listener = TcpListener::bind((args.listen.as_str(), args.port))
         .with_context(|| format!("cannot listen on {}:{}", args.listen, args.port))?;
     let addr: SocketAddr = listener.local_addr()?;
     eprintln!("listening on {addr}");
+    // A question waits for values due soon: well within gdb's default timeout for any gdb,
+    // longer for the gdb started here (its timeout is raised), not so long that it seems hung.
+    session.set_patience(std::time::Duration::from_secs(if args.no_gdb { 1 } else { PATIENCE }));
     let target = ReplayTarget::new(session);
     if args.no_gdb {
         server::serve_forever(&listener, target, |e| eprintln!("rtit: {e}"));
@@ -102,35 +113,6 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         eprintln!("rtit: gdb exited with {status}");
     }
     Ok(())
-}
-
-/// Computes before listening what gdb's first questions at position 0 would otherwise wait
-/// for (a walk over the whole history), with a progress line when it takes over a second on
-/// a terminal.
-fn prepare(session: &mut Session) {
-    let started = Instant::now();
-    let tty = std::io::stderr().is_terminal();
-    let mut shown = Instant::now();
-    let mut said = false;
-    session.prepare(|done, total| {
-        let now = Instant::now();
-        if !tty || now - started < Duration::from_secs(1) || (said && now - shown < Duration::from_millis(250)) {
-            return;
-        }
-        (shown, said) = (now, true);
-        eprint!(
-            "\rrtit: going through the history for values: {}% of {total} positions   ",
-            done * 100 / total.max(1)
-        );
-        let _ = std::io::stderr().flush();
-    });
-    if said {
-        eprintln!(
-            "\rrtit: went through the history for values in {:.1} s{:30}",
-            started.elapsed().as_secs_f64(),
-            ""
-        );
-    }
 }
 
 /// The commands the launched gdb runs first (`-ix`), in a file of their own, removed when

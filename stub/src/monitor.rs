@@ -158,6 +158,20 @@ fn info(target: &ReplayTarget, out: &mut ConsoleOutput<'_>) {
         t.heap_bytes() as f64 / f64::from(1 << 20),
         t.heap_bytes() as f64 / s.len().max(1) as f64
     );
+    let v = s.values_stats();
+    match v.walked {
+        (done, total) if done < total => outputln!(
+            out,
+            "values    being worked out in the background: {}% (until then some show as <unavailable>)",
+            done * 100 / total
+        ),
+        _ => outputln!(
+            out,
+            "values    final; checkpoints every {} positions, {} held",
+            v.interval,
+            v.checkpoints
+        ),
+    }
     if let Some(text) = m.kernel_text {
         outputln!(out, "kernel    _text at {text:#x} (kallsyms)");
     }

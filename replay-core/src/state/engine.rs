@@ -1,8 +1,7 @@
-//! Values at any position without replaying from the start: forward checkpoints every
-//! [`INTERVAL`] positions from the start, backward ones from the end, computed lazily the
-//! first time a position near them is asked for, and the last state computed in each
-//! direction kept for the next nearby question (a stepping gdb asks at neighbouring
-//! positions).
+//! Values at any position without replaying from the start: forward checkpoints from the
+//! start, backward ones from the end, made in the background ([`super::chains`]), and the
+//! last state computed in each direction kept for the next nearby question (a stepping gdb
+//! asks at neighbouring positions).
 //!
 //! The passes feed each other at checkpoints: the forward pass restarts at every checkpoint
 //! from its own state *merged with the backward state there*, and a question at `p` steps
@@ -10,36 +9,60 @@
 //! value one pass lost (a pointer through which a store went nowhere known) comes back from
 //! the other, and is carried on by the semantics. The backward chain is computed by the
 //! backward pass alone, so no value depends on itself.
+//!
+//! A question walks at most an interval each way, whatever the history's size: where a
+//! chain has not got to yet, it starts from what there is (the provisional forward chain,
+//! the backward checkpoints made so far, or nothing), which knows less but is never wrong.
+//! On a history of up to [`WAIT_BELOW`] positions a question waits for the chains instead,
+//! so the answers there never depend on timing; on larger ones they become complete when
+//! the chains are ([`Values::complete`]), and a question waits for a forward checkpoint
+//! near it only if one is due within the client's patience ([`Values::set_patience`]): a
+//! crash at the end of a python3 run gets its registers after a couple of seconds, a
+//! position in a history of billions its provisional answer at once.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use iced_x86::{Instruction, InstructionInfoFactory};
 use rustc_hash::FxHashMap;
 
+use super::chains::{Chains, Made, Plan};
 use super::known::Known;
 use super::maps::MapEffect;
-use super::reg::{RAX, RBX, RCX, RDX};
-use super::transition::{self, Between};
-use super::why::{self, Cause};
+use super::walker::{rseq_areas, Shared, Steps, Walker};
 use super::State;
-use crate::flow::decode_insn;
 use crate::image::AddressSpace;
 use crate::recording::cpuid::CpuidLeaf;
 use crate::recording::{InsnResult, SignalEntry};
 use crate::syscall::SyscallRecord;
-use crate::timeline::{Cursor, Timeline};
+use crate::timeline::Timeline;
 
-/// RFLAGS.RF, which a fault's delivery sets in the flags the kernel saves.
-const RF: u64 = 1 << 16;
-
-/// Positions between checkpoints.
+/// Positions between checkpoints, at least: more on histories longer than
+/// [`MAX_CHECKPOINTS`] intervals of it, so that the checkpoints' number (and memory) stays
+/// bounded whatever the length, and a question walks at most one interval each way (60 k
+/// positions, a few milliseconds, on 1e9).
 pub const INTERVAL: u64 = 4096;
+
+/// Checkpoints each chain makes, at most.
+const MAX_CHECKPOINTS: u64 = 16_384;
+
+/// On histories of up to this many positions (half a second of walking or so), questions
+/// wait for the chains: answers there are the final ones from the first question on.
+pub const WAIT_BELOW: u64 = 1 << 22;
 
 /// Positions between the fine backward checkpoints kept for the interval walked last: going
 /// forwards one step at a time (gdb's `stepi`, `next`) needs the backward state just above
-/// each new position, which the coarse checkpoints are up to [`INTERVAL`] steps from.
+/// each new position, which the coarse checkpoints are up to an interval away from.
 const FINE: u64 = 64;
+
+/// Merged checkpoints kept for questions, at most (they are remade as needed).
+const SEEDED_KEPT: usize = 256;
+
+/// The interval between checkpoints on a history of `len` positions.
+pub fn interval(len: u64) -> u64 {
+    INTERVAL.max(len.div_ceil(MAX_CHECKPOINTS))
+}
 
 /// Whether the last answer at `q` is at least as close to `p` as a fine checkpoint could be.
 fn fine_below(q: u64, p: u64) -> bool {
@@ -78,23 +101,6 @@ pub struct Inputs {
     pub fault: bool,
 }
 
-/// The areas registered with a successful `rseq` call: its logged writes (step backend) or
-/// its arguments (qemu backend).
-fn rseq_areas(syscalls: &[SyscallRecord]) -> Vec<(u64, u64)> {
-    let hex = |v: &String| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok();
-    let mut areas = Vec::new();
-    for r in syscalls.iter().filter(|r| r.nr == crate::syscall::nr::RSEQ) {
-        if r.after.get("rax").and_then(hex) != Some(0) {
-            continue;
-        }
-        areas.extend(r.writes.iter().map(|w| (w.address, w.bytes.len() as u64 / 2)));
-        if let (Some(a), Some(n)) = (r.before.get("rdi").and_then(hex), r.before.get("rsi").and_then(hex)) {
-            areas.push((a, n));
-        }
-    }
-    areas
-}
-
 /// How the engine did (for `rtit check-values` and the cost report).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct ValuesStats {
@@ -109,62 +115,89 @@ pub struct ValuesStats {
     /// Pages of memory the checkpoints hold (copied on write, so shared pages count once per
     /// checkpoint here: an upper bound).
     pub pages: usize,
+    /// Positions between checkpoints.
+    pub interval: u64,
+    /// Positions the chains walked so far, and in all.
+    pub walked: (u64, u64),
+}
+
+/// What a walk to a question started from: the checkpoint's position and which chains'
+/// states it merged. A kept state is reused only while the same sources are the best.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Source {
+    at: u64,
+    forward: Kind,
+    backward: bool,
+}
+
+/// Which forward chain a checkpoint came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    None,
+    Provisional,
+    Final,
 }
 
 /// Registers and memory at any position, known or unknown.
 pub struct Values {
-    space: AddressSpace,
-    history: Arc<Timeline>,
-    /// Where the passes are in the history (they move a position at a time).
-    cursor: Cursor,
-    hard: Vec<u64>,
-    soft: Vec<u64>,
-    map_changes: FxHashMap<u64, MapEffect>,
-    syscalls: FxHashMap<u64, SyscallRecord>,
-    results: FxHashMap<u64, InsnResult>,
-    signals: FxHashMap<u64, SignalEntry>,
-    cpuid: Vec<CpuidLeaf>,
-    fault: bool,
-    forward: Vec<State>,
+    walker: Walker,
+    interval: u64,
+    /// The chains being made; `None` once complete.
+    chains: Option<Chains>,
+    /// The chains' plan, before they are started (tests hold them back).
+    held: Option<Plan>,
+    /// Backward checkpoints made so far, down from the end (the end state's position first).
     backward: BTreeMap<u64, State>,
-    /// Forward checkpoint `k` merged with the backward state at its position.
+    /// Final forward checkpoints made so far; the first is the start state.
+    forward: Vec<State>,
+    /// Provisional forward checkpoints beyond the final ones.
+    provisional: FxHashMap<usize, State>,
+    /// Forward checkpoint `k` merged with the backward state at its position (final ones).
     forward_seeded: FxHashMap<usize, State>,
-    /// Backward checkpoints merged with the forward state at their positions.
+    /// Backward checkpoints merged with the forward state at their positions (final ones).
     backward_seeded: FxHashMap<u64, State>,
-    last_forward: Option<(u64, State)>,
-    last_backward: Option<(u64, State)>,
-    backward_fine: BTreeMap<u64, State>,
-    decoded: FxHashMap<u64, Option<Instruction>>,
-    factory: InstructionInfoFactory,
-    stats: ValuesStats,
-    /// How often the forward chain met each instruction nobody modelled (and whose result
-    /// the recording did not give).
+    last_forward: Option<(u64, Source, State)>,
+    last_backward: Option<(u64, Source, State)>,
+    backward_fine: (Option<Source>, BTreeMap<u64, State>),
+    /// Counts what the chains delivered: an answer is the same while this is.
+    generation: u64,
+    /// The chains' steps, once complete.
+    chain_steps: Steps,
+    conflicts: u64,
+    /// How long a question may wait for a forward checkpoint due soon.
+    patience: Duration,
+    /// How often the final forward chain met each instruction nobody modelled.
     unmodelled: FxHashMap<iced_x86::Mnemonic, u64>,
-    /// Whether the last forward step took its instruction's result from the recording
-    /// (`cpuid`, `rdtsc`, `xgetbv`, XSAVEC's header): not a gap in the semantics.
-    answered: bool,
 }
 
 impl Values {
-    /// An engine over a history.
-    pub fn new(space: AddressSpace, mut inputs: Inputs) -> Self {
-        let last = inputs.history.len().saturating_sub(1);
+    /// An engine over a history; its chains start at once in the background.
+    pub fn new(space: AddressSpace, inputs: Inputs) -> Self {
+        let mut v = Self::held(space, inputs);
+        v.release();
+        v
+    }
+
+    /// An engine whose chains do not start until [`Self::release`] (or a wait for them):
+    /// answers until then come from the start and end states alone.
+    pub(crate) fn held(space: AddressSpace, mut inputs: Inputs) -> Self {
+        let len = inputs.history.len();
+        let last = len.saturating_sub(1);
         // A registered rseq area is rewritten by the kernel at any return to the program:
         // unknown in every state (before its registration too: a harmless loss).
         let volatile = rseq_areas(&inputs.syscalls);
         inputs.start.mem.set_volatile(&volatile);
         let mut backward = BTreeMap::new();
-        if let Some(mut end) = inputs.end {
+        if let Some(end) = &mut inputs.end {
             end.mem.set_volatile(&volatile);
-            backward.insert(last, end);
+            backward.insert(last, end.clone());
         }
         let (mut hard, mut soft) = (inputs.hard_barriers, inputs.soft_barriers);
         hard.sort_unstable();
         soft.sort_unstable();
-        Self {
+        let shared = Shared {
             space,
             history: inputs.history,
-            cursor: Cursor::default(),
             hard,
             soft,
             map_changes: inputs
@@ -182,29 +215,66 @@ impl Values {
             signals: inputs.signals.into_iter().map(|r| (r.position, r)).collect(),
             cpuid: inputs.cpuid,
             fault: inputs.fault,
-            forward: vec![inputs.start],
+        };
+        let interval = interval(len);
+        Self {
+            walker: Walker::new(Arc::new(shared)),
+            interval,
+            chains: None,
+            held: Some(Plan {
+                interval,
+                start: inputs.start.clone(),
+                end: inputs.end,
+            }),
             backward,
+            forward: vec![inputs.start],
+            provisional: FxHashMap::default(),
             forward_seeded: FxHashMap::default(),
             backward_seeded: FxHashMap::default(),
             last_forward: None,
             last_backward: None,
-            backward_fine: BTreeMap::new(),
-            decoded: FxHashMap::default(),
-            factory: InstructionInfoFactory::new(),
-            stats: ValuesStats::default(),
+            backward_fine: (None, BTreeMap::new()),
+            generation: 0,
+            chain_steps: Steps::default(),
+            conflicts: 0,
+            patience: Duration::ZERO,
             unmodelled: FxHashMap::default(),
-            answered: false,
+        }
+    }
+
+    /// How long a question may wait for a forward checkpoint near it that a chain is about
+    /// to make, rather than answer from less (the client's timeout bounds it: gdb drops a
+    /// connection whose answer is late). Zero by default.
+    pub fn set_patience(&mut self, patience: Duration) {
+        self.patience = patience;
+    }
+
+    /// Starts the chains held back.
+    pub(crate) fn release(&mut self) {
+        if let Some(plan) = self.held.take() {
+            self.chains = Some(Chains::spawn(self.walker.shared.clone(), plan));
         }
     }
 
     /// Number of positions.
     pub fn len(&self) -> u64 {
-        self.history.len()
+        self.walker.len()
     }
 
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.history.is_empty()
+        self.len() == 0
+    }
+
+    /// Whether the chains are complete: every answer from now on is the final one.
+    pub fn complete(&self) -> bool {
+        self.chains.is_none() && self.held.is_none()
+    }
+
+    /// Changes whenever the chains deliver something: an answer at a position stays the
+    /// same while this does.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// How the engine did so far.
@@ -213,339 +283,234 @@ impl Values {
             .forward
             .iter()
             .chain(self.backward.values())
+            .chain(self.provisional.values())
             .chain(self.forward_seeded.values())
             .chain(self.backward_seeded.values());
         let (checkpoints, pages) = states.fold((0, 0), |(n, p), s| (n + 1, p + s.mem.pages()));
+        let walked = match &self.chains {
+            Some(c) => (c.walked.load(Ordering::Relaxed), c.total),
+            None if self.held.is_some() => (0, 0),
+            None => {
+                let all = self.chain_steps.forward + self.chain_steps.backward;
+                (all, all)
+            }
+        };
         ValuesStats {
+            forward_steps: self.walker.stats.forward + self.chain_steps.forward,
+            backward_steps: self.walker.stats.backward + self.chain_steps.backward,
+            conflicts: self.conflicts,
             checkpoints,
             pages,
-            ..self.stats
+            interval: self.interval,
+            walked,
         }
     }
 
-    /// The address at `p`, through the cursor.
-    fn ip(&mut self, p: u64) -> Option<u64> {
-        self.cursor.ip(&self.history, p)
+    /// Takes what the chains made so far; with `wait`, waits until they are complete,
+    /// calling `progress(walked, total)` now and then.
+    fn collect(&mut self, wait: bool, progress: &mut dyn FnMut(u64, u64)) {
+        if wait {
+            self.release();
+        }
+        while let Some(chains) = &self.chains {
+            let made = match wait {
+                true => chains.made.recv_timeout(Duration::from_millis(100)),
+                false => chains.made.try_recv().map_err(|e| match e {
+                    std::sync::mpsc::TryRecvError::Empty => std::sync::mpsc::RecvTimeoutError::Timeout,
+                    std::sync::mpsc::TryRecvError::Disconnected => std::sync::mpsc::RecvTimeoutError::Disconnected,
+                }),
+            };
+            match made {
+                Ok(m) => self.take(m),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) if wait => {
+                    progress(chains.walked.load(Ordering::Relaxed), chains.total)
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => return,
+                // A chain thread that ended without finishing (it cannot, short of a bug):
+                // what it made stays, the rest is unknown.
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => self.chains = None,
+            }
+        }
     }
 
-    fn insn(&mut self, ip: u64) -> Option<Instruction> {
-        let space = &self.space;
-        *self.decoded.entry(ip).or_insert_with(|| decode_insn(space, ip).ok())
-    }
-
-    /// Carries `st` over what lies between `p` and `p + 1`, forwards (from `p` to `p + 1`) or
-    /// backwards.
-    fn cross(&mut self, st: &mut State, p: u64, forwards: bool) {
-        let ip = self.ip(p).expect("a position of the history");
-        let insn = self.insn(ip);
-        let next = self.ip(p + 1);
-        let hard = self.hard.binary_search(&(p + 1)).is_ok();
-        let soft = self.soft.binary_search(&(p + 1)).is_ok();
-        let between = match &insn {
-            None => Between::Unknown,
-            Some(i) if transition::is_syscall(i) && !hard => {
-                let record = self.syscalls.get(&p).filter(|r| r.ip == ip);
-                // Back at itself with no handler between: the call is restarted.
-                if next == Some(ip) {
-                    Between::Restart(record)
-                } else {
-                    Between::Syscall(record)
+    fn take(&mut self, made: Made) {
+        self.generation += 1;
+        match made {
+            Made::Backward(at, st) => {
+                self.backward.insert(at, st);
+            }
+            Made::Forward(k, st) => {
+                debug_assert_eq!(k, self.forward.len());
+                self.provisional.remove(&k);
+                self.forward.push(st);
+            }
+            Made::Provisional(k, st) => {
+                if k >= self.forward.len() {
+                    self.provisional.insert(k, st);
                 }
             }
-            Some(_) if hard || soft => Between::Unknown,
-            Some(i) => Between::Insn { insn: i, next },
+            Made::Done { steps, unmodelled } => {
+                if let Some(c) = &self.chains {
+                    c.walked.store(c.total, Ordering::Relaxed);
+                }
+                self.chains = None;
+                self.provisional.clear();
+                self.chain_steps = steps;
+                self.unmodelled = unmodelled;
+            }
+        }
+    }
+
+    /// Waits for a forward checkpoint `k` if a chain will make it within the patience.
+    fn await_forward(&mut self, k: usize) {
+        let at = k as u64 * self.interval;
+        let deadline = Instant::now() + self.patience;
+        while self.forward_source(k).forward == Kind::None {
+            let Some(chains) = &self.chains else { return };
+            let now = Instant::now();
+            if now >= deadline || now + chains.forward_eta(at) > deadline {
+                return;
+            }
+            match chains.made.recv_timeout(deadline - now) {
+                Ok(m) => self.take(m),
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Waits until the chains are complete (what `rtit check-values` needs: final answers
+    /// everywhere). `progress(done, total)` is called now and then with the positions the
+    /// chains walked so far and in all.
+    pub fn prepare(&mut self, mut progress: impl FnMut(u64, u64)) {
+        self.collect(true, &mut progress);
+    }
+
+    /// The forward chain a walk to interval `k` starts from.
+    fn forward_source(&self, k: usize) -> Source {
+        let at = k as u64 * self.interval;
+        let forward = match () {
+            _ if k < self.forward.len() => Kind::Final,
+            _ if self.provisional.contains_key(&k) => Kind::Provisional,
+            _ => Kind::None,
         };
-        let cause = match (&insn, between) {
-            (None, _) => Cause::Undecodable,
-            (_, Between::Unknown) => Cause::Untraced,
-            (_, Between::Insn { insn, .. }) => Cause::Inputs(insn.mnemonic()),
-            (_, Between::Syscall(_) | Between::Restart(_)) => Cause::Syscall(u16::MAX),
+        Source {
+            at,
+            forward,
+            backward: self.backward.contains_key(&at),
+        }
+    }
+
+    /// The state a walk to interval `k` starts from: the forward checkpoint merged with the
+    /// backward state there.
+    fn forward_start(&mut self, k: usize, source: Source) -> State {
+        if source.forward == Kind::Final {
+            if let Some(st) = self.forward_seeded.get(&k) {
+                return st.clone();
+            }
+        }
+        let mut st = match source.forward {
+            Kind::Final => self.forward[k].clone(),
+            Kind::Provisional => self.provisional[&k].clone(),
+            Kind::None => State::unknown(),
         };
-        why::begin(cause, p);
-        // A system call after which the next instruction is not the one after it (nor a
-        // new program, nor a restored context) returned into a signal handler: the kernel
-        // set the registers and wrote a signal frame the trace does not show.
-        let signal = matches!((&insn, between), (Some(i), Between::Syscall(_))
-            if next.is_some_and(|next| next != i.next_ip())
-                && !self.syscalls.get(&p).is_some_and(|r| transition::changes_context(r.nr)));
-        let changes = self.map_changes.get(&(p + 1));
-        if forwards {
-            // The map change first: a system call's log holds what the new mapping shows
-            // (a mapped file that is not an image).
-            if let Some(e) = changes {
-                why::begin(Cause::MapChange, p);
-                e.forget.iter().for_each(|&(a, n)| st.mem.forget(a, n));
-                e.zero.iter().for_each(|&(a, n)| st.mem.write(a, &vec![0; n as usize]));
-                for (start, len, path, offset) in &e.files {
-                    if let Some(bytes) = self.space.file_mapping_bytes(path, *len, *offset) {
-                        st.mem.write(*start, bytes);
-                    }
-                }
-                why::begin(cause, p);
-            }
-            // A signal delivery the recorder logged (step backend): only the kernel ran
-            // between, and it wrote the registers and the frame, which the log holds. The
-            // instruction before retired (a fault or an interrupt comes after it), unless it
-            // is a REP string instruction, which an interrupt can stop half-way.
-            let entry = self.signals.get(&(p + 1)).filter(|e| next == Some(e.ip));
-            // CPUID from the model's table, for its inputs before it runs.
-            let cpuid = match (&insn, between) {
-                (Some(i), Between::Insn { .. }) if i.mnemonic() == iced_x86::Mnemonic::Cpuid => {
-                    match (st.regs.get(RAX), st.regs.get(RCX)) {
-                        (Some(a), Some(c)) => crate::recording::cpuid::lookup(&self.cpuid, a as u32, c as u32),
-                        _ => None,
-                    }
-                }
-                _ => None,
-            };
-            // An XSAVEC whose header the recorder logged writes only what is in use: its area
-            // as it was, to keep what it leaves alone.
-            let xsave_area = match (&insn, between) {
-                (Some(i), Between::Insn { .. }) => super::xsave::xsavec_area(st, i, &self.space),
-                _ => None,
-            };
-            let delivered = match (entry.filter(|e| e.only_kernel), &insn, between) {
-                (Some(_), Some(i), Between::Unknown) if !super::forward::is_repeated_string(i) => {
-                    transition::forward(
-                        st,
-                        Between::Insn { insn: i, next: None },
-                        &self.space,
-                        &mut self.factory,
-                    );
-                    true
-                }
-                (Some(_), Some(_), Between::Syscall(_)) if signal => {
-                    transition::forward(st, between, &self.space, &mut self.factory);
-                    true
-                }
-                _ => {
-                    transition::forward(st, between, &self.space, &mut self.factory);
-                    false
-                }
-            };
-            let logged = self.logged_result(p, ip, between);
-            self.answered = logged.is_some() || cpuid.is_some();
-            if let Some(r) = self.logged_result(p, ip, between) {
-                transition::set_named(st, &r.after);
-                // The XSAVE header XSAVEC wrote, read by the step backend after it.
-                let header = r
-                    .after
-                    .get("xstate_bv")
-                    .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok());
-                if let (Some(i), Some(h)) = (&insn, header) {
-                    super::xsave::xsavec_logged(st, i, h, xsave_area);
-                }
-            } else if let Some(out) = cpuid {
-                for (r, v) in [RAX, RBX, RCX, RDX].into_iter().zip(out) {
-                    st.regs.set(r, Some(u64::from(v)));
-                }
-            }
-            if delivered {
-                why::insist(Cause::Signal);
-                st.regs.forget_all();
-                st.flags.forget(super::flags::ALL);
-                st.vec.forget_all();
-                st.mxcsr = Default::default();
-            } else if signal {
-                why::insist(Cause::Signal);
-                st.forget_all();
-            }
-            if let Some(e) = entry {
-                transition::set_named(st, &e.registers);
-                if let Some(bytes) = e.frame.data() {
-                    st.mem.write(e.frame.address, &bytes);
-                }
-            }
-            if self.fault && p + 2 == self.len() {
-                // RF as the kernel saved it at the fault: the end state says.
-                st.flags.forget(RF);
-            }
-            self.stats.forward_steps += 1;
-        } else {
-            if let Some(e) = changes {
-                why::insist(Cause::MapChange);
-                e.touched().for_each(|(a, n)| st.mem.forget(a, n));
-            }
-            if signal {
-                why::insist(Cause::Signal);
-                st.forget_all();
-            }
-            // What the instruction wrote is known after it (and unknown before it).
-            if let Some(r) = self.logged_result(p, ip, between) {
-                transition::set_named(st, &r.after);
-            }
-            if self.fault && p + 2 == self.len() {
-                // The saved RF was the fault's, not the instructions' before it.
-                st.flags.forget(RF);
-            }
-            transition::backward(st, between, &self.space, &mut self.factory);
-            self.stats.backward_steps += 1;
+        if let Some(b) = self.backward.get(&source.at) {
+            st.absorb(b);
         }
-    }
-
-    /// The logged result of the instruction at `p`, if it ran there with nothing between.
-    fn logged_result(&self, p: u64, ip: u64, between: Between<'_>) -> Option<&InsnResult> {
-        let r = self.results.get(&p).filter(|r| r.ip == ip)?;
-        matches!(between, Between::Insn { .. }).then_some(r)
-    }
-
-    fn step_forward(&mut self, st: &mut State, p: u64) {
-        self.cross(st, p, true);
-    }
-
-    fn step_backward(&mut self, st: &mut State, p: u64) {
-        self.cross(st, p, false);
-    }
-
-    /// Forward checkpoint `k`: the forward pass from checkpoint `k - 1` merged with the
-    /// backward pass there, so what the forward pass lost (a stack pointer, memory after a
-    /// store through an unknown address) comes back at every checkpoint the backward pass
-    /// knows it at.
-    fn forward_checkpoint(&mut self, k: usize) -> &State {
-        while self.forward.len() <= k {
-            let from = (self.forward.len() as u64 - 1) * INTERVAL;
-            let mut st = self.seeded_forward(self.forward.len() - 1);
-            for q in from..from + INTERVAL {
-                self.step_forward(&mut st, q);
-                match why::insisted() {
-                    Some(Cause::Unmodelled(m)) if !self.answered => *self.unmodelled.entry(m).or_default() += 1,
-                    _ => {}
-                }
+        if source.forward == Kind::Final && self.complete() {
+            if self.forward_seeded.len() >= SEEDED_KEPT {
+                self.forward_seeded.clear();
             }
-            self.forward.push(st);
+            self.forward_seeded.insert(k, st.clone());
         }
-        &self.forward[k]
+        st
     }
 
     /// The forward state at `p`.
     fn forward_at(&mut self, p: u64) -> State {
-        let k = (p / INTERVAL) as usize;
+        let k = (p / self.interval) as usize;
+        let source = self.forward_source(k);
         let (mut at, mut st) = match self.last_forward.take() {
-            Some((q, st)) if q <= p && q >= k as u64 * INTERVAL => (q, st),
-            _ => (k as u64 * INTERVAL, self.seeded_forward(k)),
+            Some((q, s, st)) if q <= p && s == source => (q, st),
+            _ => (source.at, self.forward_start(k, source)),
         };
         while at < p {
-            self.step_forward(&mut st, at);
+            self.walker.step_forward(&mut st, at);
             at += 1;
         }
-        self.last_forward = Some((p, st.clone()));
+        self.last_forward = Some((p, source, st.clone()));
         st
     }
 
-    /// Forward checkpoint `k` merged with the backward pass's state there.
-    fn seeded_forward(&mut self, k: usize) -> State {
-        if let Some(st) = self.forward_seeded.get(&k) {
-            return st.clone();
-        }
-        let mut st = self.forward_checkpoint(k).clone();
-        let at = k as u64 * INTERVAL;
-        if let Some(b) = self.backward_checkpoint_at(at) {
-            st.absorb(&b);
-        }
-        self.forward_seeded.insert(k, st.clone());
-        st
-    }
-
-    /// The backward pass's own state at checkpoint position `at`, if it reaches there.
-    fn backward_checkpoint_at(&mut self, at: u64) -> Option<State> {
-        let top = *self.backward.keys().next_back()?;
-        if at > top {
+    /// The backward checkpoint a walk down to `p` starts from, and what it merges.
+    fn backward_source(&self, p: u64) -> Option<Source> {
+        let &top = self.backward.keys().next_back()?;
+        if p > top {
             return None;
         }
-        self.extend_backward(at);
-        self.backward.get(&at).cloned()
-    }
-
-    /// Makes backward checkpoints down to `p`.
-    fn extend_backward(&mut self, p: u64) {
-        self.extend_backward_with(p, &mut |_, _| {});
-    }
-
-    /// Makes now what the first question at position 0 would otherwise make while gdb waits:
-    /// the backward checkpoints from the end of the history down to 0, a walk over the whole
-    /// history (about 50 ns a position). `progress(done, total)` is called at each checkpoint
-    /// with the positions walked so far and in all.
-    pub fn prepare(&mut self, mut progress: impl FnMut(u64, u64)) {
-        self.extend_backward_with(0, &mut progress);
-    }
-
-    /// [`Self::extend_backward`], telling `progress` how far it got.
-    fn extend_backward_with(&mut self, p: u64, progress: &mut dyn FnMut(u64, u64)) {
-        let Some(&top) = self.backward.keys().next_back() else {
-            return;
-        };
-        // Checkpoints at multiples of INTERVAL, made going down from the end.
-        loop {
-            let Some((&low, _)) = self.backward.iter().next() else {
-                return;
-            };
-            if low <= p || low == 0 {
-                break;
-            }
-            let target = if low % INTERVAL == 0 {
-                low - INTERVAL
-            } else {
-                low - low % INTERVAL
-            };
-            let mut st = self.backward[&low].clone();
-            let mut q = low;
-            while q > target {
-                q -= 1;
-                self.step_backward(&mut st, q);
-            }
-            self.backward.insert(target, st);
-            progress(top - target, top.saturating_sub(p));
+        let at = p.next_multiple_of(self.interval).min(top);
+        if !self.backward.contains_key(&at) {
+            return None;
         }
+        let forward = match at % self.interval {
+            0 => self.forward_source((at / self.interval) as usize).forward,
+            _ => Kind::None,
+        };
+        Some(Source {
+            at,
+            forward,
+            backward: true,
+        })
     }
 
-    /// A backward checkpoint merged with the forward pass's state there.
-    fn seeded_backward(&mut self, at: u64) -> State {
-        if let Some(st) = self.backward_seeded.get(&at) {
-            return st.clone();
+    /// A backward checkpoint merged with the forward chain's state there.
+    fn backward_start(&mut self, source: Source) -> State {
+        let at = source.at;
+        if source.forward == Kind::Final {
+            if let Some(st) = self.backward_seeded.get(&at) {
+                return st.clone();
+            }
         }
         let mut st = self.backward[&at].clone();
-        if at % INTERVAL == 0 {
-            let f = self.forward_checkpoint((at / INTERVAL) as usize).clone();
-            st.absorb(&f);
+        let k = (at / self.interval) as usize;
+        match source.forward {
+            Kind::Final => st.absorb(&self.forward[k]),
+            Kind::Provisional => st.absorb(&self.provisional[&k]),
+            Kind::None => {}
         }
-        self.backward_seeded.insert(at, st.clone());
+        if source.forward == Kind::Final && self.complete() {
+            if self.backward_seeded.len() >= SEEDED_KEPT {
+                self.backward_seeded.clear();
+            }
+            self.backward_seeded.insert(at, st.clone());
+        }
         st
     }
 
-    /// The backward state at `p` (unknown everything if the recording has no end state).
+    /// The backward state at `p` (unknown everything if the recording has no end state, or
+    /// the backward chain has not got near `p` yet).
     fn backward_at(&mut self, p: u64) -> State {
-        let Some(&top) = self.backward.keys().next_back() else {
+        let Some(source) = self.backward_source(p) else {
             return State::unknown();
         };
-        if p > top {
-            return State::unknown();
+        if self.backward_fine.0 != Some(source) {
+            self.backward_fine = (Some(source), BTreeMap::new());
         }
-        self.extend_backward(p);
-        let (&from, _) = self.backward.range(p..).next().expect("a checkpoint at or above p");
         // The nearest state at or above p: the last answer, a fine checkpoint of the interval
         // walked last, or the (seeded) checkpoint.
-        let fine = self
-            .backward_fine
-            .range(p..)
-            .next()
-            .filter(|(&q, _)| q <= from)
-            .map(|(&q, s)| (q, s.clone()));
+        let fine = self.backward_fine.1.range(p..).next().map(|(&q, s)| (q, s.clone()));
         let (mut at, mut st) = match (self.last_backward.take(), fine) {
-            (Some((q, st)), _) if q >= p && q <= from && fine_below(q, p) => (q, st),
+            (Some((q, s, st)), _) if s == source && q >= p && fine_below(q, p) => (q, st),
             (_, Some((q, st))) => (q, st),
-            _ => {
-                self.backward_fine.clear();
-                (from, self.seeded_backward(from))
-            }
+            _ => (source.at, self.backward_start(source)),
         };
         while at > p {
             at -= 1;
-            self.step_backward(&mut st, at);
+            self.walker.step_backward(&mut st, at);
             if at % FINE == 0 && at > p {
-                self.backward_fine.insert(at, st.clone());
+                self.backward_fine.1.insert(at, st.clone());
             }
         }
-        self.last_backward = Some((p, st.clone()));
+        self.last_backward = Some((p, source, st.clone()));
         st
     }
 
@@ -554,13 +519,17 @@ impl Values {
         if p >= self.len() {
             return None;
         }
+        let wait = self.held.is_none() && self.len() <= WAIT_BELOW;
+        self.collect(wait, &mut |_, _| {});
+        self.await_forward((p / self.interval) as usize);
         let forward = self.forward_at(p);
         let backward = self.backward_at(p);
-        Some(Known::new(forward, backward, self.space.clone()))
+        Some(Known::new(forward, backward, self.walker.shared.space.clone()))
     }
 
-    /// The instructions nobody modelled that the forward chain met (each position of the
-    /// history it walked once), most frequent first: what to model next.
+    /// The instructions nobody modelled that the final forward chain met (each position of
+    /// the history once), most frequent first: what to model next. Complete once the chains
+    /// are.
     pub fn unmodelled(&self) -> Vec<(iced_x86::Mnemonic, u64)> {
         let mut v: Vec<_> = self.unmodelled.iter().map(|(&m, &n)| (m, n)).collect();
         v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
@@ -569,6 +538,6 @@ impl Values {
 
     /// Records a conflict seen by a caller of [`Known`].
     pub fn note_conflicts(&mut self, n: u64) {
-        self.stats.conflicts += n;
+        self.conflicts += n;
     }
 }

@@ -19,11 +19,13 @@
 //! AVX-512), `xsave` (the XSAVE family), `mxcsr`, `float` and `rounded` (scalar floating
 //! point), `integer` and `partial` (integer instructions, partly known registers), `writes`
 //! (what iced-x86 says an instruction writes), `forward` and `backward` (semantics),
-//! `transition` (one position to the next: instructions, system calls, events), `engine`
-//! (checkpoints and queries), `known` (reading both passes at one position), `why` (the
+//! `transition` (one position to the next: instructions, system calls, events), `walker`
+//! (a walk over the history with what the recording says lies between), `chains` (the
+//! checkpoints, made in the background), `engine` (queries), `known` (reading both passes at one position), `why` (the
 //! cause of each unknown), `sigreturn` (the context a signal return restores).
 
 mod backward;
+mod chains;
 mod engine;
 pub mod flags;
 mod float;
@@ -41,11 +43,12 @@ mod rounded;
 mod sigreturn;
 mod transition;
 pub mod vector;
+mod walker;
 pub mod why;
 mod writes;
 mod xsave;
 
-pub use engine::{Inputs, Values, ValuesStats, INTERVAL};
+pub use engine::{interval, Inputs, Values, ValuesStats, INTERVAL, WAIT_BELOW};
 pub use known::{Conflict, Known, KnownPrefix};
 pub use reg::Reg;
 pub use transition::set_named;

@@ -168,7 +168,7 @@ fn system_calls_use_their_record_or_forget_what_they_may_write() {
 }
 
 #[test]
-fn prepare_walks_the_whole_history_once_so_position_0_needs_no_more_steps() {
+fn the_chains_walk_the_history_once_each_way_and_position_0_needs_no_more_steps() {
     // `jmp $` executed 3 intervals and a bit: backward checkpoints at 0, 4096, 8192, 12288.
     let (space, _) = program(&[(&[0xeb, 0xfe], "jmp $")]);
     let n = 3 * super::INTERVAL + 5;
@@ -177,26 +177,87 @@ fn prepare_walks_the_whole_history_once_so_position_0_needs_no_more_steps() {
     let mut v = values(space, ips, State::unknown(), Some(end));
     let mut calls = Vec::new();
     v.prepare(|done, total| calls.push((done, total)));
+    assert!(v.complete());
+    let total = (n - 1) + 3 * super::INTERVAL;
+    assert!(calls.iter().all(|&(d, t)| d <= t && t == total), "{calls:?}");
+    assert_eq!(v.stats().walked, (total, total));
+    let stats = v.stats();
+    assert_eq!(stats.backward_steps, n - 1, "every position once backwards");
     assert_eq!(
-        calls.first(),
-        Some(&(4, n - 1)),
-        "the first checkpoint below the end, 12288"
+        stats.forward_steps,
+        3 * super::INTERVAL,
+        "and forwards up to the last checkpoint"
     );
-    assert_eq!(calls.last(), Some(&(n - 1, n - 1)), "down to 0");
-    assert!(calls.windows(2).all(|w| w[0].0 < w[1].0), "{calls:?}");
-    let walked = v.stats().backward_steps;
-    assert_eq!(walked, n - 1, "every position once");
+    assert_eq!(
+        stats.checkpoints,
+        4 + 4 + 1,
+        "backward at 0..12288 and the end, forward 0..12288"
+    );
     assert_eq!(reg(&mut v, 0, RBX), Ok(Some(7)), "the end's rbx, carried back to 0");
     assert_eq!(
         v.stats().backward_steps,
-        walked,
+        n - 1,
         "position 0 answered from the checkpoint"
     );
-    // Nothing to prepare without an end state.
+    assert_eq!(v.stats().forward_steps, 3 * super::INTERVAL);
+    // Nothing to walk backwards without an end state.
     let (space, _) = program(&[(&[0xeb, 0xfe], "jmp $")]);
     let mut v = values(space, vec![0x1000; 10], State::unknown(), None);
-    v.prepare(|_, _| panic!("no backward pass"));
+    v.prepare(|_, _| {});
     assert_eq!(v.stats().backward_steps, 0);
+}
+
+#[test]
+fn before_the_chains_come_answers_know_less_and_never_differ() {
+    // mov rbx, 5 at the start, then `jmp $` for 3 intervals and a bit; the end knows rcx.
+    let (space, _) = program(&[(&[0xbb, 0x05, 0, 0, 0], "mov ebx, 5"), (&[0xeb, 0xfe], "jmp $")]);
+    let n = 3 * super::INTERVAL + 5;
+    let mut ips = vec![0x1005; n as usize];
+    ips[0] = 0x1000;
+    let start = state(&[(RSP, 0x8000)], &[]);
+    let end = state(&[(RCX, 9)], &[]);
+    let inputs = || Inputs {
+        history: crate::timeline::Timeline::from_ips(ips.clone()),
+        start: start.clone(),
+        end: Some(end.clone()),
+        ..Inputs::default()
+    };
+    let mut v = Values::held(space.clone(), inputs());
+    let mid = 2 * super::INTERVAL + 7;
+    // Held back: the start and the end states only, and the walks from them within an
+    // interval.
+    assert!(!v.complete());
+    assert_eq!(reg(&mut v, 1, RBX), Ok(Some(5)), "walked from the start");
+    assert_eq!(reg(&mut v, 1, RCX), Ok(None), "the end is more than an interval away");
+    assert_eq!(reg(&mut v, n - 3, RCX), Ok(Some(9)), "walked down from the end");
+    assert_eq!(reg(&mut v, mid, RBX), Ok(None), "no forward checkpoint there yet");
+    assert_eq!(reg(&mut v, mid, RSP), Ok(None));
+    let before = v.stats();
+    assert!(
+        before.forward_steps <= super::INTERVAL && before.backward_steps <= super::INTERVAL,
+        "a question walks at most an interval: {before:?}"
+    );
+    v.prepare(|_, _| {});
+    assert!(v.complete());
+    assert_eq!(reg(&mut v, mid, RBX), Ok(Some(5)));
+    assert_eq!(reg(&mut v, mid, RSP), Ok(Some(0x8000)));
+    assert_eq!(reg(&mut v, 1, RCX), Ok(Some(9)));
+    assert_eq!(v.stats().conflicts, 0);
+    // The same answers as an engine that waited from the start.
+    let mut w = Values::new(space, inputs());
+    for p in [0, 1, mid, n - 3, n - 1] {
+        for r in [RBX, RCX, RSP] {
+            assert_eq!(reg(&mut w, p, r), reg(&mut v, p, r), "position {p}, {r:?}");
+        }
+    }
+}
+
+#[test]
+fn checkpoints_stay_bounded_on_long_histories() {
+    assert_eq!(super::interval(1000), super::INTERVAL);
+    assert_eq!(super::interval(16_384 * super::INTERVAL), super::INTERVAL);
+    assert_eq!(super::interval(1_000_000_000), 61_036);
+    assert!(1_000_000_000_u64.div_ceil(super::interval(1_000_000_000)) <= 16_384);
 }
 
 /// A system call at `ip` numbered `nr` that returned `ret`.

@@ -1,0 +1,273 @@
+//! One position to the next, in either direction, with everything the recording says about
+//! what lies between (system calls, signals, map changes, logged results): the walk both of
+//! the engine's passes make. A walker is owned by one thread; the inputs it reads are shared,
+//! so the engine can walk on several threads at once (the chains are made in the background,
+//! questions answered in the foreground).
+
+use std::sync::Arc;
+
+use iced_x86::{Instruction, InstructionInfoFactory};
+use rustc_hash::FxHashMap;
+
+use super::maps::MapEffect;
+use super::reg::{RAX, RBX, RCX, RDX};
+use super::transition::{self, Between};
+use super::why::{self, Cause};
+use super::State;
+use crate::flow::decode_insn;
+use crate::image::AddressSpace;
+use crate::recording::cpuid::CpuidLeaf;
+use crate::recording::{InsnResult, SignalEntry};
+use crate::syscall::SyscallRecord;
+use crate::timeline::{Cursor, Timeline};
+
+/// RFLAGS.RF, which a fault's delivery sets in the flags the kernel saves.
+const RF: u64 = 1 << 16;
+
+/// The areas registered with a successful `rseq` call: its logged writes (step backend) or
+/// its arguments (qemu backend).
+pub(super) fn rseq_areas(syscalls: &[SyscallRecord]) -> Vec<(u64, u64)> {
+    let hex = |v: &String| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok();
+    let mut areas = Vec::new();
+    for r in syscalls.iter().filter(|r| r.nr == crate::syscall::nr::RSEQ) {
+        if r.after.get("rax").and_then(hex) != Some(0) {
+            continue;
+        }
+        areas.extend(r.writes.iter().map(|w| (w.address, w.bytes.len() as u64 / 2)));
+        if let (Some(a), Some(n)) = (r.before.get("rdi").and_then(hex), r.before.get("rsi").and_then(hex)) {
+            areas.push((a, n));
+        }
+    }
+    areas
+}
+
+/// What every walk reads: the history and what the recording says happened in it.
+pub(super) struct Shared {
+    pub(super) space: AddressSpace,
+    pub(super) history: Arc<Timeline>,
+    /// Sorted positions `q` such that something the trace does not show happened between
+    /// `q - 1` and `q`.
+    pub(super) hard: Vec<u64>,
+    /// Sorted positions where tracing stopped or resumed.
+    pub(super) soft: Vec<u64>,
+    pub(super) map_changes: FxHashMap<u64, MapEffect>,
+    pub(super) syscalls: FxHashMap<u64, SyscallRecord>,
+    pub(super) results: FxHashMap<u64, InsnResult>,
+    pub(super) signals: FxHashMap<u64, SignalEntry>,
+    pub(super) cpuid: Vec<CpuidLeaf>,
+    /// Whether the last position is an instruction that faulted.
+    pub(super) fault: bool,
+}
+
+impl Shared {
+    /// The logged result of the instruction at `p`, if it ran there with nothing between.
+    fn logged_result(&self, p: u64, ip: u64, between: Between<'_>) -> Option<&InsnResult> {
+        let r = self.results.get(&p).filter(|r| r.ip == ip)?;
+        matches!(between, Between::Insn { .. }).then_some(r)
+    }
+}
+
+/// Steps walked, by direction.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Steps {
+    pub(super) forward: u64,
+    pub(super) backward: u64,
+}
+
+/// A walk over the shared history, with its own position and decode caches.
+pub(super) struct Walker {
+    pub(super) shared: Arc<Shared>,
+    cursor: Cursor,
+    decoded: FxHashMap<u64, Option<Instruction>>,
+    factory: InstructionInfoFactory,
+    pub(super) stats: Steps,
+    /// Whether the last forward step took its instruction's result from the recording
+    /// (`cpuid`, `rdtsc`, `xgetbv`, XSAVEC's header): not a gap in the semantics.
+    pub(super) answered: bool,
+}
+
+impl Walker {
+    pub(super) fn new(shared: Arc<Shared>) -> Self {
+        Self {
+            shared,
+            cursor: Cursor::default(),
+            decoded: FxHashMap::default(),
+            factory: InstructionInfoFactory::new(),
+            stats: Steps::default(),
+            answered: false,
+        }
+    }
+
+    /// Number of positions.
+    pub(super) fn len(&self) -> u64 {
+        self.shared.history.len()
+    }
+
+    /// The address at `p`, through the cursor.
+    fn ip(&mut self, p: u64) -> Option<u64> {
+        self.cursor.ip(&self.shared.history, p)
+    }
+
+    fn insn(&mut self, ip: u64) -> Option<Instruction> {
+        let space = &self.shared.space;
+        *self.decoded.entry(ip).or_insert_with(|| decode_insn(space, ip).ok())
+    }
+
+    /// Carries `st` over what lies between `p` and `p + 1`, forwards (from `p` to `p + 1`) or
+    /// backwards.
+    fn cross(&mut self, st: &mut State, p: u64, forwards: bool) {
+        let ip = self.ip(p).expect("a position of the history");
+        let insn = self.insn(ip);
+        let next = self.ip(p + 1);
+        let hard = self.shared.hard.binary_search(&(p + 1)).is_ok();
+        let soft = self.shared.soft.binary_search(&(p + 1)).is_ok();
+        let between = match &insn {
+            None => Between::Unknown,
+            Some(i) if transition::is_syscall(i) && !hard => {
+                let record = self.shared.syscalls.get(&p).filter(|r| r.ip == ip);
+                // Back at itself with no handler between: the call is restarted.
+                if next == Some(ip) {
+                    Between::Restart(record)
+                } else {
+                    Between::Syscall(record)
+                }
+            }
+            Some(_) if hard || soft => Between::Unknown,
+            Some(i) => Between::Insn { insn: i, next },
+        };
+        let cause = match (&insn, between) {
+            (None, _) => Cause::Undecodable,
+            (_, Between::Unknown) => Cause::Untraced,
+            (_, Between::Insn { insn, .. }) => Cause::Inputs(insn.mnemonic()),
+            (_, Between::Syscall(_) | Between::Restart(_)) => Cause::Syscall(u16::MAX),
+        };
+        why::begin(cause, p);
+        // A system call after which the next instruction is not the one after it (nor a
+        // new program, nor a restored context) returned into a signal handler: the kernel
+        // set the registers and wrote a signal frame the trace does not show.
+        let signal = matches!((&insn, between), (Some(i), Between::Syscall(_))
+            if next.is_some_and(|next| next != i.next_ip())
+                && !self.shared.syscalls.get(&p).is_some_and(|r| transition::changes_context(r.nr)));
+        let changes = self.shared.map_changes.get(&(p + 1));
+        if forwards {
+            // The map change first: a system call's log holds what the new mapping shows
+            // (a mapped file that is not an image).
+            if let Some(e) = changes {
+                why::begin(Cause::MapChange, p);
+                e.forget.iter().for_each(|&(a, n)| st.mem.forget(a, n));
+                e.zero.iter().for_each(|&(a, n)| st.mem.write(a, &vec![0; n as usize]));
+                for (start, len, path, offset) in &e.files {
+                    if let Some(bytes) = self.shared.space.file_mapping_bytes(path, *len, *offset) {
+                        st.mem.write(*start, bytes);
+                    }
+                }
+                why::begin(cause, p);
+            }
+            // A signal delivery the recorder logged (step backend): only the kernel ran
+            // between, and it wrote the registers and the frame, which the log holds. The
+            // instruction before retired (a fault or an interrupt comes after it), unless it
+            // is a REP string instruction, which an interrupt can stop half-way.
+            let entry = self.shared.signals.get(&(p + 1)).filter(|e| next == Some(e.ip));
+            // CPUID from the model's table, for its inputs before it runs.
+            let cpuid = match (&insn, between) {
+                (Some(i), Between::Insn { .. }) if i.mnemonic() == iced_x86::Mnemonic::Cpuid => {
+                    match (st.regs.get(RAX), st.regs.get(RCX)) {
+                        (Some(a), Some(c)) => crate::recording::cpuid::lookup(&self.shared.cpuid, a as u32, c as u32),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            };
+            // An XSAVEC whose header the recorder logged writes only what is in use: its area
+            // as it was, to keep what it leaves alone.
+            let xsave_area = match (&insn, between) {
+                (Some(i), Between::Insn { .. }) => super::xsave::xsavec_area(st, i, &self.shared.space),
+                _ => None,
+            };
+            let delivered = match (entry.filter(|e| e.only_kernel), &insn, between) {
+                (Some(_), Some(i), Between::Unknown) if !super::forward::is_repeated_string(i) => {
+                    transition::forward(
+                        st,
+                        Between::Insn { insn: i, next: None },
+                        &self.shared.space,
+                        &mut self.factory,
+                    );
+                    true
+                }
+                (Some(_), Some(_), Between::Syscall(_)) if signal => {
+                    transition::forward(st, between, &self.shared.space, &mut self.factory);
+                    true
+                }
+                _ => {
+                    transition::forward(st, between, &self.shared.space, &mut self.factory);
+                    false
+                }
+            };
+            let logged = self.shared.logged_result(p, ip, between);
+            self.answered = logged.is_some() || cpuid.is_some();
+            if let Some(r) = self.shared.logged_result(p, ip, between) {
+                transition::set_named(st, &r.after);
+                // The XSAVE header XSAVEC wrote, read by the step backend after it.
+                let header = r
+                    .after
+                    .get("xstate_bv")
+                    .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok());
+                if let (Some(i), Some(h)) = (&insn, header) {
+                    super::xsave::xsavec_logged(st, i, h, xsave_area);
+                }
+            } else if let Some(out) = cpuid {
+                for (r, v) in [RAX, RBX, RCX, RDX].into_iter().zip(out) {
+                    st.regs.set(r, Some(u64::from(v)));
+                }
+            }
+            if delivered {
+                why::insist(Cause::Signal);
+                st.regs.forget_all();
+                st.flags.forget(super::flags::ALL);
+                st.vec.forget_all();
+                st.mxcsr = Default::default();
+            } else if signal {
+                why::insist(Cause::Signal);
+                st.forget_all();
+            }
+            if let Some(e) = entry {
+                transition::set_named(st, &e.registers);
+                if let Some(bytes) = e.frame.data() {
+                    st.mem.write(e.frame.address, &bytes);
+                }
+            }
+            if self.shared.fault && p + 2 == self.shared.history.len() {
+                // RF as the kernel saved it at the fault: the end state says.
+                st.flags.forget(RF);
+            }
+            self.stats.forward += 1;
+        } else {
+            if let Some(e) = changes {
+                why::insist(Cause::MapChange);
+                e.touched().for_each(|(a, n)| st.mem.forget(a, n));
+            }
+            if signal {
+                why::insist(Cause::Signal);
+                st.forget_all();
+            }
+            // What the instruction wrote is known after it (and unknown before it).
+            if let Some(r) = self.shared.logged_result(p, ip, between) {
+                transition::set_named(st, &r.after);
+            }
+            if self.shared.fault && p + 2 == self.shared.history.len() {
+                // The saved RF was the fault's, not the instructions' before it.
+                st.flags.forget(RF);
+            }
+            transition::backward(st, between, &self.shared.space, &mut self.factory);
+            self.stats.backward += 1;
+        }
+    }
+
+    pub(super) fn step_forward(&mut self, st: &mut State, p: u64) {
+        self.cross(st, p, true);
+    }
+
+    pub(super) fn step_backward(&mut self, st: &mut State, p: u64) {
+        self.cross(st, p, false);
+    }
+}
