@@ -33,6 +33,16 @@ impl Server {
         Self { child, port }
     }
 
+    /// The server's peak resident memory so far (VmHWM), in KiB.
+    pub fn peak_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).expect("the server runs");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .expect("VmHWM")
+    }
+
     /// Runs gdb in batch mode with `commands` after connecting; returns its output.
     pub fn gdb(&self, exe: Option<&Path>, commands: &[&str]) -> String {
         let mut gdb = Command::new("gdb");
