@@ -255,9 +255,9 @@ fn before_the_chains_come_answers_know_less_and_never_differ() {
 #[test]
 fn checkpoints_stay_bounded_on_long_histories() {
     assert_eq!(super::interval(1000), super::INTERVAL);
-    assert_eq!(super::interval(16_384 * super::INTERVAL), super::INTERVAL);
-    assert_eq!(super::interval(1_000_000_000), 61_036);
-    assert!(1_000_000_000_u64.div_ceil(super::interval(1_000_000_000)) <= 16_384);
+    assert_eq!(super::interval(4096 * super::INTERVAL), super::INTERVAL);
+    assert_eq!(super::interval(1_000_000_000), 244_141);
+    assert!(1_000_000_000_u64.div_ceil(super::interval(1_000_000_000)) <= 4096);
 }
 
 /// A system call at `ip` numbered `nr` that returned `ret`.
