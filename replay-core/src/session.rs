@@ -171,9 +171,19 @@ impl Session {
     /// and [`Self::incomplete`] says what is missing. Its end snapshot and faulting
     /// instruction are left out: the history does not reach them.
     pub fn open_with(recording: Recording, partial: bool) -> Result<Self, RecordingError> {
+        Self::open_reporting(recording, partial, &mut |_| {})
+    }
+
+    /// [`Self::open_with`], telling `progress` the instructions decoded so far now and then
+    /// (out of the manifest's count).
+    pub fn open_reporting(
+        recording: Recording,
+        partial: bool,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<Self, RecordingError> {
         let space = recording.address_space()?;
         let trace = recording.trace()?;
-        let mut builder = Builder::new(&space);
+        let mut builder = Builder::new(&space).with_progress(progress);
         let gaps = recording.gaps();
         recording.decoder(&trace, &space, &gaps).decode(&mut builder);
         let ran = builder.len() + builder.events().iter().map(FlowEvent::unshown).sum::<u64>();

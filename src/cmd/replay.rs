@@ -1,10 +1,11 @@
 //! `rtit replay`: serve a recording to gdb with forward and reverse execution, and by default
 //! start gdb connected to it, as `rr replay` does.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
@@ -50,9 +51,7 @@ const PATIENCE: u64 = 10;
 pub fn run(args: &ReplayArgs) -> Result<()> {
     let rec = recordings::open(args.recording.as_deref())?;
     let exe = rtit_stub::files::executable(&rec).map(|i| rec.dir.join(&i.file));
-    let mut session = Session::open_with(rec.clone(), args.partial)
-        .map_err(recordings::refusal)
-        .context("cannot replay the recording")?;
+    let mut session = open(&rec, args.partial)?;
     if let Some(e) = session.incomplete() {
         eprintln!("rtit: warning: {e}");
     }
@@ -75,7 +74,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     eprintln!("listening on {addr}");
     // A question waits for values due soon: well within gdb's default timeout for any gdb,
     // longer for the gdb started here (its timeout is raised), not so long that it seems hung.
-    session.set_patience(std::time::Duration::from_secs(if args.no_gdb { 1 } else { PATIENCE }));
+    session.set_patience(Duration::from_secs(if args.no_gdb { 1 } else { PATIENCE }));
     let target = ReplayTarget::new(session);
     if args.no_gdb {
         server::serve_forever(&listener, target, |e| eprintln!("rtit: {e}"));
@@ -113,6 +112,36 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         eprintln!("rtit: gdb exited with {status}");
     }
     Ok(())
+}
+
+/// Opens the recording (decodes its trace into the history), with a progress line on a
+/// terminal when that takes over a second.
+fn open(rec: &rtit_replay_core::recording::Recording, partial: bool) -> Result<Session> {
+    let started = Instant::now();
+    let tty = std::io::stderr().is_terminal();
+    let total = rec.manifest.instructions;
+    let mut said = false;
+    let mut progress = |done: u64| {
+        if tty && started.elapsed() > Duration::from_secs(1) {
+            said = true;
+            eprint!(
+                "\rrtit: reading the history: {}% of {total} instructions   ",
+                done * 100 / total.max(1)
+            );
+            let _ = std::io::stderr().flush();
+        }
+    };
+    let session = Session::open_reporting(rec.clone(), partial, &mut progress)
+        .map_err(recordings::refusal)
+        .context("cannot replay the recording");
+    if said {
+        eprintln!(
+            "\rrtit: read the history in {:.1} s{:40}",
+            started.elapsed().as_secs_f64(),
+            ""
+        );
+    }
+    session
 }
 
 /// The commands the launched gdb runs first (`-ix`), in a file of their own, removed when

@@ -18,7 +18,14 @@ pub struct Builder<'a> {
     next: FxHashMap<u64, u64>,
     /// A block's addresses while it is decoded.
     scratch: Vec<u64>,
+    /// Told the instructions so far every [`PROGRESS_EVERY`] of them.
+    progress: Option<&'a mut dyn FnMut(u64)>,
+    /// When to tell it next.
+    next_progress: u64,
 }
+
+/// Instructions between progress reports (a few milliseconds of decoding).
+const PROGRESS_EVERY: u64 = 1 << 22;
 
 impl<'a> Builder<'a> {
     /// An empty timeline whose runs' instructions are in `space`.
@@ -29,7 +36,16 @@ impl<'a> Builder<'a> {
             seen: FxHashMap::default(),
             next: FxHashMap::default(),
             scratch: Vec::new(),
+            progress: None,
+            next_progress: PROGRESS_EVERY,
         }
+    }
+
+    /// Tells `progress` the instructions so far, now and then: building the timeline of
+    /// billions takes seconds.
+    pub fn with_progress(mut self, progress: &'a mut dyn FnMut(u64)) -> Self {
+        self.progress = Some(progress);
+        self
     }
 
     /// The timeline built.
@@ -88,6 +104,12 @@ impl FlowSink for Builder<'_> {
             }
         };
         self.timeline.push_run(block);
+        if self.timeline.len >= self.next_progress {
+            self.next_progress = self.timeline.len + PROGRESS_EVERY;
+            if let Some(p) = &mut self.progress {
+                p(self.timeline.len);
+            }
+        }
     }
 
     fn event(&mut self, event: FlowEvent) {
