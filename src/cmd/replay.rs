@@ -44,8 +44,9 @@ pub struct ReplayArgs {
 const REMOTE_TIMEOUT: u32 = 60;
 
 /// Seconds the launched gdb's questions may wait for values due soon (a crash at the end of
-/// a python3 run: its forward checkpoint there comes after two seconds or so).
-const PATIENCE: u64 = 10;
+/// a python3 run: its forward checkpoint there comes after two seconds or so, longer on a
+/// busy machine); half its `remotetimeout`.
+const PATIENCE: u64 = 30;
 
 /// Runs `rtit replay`.
 pub fn run(args: &ReplayArgs) -> Result<()> {

@@ -362,17 +362,24 @@ impl Values {
         }
     }
 
-    /// Waits for a forward checkpoint `k` if a chain will make it within the patience.
+    /// Waits for a forward checkpoint `k` if a chain is due to make it within the patience
+    /// (estimated once: a busy machine makes the chains slower, and a wait once begun is
+    /// worth finishing), at most the patience.
     fn await_forward(&mut self, k: usize) {
         let at = k as u64 * self.interval;
+        match &self.chains {
+            Some(chains) if self.forward_source(k).forward == Kind::None => {
+                if chains.forward_eta(at) > self.patience {
+                    return;
+                }
+            }
+            _ => return,
+        }
         let deadline = Instant::now() + self.patience;
         while self.forward_source(k).forward == Kind::None {
             let Some(chains) = &self.chains else { return };
-            let now = Instant::now();
-            if now >= deadline || now + chains.forward_eta(at) > deadline {
-                return;
-            }
-            match chains.made.recv_timeout(deadline - now) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match chains.made.recv_timeout(left) {
                 Ok(m) => self.take(m),
                 Err(_) => return,
             }
