@@ -38,31 +38,42 @@ use crate::recording::{InsnResult, SignalEntry};
 use crate::syscall::SyscallRecord;
 use crate::timeline::Timeline;
 
-/// Positions between checkpoints, at least: more on histories longer than
-/// [`MAX_CHECKPOINTS`] intervals of it, so that the checkpoints' number (and memory) stays
-/// bounded whatever the length (each holds the pages written since the one before: 20–30 KB
-/// on sha256sum), and a question walks at most one interval each way (244 k positions,
-/// about 20 ms, on 1e9).
+/// Positions between checkpoints, at least (short histories: a question walks at most this
+/// far each way, well under a millisecond).
 pub const INTERVAL: u64 = 4096;
 
-/// Checkpoints each chain makes, at most: 4096 of sha256sum's take about 100 MB a chain.
-const MAX_CHECKPOINTS: u64 = 4096;
+/// Positions between checkpoints, at most: a question walks at most one interval each way,
+/// about 25 ms at 75–110 ns a position, what gdb's `bt` or `info registers` at a new position
+/// may cost (issue 19: under 50 ms). Beyond [`SPREAD`] intervals of it the checkpoints'
+/// number grows with the history, so their memory per position stays flat (each holds the
+/// pages written since the one before: 30–40 KB on sha256sum, about 0.3 bytes a position
+/// for the two final chains).
+const MAX_INTERVAL: u64 = 1 << 18;
+
+/// Checkpoints a chain makes on histories between [`SPREAD`] × [`INTERVAL`] and
+/// [`SPREAD`] × [`MAX_INTERVAL`] positions: memory for a handful of them is a few MB,
+/// where 4096-position intervals on 1e7 took 170 MB.
+const SPREAD: u64 = 64;
 
 /// On histories of up to this many positions (half a second of walking or so), questions
 /// wait for the chains: answers there are the final ones from the first question on.
 pub const WAIT_BELOW: u64 = 1 << 22;
 
-/// Positions between the fine backward checkpoints kept for the interval walked last: going
-/// forwards one step at a time (gdb's `stepi`, `next`) needs the backward state just above
-/// each new position, which the coarse checkpoints are up to an interval away from.
-const FINE: u64 = 64;
+/// Positions between the fine checkpoints kept for the interval walked last, each way:
+/// going forwards one step at a time (gdb's `stepi`, `next`) needs the backward state just
+/// above each new position, going backwards (`reverse-stepi`, `reverse-next`) the forward
+/// state just below, which the coarse checkpoints are up to an interval away from. A step
+/// then walks at most this far (about 0.1 ms). Not finer: each fine state costs 4 KB of
+/// registers plus the pages the walk copies on its next writes (every 64 positions took
+/// 30 MB on a 2^18 interval of sha256sum).
+const FINE: u64 = 1024;
 
 /// Merged checkpoints kept for questions, at most (they are remade as needed).
 const SEEDED_KEPT: usize = 256;
 
 /// The interval between checkpoints on a history of `len` positions.
 pub fn interval(len: u64) -> u64 {
-    INTERVAL.max(len.div_ceil(MAX_CHECKPOINTS))
+    (len / SPREAD).clamp(INTERVAL, MAX_INTERVAL)
 }
 
 /// Whether the last answer at `q` is at least as close to `p` as a fine checkpoint could be.
@@ -159,6 +170,7 @@ pub struct Values {
     backward_seeded: FxHashMap<u64, State>,
     last_forward: Option<(u64, Source, State)>,
     last_backward: Option<(u64, Source, State)>,
+    forward_fine: (Option<Source>, BTreeMap<u64, State>),
     backward_fine: (Option<Source>, BTreeMap<u64, State>),
     /// Counts what the chains delivered: an answer is the same while this is.
     generation: u64,
@@ -234,6 +246,7 @@ impl Values {
             backward_seeded: FxHashMap::default(),
             last_forward: None,
             last_backward: None,
+            forward_fine: (None, BTreeMap::new()),
             backward_fine: (None, BTreeMap::new()),
             generation: 0,
             chain_steps: Steps::default(),
@@ -437,13 +450,23 @@ impl Values {
     fn forward_at(&mut self, p: u64) -> State {
         let k = (p / self.interval) as usize;
         let source = self.forward_source(k);
-        let (mut at, mut st) = match self.last_forward.take() {
-            Some((q, s, st)) if q <= p && s == source => (q, st),
+        if self.forward_fine.0 != Some(source) {
+            self.forward_fine = (Some(source), BTreeMap::new());
+        }
+        // The nearest state at or below p: the last answer, a fine checkpoint of the interval
+        // walked last, or the (seeded) checkpoint.
+        let fine = self.forward_fine.1.range(..=p).next_back().map(|(&q, _)| q);
+        let (mut at, mut st) = match (self.last_forward.take(), fine) {
+            (Some((q, s, st)), f) if q <= p && s == source && !matches!(f, Some(f) if f > q) => (q, st),
+            (_, Some(q)) => (q, self.forward_fine.1[&q].clone()),
             _ => (source.at, self.forward_start(k, source)),
         };
         while at < p {
             self.walker.step_forward(&mut st, at);
             at += 1;
+            if at % FINE == 0 && at < p {
+                self.forward_fine.1.entry(at).or_insert_with(|| st.clone());
+            }
         }
         self.last_forward = Some((p, source, st.clone()));
         st

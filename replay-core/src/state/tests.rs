@@ -253,11 +253,39 @@ fn before_the_chains_come_answers_know_less_and_never_differ() {
 }
 
 #[test]
+fn stepping_back_walks_from_a_fine_checkpoint_not_the_interval_start() {
+    // mov ebx, 5, then `jmp $`: reverse-stepi from deep inside an interval, as gdb does.
+    let (space, _) = program(&[(&[0xbb, 0x05, 0, 0, 0], "mov ebx, 5"), (&[0xeb, 0xfe], "jmp $")]);
+    let n = 3 * super::INTERVAL + 5;
+    let mut ips = vec![0x1005; n as usize];
+    ips[0] = 0x1000;
+    let start = state(&[(RSP, 0x8000)], &[]);
+    let mut v = values(space.clone(), ips.clone(), start.clone(), None);
+    v.prepare(|_, _| {});
+    let p = 2 * super::INTERVAL + 4000;
+    assert_eq!(reg(&mut v, p, RBX), Ok(Some(5)));
+    for back in 1..=8 {
+        let before = v.stats().forward_steps;
+        assert_eq!(reg(&mut v, p - back, RBX), Ok(Some(5)), "{back} back");
+        let walked = v.stats().forward_steps - before;
+        assert!(walked < 1024, "{back} back: {walked} steps from the interval's start");
+    }
+    let mut fresh = values(space, ips, start, None);
+    for q in [p - 8, p - 1, p] {
+        assert_eq!(reg(&mut fresh, q, RSP), reg(&mut v, q, RSP), "position {q}");
+    }
+}
+
+#[test]
 fn checkpoints_stay_bounded_on_long_histories() {
     assert_eq!(super::interval(1000), super::INTERVAL);
-    assert_eq!(super::interval(4096 * super::INTERVAL), super::INTERVAL);
-    assert_eq!(super::interval(1_000_000_000), 244_141);
-    assert!(1_000_000_000_u64.div_ceil(super::interval(1_000_000_000)) <= 4096);
+    assert_eq!(super::interval(64 * super::INTERVAL), super::INTERVAL);
+    // A handful of checkpoints on ten million positions, not thousands ...
+    assert_eq!(super::interval(10_000_000), 156_250);
+    // ... and no interval longer than a question may walk: their number then grows with
+    // the history, their memory per position stays flat.
+    assert_eq!(super::interval(1_000_000_000), 1 << 18);
+    assert_eq!(super::interval(100_000_000_000), 1 << 18);
 }
 
 /// A system call at `ip` numbered `nr` that returned `ret`.
