@@ -17,7 +17,7 @@ use crate::flow::{EventKind, FlowEvent};
 use crate::image::AddressSpace;
 use crate::recording::{EndState, Recording, RecordingError};
 use crate::state::{self, Known, Reg, State, Values, Why};
-use crate::timeline::{Builder, Hit, Timeline};
+use crate::timeline::{parallel, Hit, Timeline};
 
 /// Why a move stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,21 +179,26 @@ impl Session {
     pub fn open_reporting(
         recording: Recording,
         partial: bool,
-        progress: &mut dyn FnMut(u64),
+        progress: &mut (dyn FnMut(u64) + Send),
     ) -> Result<Self, RecordingError> {
         let space = recording.address_space()?;
         let trace = recording.trace()?;
-        let mut builder = Builder::new(&space).with_progress(progress);
         let gaps = recording.gaps();
-        recording.decoder(&trace, &space, &gaps).decode(&mut builder);
-        let ran = builder.len() + builder.events().iter().map(FlowEvent::unshown).sum::<u64>();
-        let spun = builder.events().iter().any(FlowEvent::unshown_unknown);
+        let input = parallel::Input {
+            trace: &trace,
+            config: recording.flow_config(),
+            space: &space,
+            gaps: &gaps,
+            end: recording.trace_end(),
+        };
+        let mut timeline = parallel::build(&input, parallel::Split::all_cores(), progress).timeline;
+        let ran = timeline.len() + timeline.events().iter().map(FlowEvent::unshown).sum::<u64>();
+        let spun = timeline.events().iter().any(FlowEvent::unshown_unknown);
         let incomplete = match recording.check_complete(trace.len(), ran, spun) {
             Ok(()) => None,
             Err(e) if partial => Some(e),
             Err(e) => return Err(e),
         };
-        let mut timeline = builder.finish();
         let retired = timeline.len();
         let m = &recording.manifest;
         // The faulting instruction follows the last retired one only if nothing is missing.

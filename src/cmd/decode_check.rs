@@ -6,6 +6,7 @@ use std::time::Instant;
 use anyhow::Result;
 use rtit_replay_core::flow::{EventKind, FlowEvent, FlowSink};
 use rtit_replay_core::recording::Recording;
+use rtit_replay_core::timeline::parallel::{self, Split};
 
 /// What decoding a trace met.
 #[derive(Debug, Default)]
@@ -52,16 +53,36 @@ impl FlowSink for Tally {
     }
 }
 
-/// Decodes `rec` and prints one summary line (and the first errors, if any). An incomplete
-/// recording is an error after the summary, unless `partial`.
-pub fn run(rec: &Recording, partial: bool) -> Result<()> {
+/// Decodes `rec` on `threads` (default every core) and prints one summary line (and the
+/// first errors, if any); with `verify`, checks the history against a plain decode's. An
+/// incomplete recording is an error after the summary, unless `partial`.
+pub fn run(rec: &Recording, partial: bool, threads: Option<usize>, verify: bool) -> Result<()> {
     let space = rec.address_space()?;
     let trace = rec.trace()?;
     let mut tally = Tally::default();
-    let started = Instant::now();
     let gaps = rec.gaps();
-    rec.decoder(&trace, &space, &gaps).decode(&mut tally);
+    let input = parallel::Input {
+        trace: &trace,
+        config: rec.flow_config(),
+        space: &space,
+        gaps: &gaps,
+        end: rec.trace_end(),
+    };
+    let split = match threads {
+        Some(n) if n <= 1 => Split::sequential(),
+        Some(n) => Split {
+            threads: n,
+            ..Split::all_cores()
+        },
+        None => Split::all_cores(),
+    };
+    let started = Instant::now();
+    let built = parallel::build(&input, split, &mut |_| {});
     let secs = started.elapsed().as_secs_f64().max(1e-9);
+    tally.instructions = built.timeline.len();
+    for e in built.timeline.events() {
+        tally.event(e.clone());
+    }
     let spinning = match tally.unshown {
         0 => String::new(),
         n => format!(" (and {n} in a spin loop at the end, not shown)"),
@@ -77,8 +98,27 @@ pub fn run(rec: &Recording, partial: bool) -> Result<()> {
         tally.instructions as f64 / secs / 1e6,
         trace.len() as f64 / secs / (1 << 20) as f64
     );
+    println!(
+        "              on {} stretch{} of the trace, {} joined where they met",
+        built.stretches,
+        if built.stretches == 1 { "" } else { "es" },
+        built.joins
+    );
     for e in tally.first_errors.iter().chain(&tally.notes) {
         println!("  {e}");
+    }
+    if verify {
+        let started = Instant::now();
+        let plain = parallel::build(&input, Split::sequential(), &mut |_| {});
+        let secs = started.elapsed().as_secs_f64().max(1e-9);
+        if let Some(d) = built.timeline.first_difference(&plain.timeline) {
+            anyhow::bail!("the history decoded in parallel differs from one plain decode's: {d}");
+        }
+        println!(
+            "verified      the same history as one plain decode ({:.1} ms, {:.1} M instructions/s)",
+            secs * 1e3,
+            plain.timeline.len() as f64 / secs / 1e6
+        );
     }
     let ran = tally.instructions + tally.unshown;
     super::recordings::complete_or_partial(rec, trace.len(), ran, tally.spun, partial)

@@ -18,6 +18,12 @@ pub struct InfoArgs {
     /// Also decode the whole trace and report instructions, errors and gaps, and the speed.
     #[arg(long)]
     decode: bool,
+    /// Threads to decode on with `--decode` (default: every core; 1: one plain decode).
+    #[arg(long, value_name = "N", requires = "decode")]
+    threads: Option<usize>,
+    /// With `--decode`: also decode on one thread and check that both give the same history.
+    #[arg(long, requires = "decode")]
+    verify_parallel: bool,
     /// Report an incomplete recording (a trace cut short) as a warning, not an error.
     #[arg(long)]
     partial: bool,
@@ -80,7 +86,7 @@ pub fn run(args: &InfoArgs) -> Result<()> {
     // the history is there.
     let trace_len = std::fs::metadata(rec.dir.join(files::TRACE)).map_or(0, |m| m.len());
     if args.decode || trace_len != m.trace_bytes {
-        super::decode_check::run(&rec, args.partial)?;
+        super::decode_check::run(&rec, args.partial, args.threads, args.verify_parallel)?;
     } else {
         rec.verify_images()?;
     }

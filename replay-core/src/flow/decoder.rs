@@ -29,6 +29,7 @@
 
 use super::block::{BlockCache, BlockError, NO_BLOCK};
 use super::failure::{Failure, Step};
+use super::resume::{Unwatched, Watch};
 use super::source::Source;
 use super::spin::Spin;
 use super::{EventKind, FlowEvent, FlowSink, Timing, TraceEnd};
@@ -98,6 +99,8 @@ pub struct FlowDecoder<'a> {
     /// Past the last packet: walking on to `limit` instructions with the end's TNT bits.
     pub(super) tail: bool,
     pub(super) limit: u64,
+    /// A watcher stopped the decode at a clean point ([`super::resume`]).
+    pub(super) paused: bool,
 }
 
 impl<'a> FlowDecoder<'a> {
@@ -124,6 +127,7 @@ impl<'a> FlowDecoder<'a> {
             end: None,
             tail: false,
             limit: u64::MAX,
+            paused: false,
         }
     }
 
@@ -155,13 +159,7 @@ impl<'a> FlowDecoder<'a> {
 
     /// Decodes the whole trace into `sink`.
     pub fn decode(&mut self, sink: &mut impl FlowSink) {
-        while self.state != State::Done {
-            match self.state {
-                State::Tracing(ip) => self.walk(ip, sink),
-                _ => self.idle(sink),
-            }
-        }
-        self.flush(sink);
+        self.decode_watched(sink, &mut Unwatched);
     }
 
     // ---- output ----
@@ -222,11 +220,14 @@ impl<'a> FlowDecoder<'a> {
     }
 
     /// Walks blocks from `ip` until tracing stops, the trace ends or an error.
-    fn walk(&mut self, mut ip: u64, sink: &mut impl FlowSink) {
+    pub(super) fn walk<S: FlowSink>(&mut self, mut ip: u64, sink: &mut S, watch: &mut impl Watch<'a, S>) {
         // The block just left and whether by its taken edge, to follow cached links.
         let mut from: Option<(u32, bool)> = None;
         loop {
             if self.tnt_left == 0 {
+                if self.clean_point(ip, sink, watch) {
+                    return;
+                }
                 match self.boundary(ip, sink) {
                     Boundary::Walk => {}
                     Boundary::Continue(next) => {

@@ -10,7 +10,8 @@
 //! Files: `block` (decoded, cached basic blocks), `source` (packet lookahead without the
 //! timing packets), `timing` (TSC and cycles, errata E6/E7), `decoder` (the walk),
 //! `packets` (what the walk takes from the trace), `failure` (a disagreement on its way to
-//! the report), `binding` (where asynchronous packets bind), `spin` (catching a walk the trace can never end), `positions` (trace offsets to
+//! the report), `binding` (where asynchronous packets bind), `resume` (clean points: where two decodes
+//! can be compared and one taken up again), `spin` (catching a walk the trace can never end), `positions` (trace offsets to
 //! positions).
 
 mod binding;
@@ -19,6 +20,7 @@ mod decoder;
 mod failure;
 mod packets;
 mod positions;
+mod resume;
 mod source;
 mod spin;
 mod timing;
@@ -26,6 +28,7 @@ mod timing;
 pub use block::{decode_insn, Block, BlockCache, BlockError, Terminator};
 pub use decoder::{FlowConfig, FlowDecoder};
 pub use positions::OffsetPositions;
+pub use resume::{CleanPoint, Resume, Watch};
 pub use timing::Timing;
 
 use std::fmt;

@@ -6,6 +6,7 @@ use super::timing::Timing;
 use crate::packet::{DecodeError, Decoded, DecoderConfig, PacketDecoder};
 
 /// The flow-significant packets of a trace.
+#[derive(Clone)]
 pub(crate) struct Source<'a> {
     decoder: PacketDecoder<'a>,
     peeked: Option<Result<Decoded, DecodeError>>,
@@ -58,6 +59,25 @@ impl<'a> Source<'a> {
                 _ => return Some(item),
             }
         }
+    }
+
+    /// Moves to the PSB at `offset` and starts cold there ([`PacketDecoder::seek_cold`]).
+    pub fn seek_cold(&mut self, offset: usize) {
+        self.decoder.seek_cold(offset);
+        self.peeked = None;
+    }
+
+    /// Whether `other` gives the rest of the trace exactly as this one will (timing aside:
+    /// it never changes the flow).
+    pub fn same_state(&self, other: &Self) -> bool {
+        self.decoder.same_state(&other.decoder) && self.peeked == other.peeked
+    }
+
+    /// Offset of the next byte the packet decoder reads (past the packet peeked, if any):
+    /// cheap, and never behind [`Self::offset`].
+    #[inline]
+    pub fn raw_offset(&self) -> usize {
+        self.decoder.offset()
     }
 
     /// Byte offset of the next packet not yet taken.

@@ -34,6 +34,13 @@ impl Default for Spin {
 }
 
 impl Spin {
+    /// Whether the next [`Self::loops`] at `mark` restarts the detector (the trace moved on
+    /// since it last looked): what it saw before does not matter then.
+    #[inline]
+    pub fn stale(&self, mark: (u64, u32)) -> bool {
+        mark != self.mark
+    }
+
     /// The walk enters block `block` while the trace's progress is `mark`. True when it has
     /// entered this block before with the trace where it is now: it is in a cycle.
     #[inline]

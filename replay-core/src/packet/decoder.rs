@@ -150,6 +150,31 @@ impl<'a> PacketDecoder<'a> {
         }
     }
 
+    /// Moves to `offset` (a PSB found by [`Self::sync_forward`] or a scan) and starts cold
+    /// there, as a decoder of one stretch of a trace split for parallel decoding: no previous
+    /// IP, and the gaps before `offset` are behind it (the stretch before reports them).
+    pub fn seek_cold(&mut self, offset: usize) {
+        self.pos = offset.min(self.buf.len());
+        self.lost = false;
+        self.cyc_due = false;
+        self.last_lip.invalidate();
+        self.next_gap = self.gaps.partition_point(|g| g.0 <= offset);
+        self.gap_at = self.gaps.get(self.next_gap).map_or(usize::MAX, |g| g.0);
+    }
+
+    /// Whether `other` decodes the rest of the same trace exactly as this one will: the same
+    /// offset, LAST_LIP, pending cycle count, error state and gaps ahead.
+    pub fn same_state(&self, other: &Self) -> bool {
+        std::ptr::eq(self.buf, other.buf)
+            && self.pos == other.pos
+            && self.config == other.config
+            && self.last_lip == other.last_lip
+            && self.cyc_due == other.cyc_due
+            && self.lost == other.lost
+            && std::ptr::eq(self.gaps, other.gaps)
+            && self.next_gap == other.next_gap
+    }
+
     /// Records an error at `offset` and arranges to resume at the next PSB after it.
     #[cold]
     fn fail(&mut self, offset: usize, kind: DecodeErrorKind) -> DecodeError {

@@ -19,7 +19,7 @@ pub struct Builder<'a> {
     /// A block's addresses while it is decoded.
     scratch: Vec<u64>,
     /// Told the instructions so far every [`PROGRESS_EVERY`] of them.
-    progress: Option<&'a mut dyn FnMut(u64)>,
+    progress: Option<&'a mut (dyn FnMut(u64) + Send)>,
     /// When to tell it next.
     next_progress: u64,
 }
@@ -43,7 +43,7 @@ impl<'a> Builder<'a> {
 
     /// Tells `progress` the instructions so far, now and then: building the timeline of
     /// billions takes seconds.
-    pub fn with_progress(mut self, progress: &'a mut dyn FnMut(u64)) -> Self {
+    pub fn with_progress(mut self, progress: &'a mut (dyn FnMut(u64) + Send)) -> Self {
         self.progress = Some(progress);
         self
     }
@@ -71,9 +71,21 @@ impl<'a> Builder<'a> {
         &self.timeline.events
     }
 
+    /// Runs and events so far.
+    pub(crate) fn counts(&self) -> (usize, usize) {
+        (self.timeline.runs.len(), self.timeline.events.len())
+    }
+
     /// Decodes a new run: sequential from `first`. A run cut short by an undecodable
     /// instruction ends there (the decoder reported it).
     fn decode(&mut self, first: u64, count: u64) -> u32 {
+        self.fill_scratch(first, count);
+        self.timeline.blocks.add(&self.scratch)
+    }
+
+    /// The addresses of `count` instructions one after another from `first` into
+    /// `self.scratch` (fewer if one does not decode).
+    fn fill_scratch(&mut self, first: u64, count: u64) {
         self.scratch.clear();
         let mut ip = first;
         for _ in 0..count {
@@ -86,7 +98,45 @@ impl<'a> Builder<'a> {
                 },
             };
         }
-        self.timeline.blocks.add(&self.scratch)
+    }
+
+    /// The addresses of the run of `count` instructions from `first`.
+    pub(super) fn walk_ips(&mut self, first: u64, count: u64) -> Vec<u64> {
+        self.fill_scratch(first, count);
+        self.scratch.clone()
+    }
+
+    /// Appends a run of these addresses (decoded elsewhere): its block found again by its
+    /// first address and length, or added.
+    pub(super) fn push_ips(&mut self, ips: &[u64]) {
+        if !ips.is_empty() {
+            let block = self.intern(ips);
+            self.push_block(block);
+        }
+    }
+
+    /// The block of these addresses (not empty): found by its first address and length, or
+    /// added.
+    pub(super) fn intern(&mut self, ips: &[u64]) -> u32 {
+        let key = (ips[0], ips.len() as u64);
+        match self.seen.get(&key) {
+            Some(&b) => b,
+            None => {
+                let b = self.timeline.blocks.add(ips);
+                self.seen.insert(key, b);
+                b
+            }
+        }
+    }
+
+    pub(super) fn push_block(&mut self, block: u32) {
+        self.timeline.push_run(block);
+        if self.timeline.len >= self.next_progress {
+            self.next_progress = self.timeline.len + PROGRESS_EVERY;
+            if let Some(p) = &mut self.progress {
+                p(self.timeline.len);
+            }
+        }
     }
 }
 
@@ -103,13 +153,7 @@ impl FlowSink for Builder<'_> {
                 b
             }
         };
-        self.timeline.push_run(block);
-        if self.timeline.len >= self.next_progress {
-            self.next_progress = self.timeline.len + PROGRESS_EVERY;
-            if let Some(p) = &mut self.progress {
-                p(self.timeline.len);
-            }
-        }
+        self.push_block(block);
     }
 
     fn event(&mut self, event: FlowEvent) {

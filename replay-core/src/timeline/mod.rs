@@ -17,6 +17,7 @@
 mod blocks;
 mod build;
 mod cursor;
+pub mod parallel;
 mod search;
 #[cfg(test)]
 mod tests;
@@ -115,6 +116,29 @@ impl Timeline {
             + self.marks.capacity() * 8
             + self.blocks.heap_bytes()
             + self.events.capacity() * size_of::<FlowEvent>()
+    }
+
+    /// Every address, position by position.
+    pub fn ips(&self) -> impl Iterator<Item = u64> + '_ {
+        self.runs.iter().flat_map(|&b| self.blocks.ips(b).iter().copied())
+    }
+
+    /// Where this history and `other` first differ (instructions or events), if they do:
+    /// how a timeline built in parallel is checked against a plain decode's.
+    pub fn first_difference(&self, other: &Timeline) -> Option<String> {
+        if let Some((p, (a, b))) = self.ips().zip(other.ips()).enumerate().find(|(_, (a, b))| a != b) {
+            return Some(format!("position {p}: {a:#x} against {b:#x}"));
+        }
+        if self.len != other.len {
+            return Some(format!("{} instructions against {}", self.len, other.len));
+        }
+        if let Some((a, b)) = self.events.iter().zip(&other.events).find(|(a, b)| a != b) {
+            return Some(format!("event {a} against {b}"));
+        }
+        if self.events.len() != other.events.len() {
+            return Some(format!("{} events against {}", self.events.len(), other.events.len()));
+        }
+        None
     }
 
     /// How many runs and distinct blocks.
