@@ -11,7 +11,8 @@
 //! timing packets), `timing` (TSC and cycles, errata E6/E7), `decoder` (the walk),
 //! `packets` (what the walk takes from the trace), `failure` (a disagreement on its way to
 //! the report), `binding` (where asynchronous packets bind), `resume` (clean points: where two decodes
-//! can be compared and one taken up again), `spin` (catching a walk the trace can never end), `positions` (trace offsets to
+//! can be compared and one taken up again), `watched` (a decode stopped and taken up again
+//! at them), `spin` (catching a walk the trace can never end), `positions` (trace offsets to
 //! positions).
 
 mod binding;
@@ -24,6 +25,7 @@ mod resume;
 mod source;
 mod spin;
 mod timing;
+mod watched;
 
 pub use block::{decode_insn, Block, BlockCache, BlockError, Terminator};
 pub use decoder::{FlowConfig, FlowDecoder};
