@@ -36,13 +36,7 @@ fn same_history(rec: &Recording, bytes: usize) -> usize {
     let space = rec.address_space().expect("space");
     let trace = rec.trace().expect("trace");
     let gaps = rec.gaps();
-    let input = parallel::Input {
-        trace: &trace,
-        config: rec.flow_config(),
-        space: &space,
-        gaps: &gaps,
-        end: rec.trace_end(),
-    };
+    let input = rec.decode_input(&trace, &space, &gaps);
     let split = Split {
         threads: 4,
         min_bytes: bytes,

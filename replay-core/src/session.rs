@@ -184,13 +184,7 @@ impl Session {
         let space = recording.address_space()?;
         let trace = recording.trace()?;
         let gaps = recording.gaps();
-        let input = parallel::Input {
-            trace: &trace,
-            config: recording.flow_config(),
-            space: &space,
-            gaps: &gaps,
-            end: recording.trace_end(),
-        };
+        let input = recording.decode_input(&trace, &space, &gaps);
         let mut timeline = parallel::build(&input, parallel::Split::all_cores(), progress).timeline;
         let ran = timeline.len() + timeline.events().iter().map(FlowEvent::unshown).sum::<u64>();
         let spun = timeline.events().iter().any(FlowEvent::unshown_unknown);

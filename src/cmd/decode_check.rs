@@ -61,13 +61,7 @@ pub fn run(rec: &Recording, partial: bool, threads: Option<usize>, verify: bool)
     let trace = rec.trace()?;
     let mut tally = Tally::default();
     let gaps = rec.gaps();
-    let input = parallel::Input {
-        trace: &trace,
-        config: rec.flow_config(),
-        space: &space,
-        gaps: &gaps,
-        end: rec.trace_end(),
-    };
+    let input = rec.decode_input(&trace, &space, &gaps);
     let split = match threads {
         Some(n) if n <= 1 => Split::sequential(),
         Some(n) => Split {

@@ -166,6 +166,23 @@ impl Recording {
             .with_end(self.trace_end())
     }
 
+    /// What the timeline is decoded from, on every core ([`crate::timeline::parallel`]):
+    /// `trace` (this recording's) with its packet format, lost stretches and end.
+    pub fn decode_input<'a>(
+        &self,
+        trace: &'a [u8],
+        space: &'a AddressSpace,
+        gaps: &'a [(usize, Option<u64>)],
+    ) -> crate::timeline::parallel::Input<'a> {
+        crate::timeline::parallel::Input {
+            trace,
+            config: self.flow_config(),
+            space,
+            gaps,
+            end: self.trace_end(),
+        }
+    }
+
     /// Whether the trace holds everything the recorder wrote down: all its bytes, and exactly
     /// the instructions the manifest counts (`decoded`: those the history shows and those
     /// it counts without showing). Where the program spun an unknown number of times in a

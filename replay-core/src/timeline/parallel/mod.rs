@@ -108,9 +108,8 @@ pub fn build(input: &Input<'_>, split: Split, progress: &mut (dyn FnMut(u64) + S
         .collect();
     run_all(&mut stretches, &done, progress, |s, done| s.first(done));
     let snapshots: Vec<_> = stretches.iter_mut().map(Stretch::take_snapshots).collect();
-    let offsets: Vec<usize> = starts.clone();
     run_all(&mut stretches, &done, progress, |s, done| {
-        s.meet(&snapshots, &offsets, done)
+        s.meet(&snapshots, &starts, done)
     });
     match join_all(input, &stretches, &snapshots) {
         Some((timeline, joins)) => Built {
@@ -200,12 +199,15 @@ fn join_all(
 ) -> Option<(Timeline, usize)> {
     let mut whole = Builder::new(input.space);
     let (mut cur, mut from, mut joins) = (0, Cut::START, 0);
+    // The clean point `from` is (none for the first stretch's start).
+    let mut from_resume = None;
     loop {
         let s = &stretches[cur];
         match s.met {
             Some((next, k)) => {
                 whole.append(&s.timeline, &from, None);
                 from = snapshots[next][k].cut;
+                from_resume = Some(&snapshots[next][k].resume);
                 cur = next;
                 joins += 1;
             }
@@ -217,16 +219,12 @@ fn join_all(
                 // The end is absolute: decode it again from the last clean point, now that its
                 // position is known.
                 let last = s.last.as_ref().filter(|l| l.cut.position >= from.position);
-                let resume = match (last, cur) {
-                    (Some(l), _) => {
+                let resume = match last {
+                    Some(l) => {
                         whole.append(&s.timeline, &from, Some(&l.cut));
                         &l.resume
                     }
-                    (None, 0) => return None,
-                    (None, _) => {
-                        let (next, k) = stretches.iter().find_map(|t| t.met.filter(|m| m.0 == cur))?;
-                        &snapshots[next][k].resume
-                    }
+                    None => from_resume?,
                 };
                 let position = whole.len();
                 input
