@@ -17,6 +17,7 @@ use crate::flow::{EventKind, FlowEvent};
 use crate::image::AddressSpace;
 use crate::recording::{EndState, Recording, RecordingError};
 use crate::state::{self, Known, Reg, State, Values, Why};
+use crate::timeline::cache::{self, CacheError, Origin, Policy};
 use crate::timeline::{parallel, Hit, Timeline};
 
 /// Why a move stopped.
@@ -57,6 +58,10 @@ pub struct Session {
     known: Option<(u64, u64, Known)>,
     /// Why the recording is incomplete, when opened with `partial`.
     incomplete: Option<RecordingError>,
+    /// Where the timeline came from: decoded, or read back from the recording's directory.
+    origin: Origin,
+    /// The timeline being stored next to the recording, if it is.
+    storing: Option<std::thread::JoinHandle<Result<std::path::PathBuf, CacheError>>>,
 }
 
 /// A state with a snapshot's registers and memory.
@@ -181,11 +186,24 @@ impl Session {
         partial: bool,
         progress: &mut (dyn FnMut(u64) + Send),
     ) -> Result<Self, RecordingError> {
+        Self::open_cached(recording, partial, Policy::Auto, progress)
+    }
+
+    /// [`Self::open_reporting`], reading and storing the timeline next to the recording as
+    /// `policy` says ([`cache`]).
+    pub fn open_cached(
+        recording: Recording,
+        partial: bool,
+        policy: Policy,
+        progress: &mut (dyn FnMut(u64) + Send),
+    ) -> Result<Self, RecordingError> {
         let space = recording.address_space()?;
         let trace = recording.trace()?;
         let gaps = recording.gaps();
         let input = recording.decode_input(&trace, &space, &gaps);
-        let mut timeline = parallel::build(&input, parallel::Split::all_cores(), progress).timeline;
+        let (mut timeline, origin, pending) = cache::obtain(&recording.dir, &trace, policy, || {
+            parallel::build(&input, parallel::Split::all_cores(), progress).timeline
+        });
         let ran = timeline.len() + timeline.events().iter().map(FlowEvent::unshown).sum::<u64>();
         let spun = timeline.events().iter().any(FlowEvent::unshown_unknown);
         let incomplete = match recording.check_complete(trace.len(), ran, spun) {
@@ -208,6 +226,7 @@ impl Session {
             timeline.push_ip(ip);
         }
         let timeline = Arc::new(timeline);
+        let storing = pending.store(timeline.clone());
         let complete = incomplete.is_none();
         let inputs = values_inputs(&recording, &space, timeline.clone(), fault.is_some(), complete)?;
         Ok(Self {
@@ -220,7 +239,30 @@ impl Session {
             fault,
             position: 0,
             incomplete,
+            origin,
+            storing,
         })
+    }
+
+    /// Where the timeline came from.
+    pub fn origin(&self) -> &Origin {
+        &self.origin
+    }
+
+    /// Whether the timeline is being stored next to the recording.
+    pub fn storing(&self) -> bool {
+        self.storing.is_some()
+    }
+
+    /// Waits for the timeline being stored next to the recording, if it is: where it was
+    /// stored, or why not. `None` if nothing is being stored.
+    pub fn stored(&mut self) -> Option<Result<std::path::PathBuf, CacheError>> {
+        let handle = self.storing.take()?;
+        Some(
+            handle
+                .join()
+                .unwrap_or_else(|_| Err(CacheError::Io(std::io::Error::other("the storing thread panicked")))),
+        )
     }
 
     /// What an incomplete recording opened with `partial` is missing.

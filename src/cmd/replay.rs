@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::Args;
 use rtit_replay_core::session::Session;
+use rtit_replay_core::timeline::cache;
 use rtit_stub::server::{self, Event};
 use rtit_stub::ReplayTarget;
 
@@ -141,6 +142,15 @@ fn open(rec: &rtit_replay_core::recording::Recording, partial: bool) -> Result<S
             started.elapsed().as_secs_f64(),
             ""
         );
+    }
+    if let Ok(s) = &session {
+        if s.storing() {
+            eprintln!(
+                "rtit: keeping the history in {} ({:.0} MiB) so that the next replay starts at once",
+                rec.dir.join(cache::FILE).display(),
+                s.timeline().heap_bytes() as f64 / f64::from(1 << 20)
+            );
+        }
     }
     session
 }

@@ -10,6 +10,7 @@
 use gdbstub::outputln;
 use gdbstub::target::ext::monitor_cmd::{ConsoleOutput, MonitorCmd};
 use rtit_replay_core::flow::decode_insn;
+use rtit_replay_core::timeline::cache::Origin;
 
 use crate::target::ReplayTarget;
 
@@ -158,6 +159,15 @@ fn info(target: &ReplayTarget, out: &mut ConsoleOutput<'_>) {
         t.heap_bytes() as f64 / f64::from(1 << 20),
         t.heap_bytes() as f64 / s.len().max(1) as f64
     );
+    match s.origin() {
+        Origin::Read(path) => outputln!(out, "          read back from {}", path.display()),
+        Origin::Decoded { took, set_aside } => {
+            outputln!(out, "          decoded in {:.2} s", took.as_secs_f64());
+            if let Some(why) = set_aside {
+                outputln!(out, "          (the stored timeline was not used: {why})");
+            }
+        }
+    }
     let v = s.values_stats();
     match v.walked {
         (done, total) if done < total => outputln!(

@@ -5,9 +5,9 @@
 #[derive(Debug, Clone)]
 pub(super) struct Blocks {
     /// Every block's addresses, one block after another.
-    ips: Vec<u64>,
+    pub(super) ips: Vec<u64>,
     /// Where each block's addresses start in `ips`, and one more: where the last ends.
-    starts: Vec<u32>,
+    pub(super) starts: Vec<u32>,
 }
 
 impl Default for Blocks {

@@ -16,6 +16,7 @@
 
 mod blocks;
 mod build;
+pub mod cache;
 mod cursor;
 pub mod parallel;
 mod search;

@@ -1,0 +1,271 @@
+//! The timeline kept next to its recording (issue 19, "ready at once"): decoding a history of
+//! a billion instructions takes seconds even on every core, so the first open that took over
+//! a second stores what it built in `timeline.cache`, and later opens read it back instead.
+//!
+//! The file is only ever used for the very recording and the very decoder that wrote it: its
+//! key covers the trace's bytes, every other file of the recording (name, size, modification
+//! time) and a digest of this crate's sources made when it was built (`build.rs`), so an rtit
+//! built from other sources, whose decoder may differ, decodes again. A file that is damaged, cut short or of another key is
+//! set aside and the timeline decoded as if it were not there. It is written to a temporary
+//! name and renamed, so a replay that ends while writing leaves nothing half-written behind.
+//! Deleting it is always safe.
+//!
+//! Files: `format` (the bytes of a stored timeline).
+
+mod format;
+
+use std::fs::{self, File};
+use std::hash::Hasher;
+use std::io::{BufReader, BufWriter};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rustc_hash::FxHasher;
+use sha2::{Digest, Sha256};
+
+use super::Timeline;
+
+/// The stored timeline's name in the recording's directory.
+pub const FILE: &str = "timeline.cache";
+
+/// Why a stored timeline was not read or not written.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    /// Reading or writing the file failed.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// The file is not a stored timeline (or of a format this rtit does not read).
+    #[error("not a stored timeline of this format")]
+    NotACache,
+    /// It was stored for another recording, or by another rtit.
+    #[error("stored for another recording or by another rtit")]
+    OtherKey,
+    /// It is damaged.
+    #[error("damaged at byte {offset}: {what}")]
+    Corrupt {
+        /// Where reading found it.
+        offset: u64,
+        /// What is wrong.
+        what: &'static str,
+    },
+}
+
+/// What a stored timeline belongs to: a digest of the recording and the running rtit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Key([u8; 32]);
+
+impl Key {
+    /// The key of the recording in `dir` whose trace is `trace`, decoded by this build;
+    /// `None` when the directory cannot be looked at (then nothing is stored or read).
+    pub fn of(dir: &Path, trace: &[u8]) -> Option<Key> {
+        let mut digest = Sha256::new();
+        digest.update(b"rtit timeline key 1\0");
+        digest.update(env!("RTIT_DECODER_DIGEST"));
+        let mut files = Vec::new();
+        list(dir, &mut files).ok()?;
+        files.sort();
+        for file in &files {
+            let relative = file.strip_prefix(dir).ok()?;
+            file_identity(&mut digest, relative, file)?;
+        }
+        let mut sum = FxHasher::default();
+        sum.write(trace);
+        digest.update((trace.len() as u64).to_le_bytes());
+        digest.update(sum.finish().to_le_bytes());
+        Some(Key(digest.finalize().into()))
+    }
+}
+
+/// Adds a file's name, size and modification time to `digest`.
+fn file_identity(digest: &mut Sha256, name: &Path, path: &Path) -> Option<()> {
+    let meta = fs::metadata(path).ok()?;
+    let modified = meta.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?;
+    digest.update(name.as_os_str().as_encoded_bytes());
+    digest.update([0]);
+    digest.update(meta.len().to_le_bytes());
+    digest.update(modified.as_nanos().to_le_bytes());
+    Some(())
+}
+
+/// Every file under `dir` but the stored timeline and its temporary copies.
+fn list(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with(FILE) {
+            continue;
+        }
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            list(&entry.path(), out)?;
+        } else {
+            out.push(entry.path());
+        }
+    }
+    Ok(())
+}
+
+/// How much of a timeline to store: everything up to a point, so that what is appended
+/// after decoding (the faulting instruction, which depends on how the recording was opened)
+/// stays out while the timeline is written in the background.
+#[derive(Debug, Clone, Copy)]
+pub struct Prefix {
+    len: u64,
+    ips: usize,
+    blocks: usize,
+    runs: usize,
+    events: usize,
+}
+
+impl Prefix {
+    /// All of `timeline` as it is now.
+    pub fn of(timeline: &Timeline) -> Self {
+        Self {
+            len: timeline.len,
+            ips: timeline.blocks.ips.len(),
+            blocks: timeline.blocks.count(),
+            runs: timeline.runs.len(),
+            events: timeline.events.len(),
+        }
+    }
+}
+
+/// When to read and store timelines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// Read a stored timeline; store one when decoding took over [`STORE_ABOVE`].
+    Auto,
+    /// Read a stored timeline; store one whatever decoding took (tests, benchmarks).
+    Always,
+    /// Neither: decode (measuring the decoder, or a read-only recording).
+    Off,
+}
+
+/// Decoding that takes longer than this is worth storing: reading back is ~10× faster.
+pub const STORE_ABOVE: Duration = Duration::from_secs(1);
+
+/// Where a timeline came from.
+#[derive(Debug)]
+pub enum Origin {
+    /// Read back from the stored timeline at this path.
+    Read(PathBuf),
+    /// Decoded from the trace; `set_aside` says why a stored timeline there was not used.
+    Decoded {
+        /// How long decoding took.
+        took: Duration,
+        /// Why the file there was not read (stale, damaged), if there was one.
+        set_aside: Option<CacheError>,
+    },
+}
+
+/// What [`obtain`] leaves for [`Pending::store`]: whether and what to store.
+#[derive(Debug)]
+pub struct Pending {
+    key: Option<Key>,
+    prefix: Prefix,
+    worth: bool,
+    dir: PathBuf,
+}
+
+impl Pending {
+    /// Stores `timeline` (as it was when obtained: what was appended since stays out) in the
+    /// background if it was decoded and worth it.
+    pub fn store(self, timeline: Arc<Timeline>) -> Option<JoinHandle<Result<PathBuf, CacheError>>> {
+        let key = self.key.filter(|_| self.worth)?;
+        Some(store(&self.dir, key, timeline, self.prefix))
+    }
+}
+
+/// The timeline of the recording in `dir` whose trace is `trace`: read back when a stored
+/// one of the same key is there, else made by `decode`.
+pub fn obtain(
+    dir: &Path,
+    trace: &[u8],
+    policy: Policy,
+    decode: impl FnOnce() -> Timeline,
+) -> (Timeline, Origin, Pending) {
+    let key = match policy {
+        Policy::Off => None,
+        Policy::Auto | Policy::Always => Key::of(dir, trace),
+    };
+    let set_aside = match key.as_ref().map(|k| load(dir, k)) {
+        Some(Ok(Some(timeline))) => {
+            let prefix = Prefix::of(&timeline);
+            let pending = Pending {
+                key: None,
+                prefix,
+                worth: false,
+                dir: dir.to_path_buf(),
+            };
+            return (timeline, Origin::Read(dir.join(FILE)), pending);
+        }
+        Some(Err(e)) => Some(e),
+        Some(Ok(None)) | None => None,
+    };
+    let started = Instant::now();
+    let timeline = decode();
+    let took = started.elapsed();
+    let pending = Pending {
+        key,
+        prefix: Prefix::of(&timeline),
+        worth: policy == Policy::Always || took > STORE_ABOVE,
+        dir: dir.to_path_buf(),
+    };
+    (timeline, Origin::Decoded { took, set_aside }, pending)
+}
+
+/// The timeline stored in `dir` under `key`, if there is one (`Ok(None)`: no file).
+pub fn load(dir: &Path, key: &Key) -> Result<Option<Timeline>, CacheError> {
+    let path = dir.join(FILE);
+    let file = match File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let size = file.metadata()?.len();
+    format::read(BufReader::with_capacity(1 << 20, file), key, size).map(Some)
+}
+
+/// Stores the first `prefix` of `timeline` in `dir` under `key`, on a thread of its own;
+/// the path written, once it is there.
+pub fn store(dir: &Path, key: Key, timeline: Arc<Timeline>, prefix: Prefix) -> JoinHandle<Result<PathBuf, CacheError>> {
+    let dir = dir.to_path_buf();
+    std::thread::spawn(move || {
+        remove_stale(&dir);
+        let path = dir.join(FILE);
+        let temporary = dir.join(format!("{FILE}.{}.tmp", std::process::id()));
+        let written = File::create(&temporary)
+            .map_err(CacheError::from)
+            .and_then(|f| {
+                Ok(format::write(
+                    &timeline,
+                    prefix,
+                    &key,
+                    BufWriter::with_capacity(1 << 20, f),
+                )?)
+            })
+            .and_then(|()| Ok(fs::rename(&temporary, &path)?));
+        if written.is_err() {
+            let _ = fs::remove_file(&temporary);
+        }
+        written.map(|()| path)
+    })
+}
+
+/// Removes temporary copies a replay that ended while writing left behind (one still being
+/// written by another replay then fails to be renamed: nothing is lost, it is a cache).
+fn remove_stale(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(&format!("{FILE}.")) && name.ends_with(".tmp") {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

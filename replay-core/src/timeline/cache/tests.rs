@@ -1,0 +1,201 @@
+use super::format::{read, write};
+use super::*;
+use crate::flow::{EventKind, FlowEvent};
+
+fn sample() -> Timeline {
+    let mut t = Timeline::default();
+    for round in 0..50u64 {
+        for ip in [0x1000, 0x1004, 0x1008, 0x2000 + round % 3] {
+            t.push_ip(ip);
+        }
+    }
+    t.events.push(FlowEvent {
+        kind: EventKind::Interrupt {
+            ip: 0x1004,
+            target: 0x9000,
+        },
+        offset: 17,
+        position: 5,
+    });
+    t.events.push(FlowEvent {
+        kind: EventKind::Error {
+            ip: None,
+            message: "a TIP with no branch to take".to_string(),
+        },
+        offset: 99,
+        position: 120,
+    });
+    t.events.push(FlowEvent {
+        kind: EventKind::Spins {
+            ip: 0x1008,
+            instructions: Some(7),
+        },
+        offset: 130,
+        position: 199,
+    });
+    t
+}
+
+fn key(n: u8) -> Key {
+    Key([n; 32])
+}
+
+fn bytes(t: &Timeline, k: &Key) -> Vec<u8> {
+    let mut out = Vec::new();
+    write(t, Prefix::of(t), k, &mut out).expect("write");
+    out
+}
+
+fn back(b: &[u8], k: &Key) -> Result<Timeline, CacheError> {
+    read(b, k, b.len() as u64)
+}
+
+#[test]
+fn a_stored_timeline_reads_back_the_same() {
+    let t = sample();
+    let r = back(&bytes(&t, &key(1)), &key(1)).expect("read");
+    assert_eq!(t.first_difference(&r), None);
+    assert_eq!(
+        (t.runs.clone(), t.marks.clone(), t.len),
+        (r.runs.clone(), r.marks.clone(), r.len)
+    );
+    assert_eq!(t.events, r.events);
+    for p in [0, 1, 77, 199] {
+        assert_eq!(t.ip_at(p), r.ip_at(p));
+    }
+}
+
+#[test]
+fn only_the_prefix_is_stored() {
+    let mut t = sample();
+    let before = t.clone();
+    let prefix = Prefix::of(&t);
+    t.push_ip(0xdead);
+    let mut out = Vec::new();
+    write(&t, prefix, &key(1), &mut out).expect("write");
+    let r = back(&out, &key(1)).expect("read");
+    assert_eq!(before.first_difference(&r), None);
+    assert_eq!(r.len(), t.len() - 1);
+}
+
+#[test]
+fn another_key_or_another_file_is_refused() {
+    let b = bytes(&sample(), &key(1));
+    assert!(matches!(back(&b, &key(2)), Err(CacheError::OtherKey)));
+    assert!(matches!(
+        back(b"not a timeline at all, no", &key(1)),
+        Err(CacheError::NotACache)
+    ));
+}
+
+#[test]
+fn any_damaged_byte_or_a_cut_is_refused_with_where() {
+    let b = bytes(&sample(), &key(1));
+    // Every byte after the key, one at a time: the checksum or a check catches each.
+    for at in 40..b.len() {
+        let mut d = b.clone();
+        d[at] ^= 0x40;
+        match back(&d, &key(1)) {
+            Err(CacheError::Corrupt { offset, .. }) => assert!(offset <= b.len() as u64),
+            other => panic!("byte {at} changed: {other:?}"),
+        }
+    }
+    for cut in [41, 100, b.len() - 1] {
+        match back(&b[..cut], &key(1)) {
+            Err(CacheError::Corrupt { what, .. }) => assert!(
+                what.contains("ends early") || what.contains("checksum") || what.contains("sizes"),
+                "{what}"
+            ),
+            other => panic!("cut at {cut}: {other:?}"),
+        }
+    }
+    let mut longer = b.clone();
+    longer.push(0);
+    assert!(matches!(
+        back(&longer, &key(1)),
+        Err(CacheError::Corrupt {
+            what: "bytes after the checksum",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn the_key_follows_the_trace_and_every_file_of_the_recording() {
+    let dir = std::env::temp_dir().join(format!("rtit-cache-key-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(dir.join("images")).unwrap();
+    fs::write(dir.join("manifest.json"), "{}").unwrap();
+    fs::write(dir.join("images/a"), "abc").unwrap();
+    let k = Key::of(&dir, b"trace").expect("key");
+    assert_eq!(
+        Key::of(&dir, b"trace"),
+        Some(k.clone()),
+        "the same recording, the same key"
+    );
+    assert_ne!(Key::of(&dir, b"trace!"), Some(k.clone()), "another trace");
+    assert_ne!(Key::of(&dir, b"tracf"), Some(k.clone()), "a trace of the same size");
+    fs::write(dir.join(FILE), "anything").unwrap();
+    assert_eq!(
+        Key::of(&dir, b"trace"),
+        Some(k.clone()),
+        "the stored timeline is not part of it"
+    );
+    fs::write(dir.join("images/a"), "abcd").unwrap();
+    assert_ne!(Key::of(&dir, b"trace"), Some(k), "an image changed");
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn obtain_decodes_once_then_reads_back() {
+    let dir = std::env::temp_dir().join(format!("rtit-cache-obtain-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    let (t, origin, pending) = obtain(&dir, b"trace", Policy::Always, sample);
+    assert!(matches!(origin, Origin::Decoded { set_aside: None, .. }), "{origin:?}");
+    let path = pending
+        .store(Arc::new(t))
+        .expect("stored")
+        .join()
+        .unwrap()
+        .expect("written");
+    assert_eq!(path, dir.join(FILE));
+    let (r, origin, pending) = obtain(&dir, b"trace", Policy::Always, || panic!("decoded again"));
+    assert!(matches!(origin, Origin::Read(_)), "{origin:?}");
+    assert!(pending.store(Arc::new(r.clone())).is_none(), "nothing to store again");
+    assert_eq!(sample().first_difference(&r), None);
+    // Another trace: the stored one is set aside and the new one stored over it.
+    let (_, origin, _) = obtain(&dir, b"other", Policy::Always, sample);
+    assert!(
+        matches!(
+            origin,
+            Origin::Decoded {
+                set_aside: Some(CacheError::OtherKey),
+                ..
+            }
+        ),
+        "{origin:?}"
+    );
+    // Damaged: set aside too.
+    let mut b = fs::read(dir.join(FILE)).unwrap();
+    let last = b.len() - 1;
+    b[last] ^= 1;
+    fs::write(dir.join(FILE), b).unwrap();
+    let (_, origin, _) = obtain(&dir, b"trace", Policy::Auto, sample);
+    assert!(
+        matches!(
+            origin,
+            Origin::Decoded {
+                set_aside: Some(CacheError::Corrupt { .. }),
+                ..
+            }
+        ),
+        "{origin:?}"
+    );
+    let (_, origin, _) = obtain(&dir, b"trace", Policy::Off, sample);
+    assert!(
+        matches!(origin, Origin::Decoded { set_aside: None, .. }),
+        "Off reads nothing: {origin:?}"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
