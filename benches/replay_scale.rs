@@ -1,7 +1,10 @@
-//! Replay at scale (issue 19): recordings of a real program (`sha256sum` under the qemu
-//! backend) of about 1e7, 1e8 and 1e9 instructions, and for each:
+//! Replay at scale (issue 19): recordings of real programs under the qemu backend
+//! (`sha256sum`, a hot loop; `python3` serialising JSON, code spread over the interpreter and
+//! libc) of about 1e7, 1e8 and 1e9 instructions, and for each:
 //! - the time until `rtit replay --no-gdb` listens (process start included), and its peak
-//!   memory then;
+//!   memory then: first with nothing stored, then again once the timeline it decoded is
+//!   stored next to the recording (when decoding took over a second);
+//! - the decode throughput (the timeline built from the trace) on one core and on all;
 //! - on a session opened in a process of its own (so its peak memory is its own):
 //!   `continue` across the whole history (a breakpoint that never hits), `reverse-continue`
 //!   back to the start, `reverse-stepi` at the end with the registers gdb then reads, and a
@@ -11,7 +14,8 @@
 //!
 //! Each measurement is taken three times and given as a range. Needs qemu-x86_64 and a
 //! release build of the plugin (`cargo build --release`). Run with
-//! `cargo bench --bench replay_scale`; `RTIT_SCALE_SIZES=1e7,1e8` picks sizes.
+//! `cargo bench --bench replay_scale`; `RTIT_SCALE_SIZES=1e7,1e8` picks sizes and
+//! `RTIT_SCALE_PROGRAMS=python3` programs.
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
@@ -21,9 +25,15 @@ use std::time::Instant;
 
 use rtit_replay_core::recording::Recording;
 use rtit_replay_core::session::Session;
+use rtit_replay_core::timeline::cache;
+use rtit_replay_core::timeline::parallel::{self, Split};
 
 /// Instructions sha256sum runs per MiB of input, about.
 const PER_MIB: f64 = 55.5e6;
+
+/// Instructions python3 runs per pass of the loop below, and to start and end, about.
+const PER_PASS: f64 = 21_000.0;
+const PYTHON_START: f64 = 30e6;
 
 /// The process's peak resident memory, in MiB.
 fn peak_mib(pid: u32) -> f64 {
@@ -36,21 +46,35 @@ fn peak_mib(pid: u32) -> f64 {
     kib / 1024.0
 }
 
-/// A recording of about `n` instructions, made once and kept.
-fn recording(dir: &Path, plugin: &Path, n: f64) -> PathBuf {
-    let out = dir.join(format!("sha256sum-{n:e}"));
+/// A recording of `program` running about `n` instructions, made once and kept.
+fn recording(dir: &Path, plugin: &Path, program: &str, n: f64) -> PathBuf {
+    let out = dir.join(format!("{program}-{n:e}"));
     if Recording::open(&out).is_ok() {
         return out;
     }
-    let input = dir.join(format!("input-{n:e}"));
-    std::fs::write(&input, vec![0u8; (n / PER_MIB * f64::from(1 << 20)) as usize]).expect("input");
     let _ = std::fs::remove_dir_all(&out);
-    let status = Command::new(env!("CARGO_BIN_EXE_rtit"))
-        .env("RTIT_QEMU_PLUGIN", plugin)
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rtit"));
+    cmd.env("RTIT_QEMU_PLUGIN", plugin)
         .args(["record", "--backend", "qemu", "--out"])
         .arg(&out)
-        .args(["--", "/usr/bin/sha256sum"])
-        .arg(&input)
+        .arg("--");
+    match program {
+        "sha256sum" => {
+            let input = dir.join(format!("input-{n:e}"));
+            std::fs::write(&input, vec![0u8; (n / PER_MIB * f64::from(1 << 20)) as usize]).expect("input");
+            cmd.arg("/usr/bin/sha256sum").arg(&input);
+        }
+        "python3" => {
+            let passes = ((n - PYTHON_START) / PER_PASS).max(1.0) as u64;
+            cmd.args([
+                "/usr/bin/python3",
+                "-c",
+                &format!("import json\ns = 0\nfor i in range({passes}): s += len(json.dumps({{'a': i, 'b': [i, i * 2]}}))\nprint(s)"),
+            ]);
+        }
+        _ => panic!("RTIT_SCALE_PROGRAMS: sha256sum or python3, not {program}"),
+    }
+    let status = cmd
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
@@ -59,8 +83,9 @@ fn recording(dir: &Path, plugin: &Path, n: f64) -> PathBuf {
     out
 }
 
-/// Seconds until `rtit replay --no-gdb` listens, and its peak memory then.
-fn listen(rec: &Path) -> (f64, f64) {
+/// Seconds until `rtit replay --no-gdb` listens, and its peak memory then; with `keep`,
+/// the server is left running until the timeline it stores is there.
+fn listen(rec: &Path, keep: bool) -> (f64, f64) {
     let started = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_rtit"))
         .args(["replay", "--no-gdb", "--port", "0"])
@@ -76,6 +101,17 @@ fn listen(rec: &Path) -> (f64, f64) {
     }
     let secs = started.elapsed().as_secs_f64();
     let peak = peak_mib(child.id());
+    let stored = rec.join(cache::FILE);
+    let storing = || {
+        std::fs::read_dir(rec)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+    };
+    while keep && !stored.exists() && storing() {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let _ = child.kill();
     let _ = child.wait();
     (secs, peak)
@@ -149,9 +185,40 @@ fn range(v: &[f64], digits: usize) -> String {
     format!("{lo:.digits$}–{hi:.digits$}")
 }
 
+/// Instructions a second decoding the timeline on one core and on all, in this process.
+fn throughput(rec: &Path) {
+    let rec = Recording::open(rec).expect("recording");
+    let space = rec.address_space().expect("images");
+    let trace = rec.trace().expect("trace");
+    let gaps = rec.gaps();
+    let input = rec.decode_input(&trace, &space, &gaps);
+    let mut rates = Vec::new();
+    for split in [Split::sequential(), Split::all_cores()] {
+        let (took, built) = ms(|| parallel::build(&input, split, &mut |_| {}));
+        rates.push(built.timeline.len() as f64 / took / 1e3);
+    }
+    println!("{} {}", rates[0], rates[1]);
+}
+
+/// Runs this bench again as a child measuring `rec` (`what`: the environment variable that
+/// says what to measure); the numbers it printed last.
+fn child(what: &str, rec: &Path) -> Vec<f64> {
+    let out = Command::new(std::env::current_exe().expect("the bench"))
+        .env(what, rec)
+        .output()
+        .expect("the measuring child");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let line = String::from_utf8_lossy(&out.stdout);
+    let nums = line.lines().last().unwrap_or("");
+    nums.split_whitespace().map(|v| v.parse().expect("a number")).collect()
+}
+
 fn main() {
     if let Ok(rec) = std::env::var("RTIT_SCALE_ONE") {
         return one(Path::new(&rec));
+    }
+    if let Ok(rec) = std::env::var("RTIT_SCALE_DECODE") {
+        return throughput(Path::new(&rec));
     }
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -161,48 +228,72 @@ fn main() {
     let plugin = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/librtit_qemu_plugin.so");
     assert!(plugin.is_file(), "build the plugin first: cargo build --release");
     let sizes = std::env::var("RTIT_SCALE_SIZES").unwrap_or_else(|_| "1e7,1e8,1e9".into());
+    let programs = std::env::var("RTIT_SCALE_PROGRAMS").unwrap_or_else(|_| "sha256sum,python3".into());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut decode_rows = Vec::new();
     println!(
-        "| instructions | listening | peak then | continue, whole history | reverse-continue | reverse-stepi + regs | bt while values come | values final after | bt then | peak with final values |"
+        "| program | instructions | listening, first | peak then | listening, timeline stored | peak then | continue, whole history | reverse-continue | reverse-stepi + regs | bt while values come | values final after | bt then | peak with final values |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
-    for n in sizes
-        .split(',')
-        .map(|s| s.trim().parse::<f64>().expect("a size such as 1e8"))
-    {
-        let rec = recording(&dir, &plugin, n);
-        let positions = Recording::open(&rec).expect("recording").manifest.instructions;
-        let mut listened = (Vec::new(), Vec::new());
-        let mut cols: Vec<Vec<f64>> = vec![Vec::new(); 9];
-        for _ in 0..3 {
-            let (secs, peak) = listen(&rec);
-            listened.0.push(secs);
-            listened.1.push(peak);
-            let out = Command::new(std::env::current_exe().expect("the bench"))
-                .env("RTIT_SCALE_ONE", &rec)
-                .output()
-                .expect("the measuring child");
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-            let line = String::from_utf8_lossy(&out.stdout);
-            let nums = line.lines().last().unwrap_or("");
-            for (c, v) in cols.iter_mut().zip(nums.split_whitespace()) {
-                c.push(v.parse().expect("a number"));
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for program in programs.split(',').map(str::trim) {
+        for n in sizes
+            .split(',')
+            .map(|s| s.trim().parse::<f64>().expect("a size such as 1e8"))
+        {
+            let rec = recording(&dir, &plugin, program, n);
+            let positions = Recording::open(&rec).expect("recording").manifest.instructions;
+            let (mut first, mut again) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
+            let mut cols: Vec<Vec<f64>> = vec![Vec::new(); 9];
+            let mut rates: Vec<Vec<f64>> = vec![Vec::new(); 2];
+            for _ in 0..3 {
+                let _ = std::fs::remove_file(rec.join(cache::FILE));
+                let (secs, peak) = listen(&rec, true);
+                first.0.push(secs);
+                first.1.push(peak);
+                if rec.join(cache::FILE).exists() {
+                    let (secs, peak) = listen(&rec, false);
+                    again.0.push(secs);
+                    again.1.push(peak);
+                }
+                for (c, v) in cols.iter_mut().zip(child("RTIT_SCALE_ONE", &rec)) {
+                    c.push(v);
+                }
+                for (c, v) in rates.iter_mut().zip(child("RTIT_SCALE_DECODE", &rec)) {
+                    c.push(v);
+                }
             }
+            let per = |mib: &[f64]| {
+                let bytes: Vec<f64> = mib.iter().map(|m| m * f64::from(1 << 20) / positions as f64).collect();
+                format!("{} MiB ({} B/insn)", range(mib, 0), range(&bytes, 2))
+            };
+            let (again_secs, again_peak) = if again.0.is_empty() {
+                ("not stored (decoded in under 1 s)".to_string(), "".to_string())
+            } else {
+                (format!("{} s", range(&again.0, 2)), per(&again.1))
+            };
+            println!(
+                "| {program} | {positions} | {} s | {} | {again_secs} | {again_peak} | {} ms | {} ms | {} ms | {} ms | {} s | {} ms | {} |",
+                range(&first.0, 2),
+                per(&first.1),
+                range(&cols[2], 1),
+                range(&cols[3], 1),
+                range(&cols[4], 2),
+                range(&cols[5], 1),
+                range(&cols[6], 1),
+                range(&cols[7], 1),
+                per(&cols[8]),
+            );
+            decode_rows.push(format!(
+                "| {program} | {positions} | {} M/s | {} M/s |",
+                range(&rates[0], 0),
+                range(&rates[1], 0)
+            ));
         }
-        let per = |mib: &[f64]| {
-            let bytes: Vec<f64> = mib.iter().map(|m| m * f64::from(1 << 20) / positions as f64).collect();
-            format!("{} MiB ({} B/insn)", range(mib, 0), range(&bytes, 2))
-        };
-        println!(
-            "| {positions} | {} s | {} | {} ms | {} ms | {} ms | {} ms | {} s | {} ms | {} |",
-            range(&listened.0, 2),
-            per(&listened.1),
-            range(&cols[2], 1),
-            range(&cols[3], 1),
-            range(&cols[4], 2),
-            range(&cols[5], 1),
-            range(&cols[6], 1),
-            range(&cols[7], 1),
-            per(&cols[8]),
-        );
+    }
+    println!();
+    println!("| program | instructions | decode, one core | decode, {cores} cores |");
+    println!("|---|---|---|---|");
+    for row in decode_rows {
+        println!("{row}");
     }
 }

@@ -174,7 +174,7 @@ impl Pending {
     /// background if it was decoded and worth it.
     pub fn store(self, timeline: Arc<Timeline>) -> Option<JoinHandle<Result<PathBuf, CacheError>>> {
         let key = self.key.filter(|_| self.worth)?;
-        Some(store(&self.dir, key, timeline, self.prefix))
+        store(&self.dir, key, timeline, self.prefix)
     }
 }
 
@@ -229,40 +229,39 @@ pub fn load(dir: &Path, key: &Key) -> Result<Option<Timeline>, CacheError> {
 }
 
 /// Stores the first `prefix` of `timeline` in `dir` under `key`, on a thread of its own;
-/// the path written, once it is there.
-pub fn store(dir: &Path, key: Key, timeline: Arc<Timeline>, prefix: Prefix) -> JoinHandle<Result<PathBuf, CacheError>> {
-    let dir = dir.to_path_buf();
-    std::thread::spawn(move || {
-        remove_stale(&dir);
-        let path = dir.join(FILE);
-        let temporary = dir.join(format!("{FILE}.{}.tmp", std::process::id()));
-        let written = File::create(&temporary)
-            .map_err(CacheError::from)
-            .and_then(|f| {
-                Ok(format::write(
-                    &timeline,
-                    prefix,
-                    &key,
-                    BufWriter::with_capacity(1 << 20, f),
-                )?)
-            })
-            .and_then(|()| Ok(fs::rename(&temporary, &path)?));
+/// the path written, once it is there. `None` when the directory cannot be written to (a
+/// recording rtit may only read): nothing is stored then.
+pub fn store(
+    dir: &Path,
+    key: Key,
+    timeline: Arc<Timeline>,
+    prefix: Prefix,
+) -> Option<JoinHandle<Result<PathBuf, CacheError>>> {
+    remove_stale(dir);
+    let path = dir.join(FILE);
+    let temporary = dir.join(format!("{FILE}.{}.tmp", std::process::id()));
+    let file = File::create(&temporary).ok()?;
+    Some(std::thread::spawn(move || {
+        let written = format::write(&timeline, prefix, &key, BufWriter::with_capacity(1 << 20, file))
+            .and_then(|()| fs::rename(&temporary, &path));
         if written.is_err() {
             let _ = fs::remove_file(&temporary);
         }
-        written.map(|()| path)
-    })
+        Ok(written.map(|()| path)?)
+    }))
 }
 
-/// Removes temporary copies a replay that ended while writing left behind (one still being
-/// written by another replay then fails to be renamed: nothing is lost, it is a cache).
+/// Removes the temporary copies that replays which ended while writing left behind: those
+/// of processes no longer running (`timeline.cache.PID.tmp`).
 fn remove_stale(dir: &Path) {
     let Ok(entries) = fs::read_dir(dir) else { return };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if name.starts_with(&format!("{FILE}.")) && name.ends_with(".tmp") {
-            let _ = fs::remove_file(entry.path());
+        let pid = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(FILE)?.strip_prefix('.')?.strip_suffix(".tmp"));
+        if let Some(pid) = pid.filter(|p| !Path::new("/proc").join(p).exists()) {
+            let _ = fs::remove_file(dir.join(format!("{FILE}.{pid}.tmp")));
         }
     }
 }

@@ -199,3 +199,24 @@ fn obtain_decodes_once_then_reads_back() {
     );
     let _ = fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn only_the_copies_of_replays_that_ended_are_removed() {
+    let dir = std::env::temp_dir().join(format!("rtit-cache-stale-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    let gone = dir.join(format!("{FILE}.4000000000.tmp"));
+    let running = dir.join(format!("{FILE}.1.tmp"));
+    fs::write(&gone, "half").unwrap();
+    fs::write(&running, "half").unwrap();
+    let t = Arc::new(sample());
+    store(&dir, key(3), t.clone(), Prefix::of(&t))
+        .expect("writable")
+        .join()
+        .unwrap()
+        .expect("written");
+    assert!(!gone.exists(), "left by a process that is gone");
+    assert!(running.exists(), "being written by pid 1");
+    assert!(dir.join(FILE).exists());
+    let _ = fs::remove_dir_all(&dir);
+}
