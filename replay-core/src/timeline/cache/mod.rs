@@ -239,7 +239,10 @@ pub fn store(
 ) -> Option<JoinHandle<Result<PathBuf, CacheError>>> {
     remove_stale(dir);
     let path = dir.join(FILE);
-    let temporary = dir.join(format!("{FILE}.{}.tmp", std::process::id()));
+    // The process and a number of its own: two sessions of one process may store at once.
+    static STORES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = STORES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let temporary = dir.join(format!("{FILE}.{}.{n}.tmp", std::process::id()));
     let file = File::create(&temporary).ok()?;
     Some(std::thread::spawn(move || {
         let written = format::write(&timeline, prefix, &key, BufWriter::with_capacity(1 << 20, file))
@@ -252,16 +255,18 @@ pub fn store(
 }
 
 /// Removes the temporary copies that replays which ended while writing left behind: those
-/// of processes no longer running (`timeline.cache.PID.tmp`).
+/// of processes no longer running (`timeline.cache.PID.N.tmp`).
 fn remove_stale(dir: &Path) {
     let Ok(entries) = fs::read_dir(dir) else { return };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let pid = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(FILE)?.strip_prefix('.')?.strip_suffix(".tmp"));
-        if let Some(pid) = pid.filter(|p| !Path::new("/proc").join(p).exists()) {
-            let _ = fs::remove_file(dir.join(format!("{FILE}.{pid}.tmp")));
+        let pid = name.to_str().and_then(|n| {
+            let rest = n.strip_prefix(FILE)?.strip_prefix('.')?.strip_suffix(".tmp")?;
+            let pid = rest.split('.').next()?;
+            pid.bytes().all(|b| b.is_ascii_digit()).then_some(pid)
+        });
+        if pid.is_some_and(|p| !Path::new("/proc").join(p).exists()) {
+            let _ = fs::remove_file(entry.path());
         }
     }
 }

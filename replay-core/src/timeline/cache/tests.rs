@@ -205,8 +205,8 @@ fn only_the_copies_of_replays_that_ended_are_removed() {
     let dir = std::env::temp_dir().join(format!("rtit-cache-stale-{}", std::process::id()));
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir).unwrap();
-    let gone = dir.join(format!("{FILE}.4000000000.tmp"));
-    let running = dir.join(format!("{FILE}.1.tmp"));
+    let gone = dir.join(format!("{FILE}.4000000000.0.tmp"));
+    let running = dir.join(format!("{FILE}.1.0.tmp"));
     fs::write(&gone, "half").unwrap();
     fs::write(&running, "half").unwrap();
     let t = Arc::new(sample());
@@ -218,5 +218,14 @@ fn only_the_copies_of_replays_that_ended_are_removed() {
     assert!(!gone.exists(), "left by a process that is gone");
     assert!(running.exists(), "being written by pid 1");
     assert!(dir.join(FILE).exists());
+    // Two stores of one process at once write to files of their own.
+    let (a, b) = (
+        store(&dir, key(4), t.clone(), Prefix::of(&t)).expect("writable"),
+        store(&dir, key(4), t.clone(), Prefix::of(&t)).expect("writable"),
+    );
+    a.join().unwrap().expect("first written");
+    b.join().unwrap().expect("second written");
+    let r = load(&dir, &key(4)).expect("readable").expect("there");
+    assert_eq!(sample().first_difference(&r), None);
     let _ = fs::remove_dir_all(&dir);
 }
