@@ -36,6 +36,24 @@ fn sample() -> Timeline {
     t
 }
 
+/// An empty directory of the test's own, removed when dropped (even when the test fails).
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("rtit-cache-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).expect("scratch directory");
+        Self(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
 fn key(n: u8) -> Key {
     Key([n; 32])
 }
@@ -122,8 +140,8 @@ fn any_damaged_byte_or_a_cut_is_refused_with_where() {
 
 #[test]
 fn the_key_follows_the_trace_and_every_file_of_the_recording() {
-    let dir = std::env::temp_dir().join(format!("rtit-cache-key-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
+    let scratch = Scratch::new("key");
+    let dir = scratch.0.clone();
     fs::create_dir_all(dir.join("images")).unwrap();
     fs::write(dir.join("manifest.json"), "{}").unwrap();
     fs::write(dir.join("images/a"), "abc").unwrap();
@@ -143,14 +161,12 @@ fn the_key_follows_the_trace_and_every_file_of_the_recording() {
     );
     fs::write(dir.join("images/a"), "abcd").unwrap();
     assert_ne!(Key::of(&dir, b"trace"), Some(k), "an image changed");
-    let _ = fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn obtain_decodes_once_then_reads_back() {
-    let dir = std::env::temp_dir().join(format!("rtit-cache-obtain-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir).unwrap();
+    let scratch = Scratch::new("obtain");
+    let dir = scratch.0.clone();
     let (t, origin, pending) = obtain(&dir, b"trace", Policy::Always, sample);
     assert!(matches!(origin, Origin::Decoded { set_aside: None, .. }), "{origin:?}");
     let path = pending
@@ -197,14 +213,12 @@ fn obtain_decodes_once_then_reads_back() {
         matches!(origin, Origin::Decoded { set_aside: None, .. }),
         "Off reads nothing: {origin:?}"
     );
-    let _ = fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn only_the_copies_of_replays_that_ended_are_removed() {
-    let dir = std::env::temp_dir().join(format!("rtit-cache-stale-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir).unwrap();
+    let scratch = Scratch::new("stale");
+    let dir = scratch.0.clone();
     let gone = dir.join(format!("{FILE}.4000000000.0.tmp"));
     let running = dir.join(format!("{FILE}.1.0.tmp"));
     fs::write(&gone, "half").unwrap();
@@ -227,5 +241,4 @@ fn only_the_copies_of_replays_that_ended_are_removed() {
     b.join().unwrap().expect("second written");
     let r = load(&dir, &key(4)).expect("readable").expect("there");
     assert_eq!(sample().first_difference(&r), None);
-    let _ = fs::remove_dir_all(&dir);
 }
