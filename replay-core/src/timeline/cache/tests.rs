@@ -37,7 +37,7 @@ fn sample() -> Timeline {
 }
 
 /// An empty directory of the test's own, removed when dropped (even when the test fails).
-struct Scratch(std::path::PathBuf);
+struct Scratch(PathBuf);
 
 impl Scratch {
     fn new(name: &str) -> Self {
