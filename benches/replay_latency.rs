@@ -111,10 +111,9 @@ fn bench(c: &mut Criterion) {
     let known = all(&mut fresh);
     let stats = fresh.values().stats();
     eprintln!(
-        "state at position {somewhere}: {known}/12 registers known; {} checkpoints holding {} pages ({:.1} MiB at most)",
+        "state at position {somewhere}: {known}/12 registers known; {} checkpoints holding {:.1} MiB",
         stats.checkpoints,
-        stats.pages,
-        stats.pages as f64 * 4.6 / 1024.0
+        stats.bytes as f64 / (1 << 20) as f64
     );
     group.finish();
     let _ = std::fs::remove_dir_all(rec.dir.parent().expect("scratch dir"));

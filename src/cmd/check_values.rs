@@ -295,13 +295,13 @@ pub fn run(args: &CheckValuesArgs) -> Result<()> {
         }
     }
     println!(
-        "decode {:.1} ms; values {:.1} ms ({} forward and {} backward steps, {} checkpoints holding {} pages, {} conflicts)",
+        "decode {:.1} ms; values {:.1} ms ({} forward and {} backward steps, {} checkpoints holding {:.1} MiB, {} conflicts)",
         opened.as_secs_f64() * 1e3,
         (elapsed - opened).as_secs_f64() * 1e3,
         stats.forward_steps,
         stats.backward_steps,
         stats.checkpoints,
-        stats.pages,
+        stats.bytes as f64 / (1 << 20) as f64,
         stats.conflicts
     );
     let limit = if args.verbose { usize::MAX } else { 10 };

@@ -30,6 +30,7 @@ use rustc_hash::FxHashMap;
 use super::chains::{Chains, Made, Plan};
 use super::known::Known;
 use super::maps::MapEffect;
+use super::memory::Footprint;
 use super::walker::{rseq_areas, Shared, Steps, Walker};
 use super::State;
 use crate::image::AddressSpace;
@@ -124,9 +125,9 @@ pub struct ValuesStats {
     pub conflicts: u64,
     /// Checkpoints held.
     pub checkpoints: usize,
-    /// Pages of memory the checkpoints hold (copied on write, so shared pages count once per
-    /// checkpoint here: an upper bound).
-    pub pages: usize,
+    /// Bytes the checkpoints hold: their registers, and their memory counting what several
+    /// share once.
+    pub bytes: usize,
     /// Positions between checkpoints.
     pub interval: u64,
     /// Positions the chains walked so far, and in all.
@@ -300,7 +301,13 @@ impl Values {
             .chain(self.provisional.values())
             .chain(self.forward_seeded.values())
             .chain(self.backward_seeded.values());
-        let (checkpoints, pages) = states.fold((0, 0), |(n, p), s| (n + 1, p + s.mem.pages()));
+        let mut footprint = Footprint::new();
+        let mut checkpoints = 0;
+        for s in states {
+            checkpoints += 1;
+            s.mem.footprint(&mut footprint);
+        }
+        let bytes = footprint.bytes() + checkpoints * size_of::<State>();
         let walked = match &self.chains {
             Some(c) => (c.walked.load(Ordering::Relaxed), c.total),
             None if self.held.is_some() => (0, 0),
@@ -314,7 +321,7 @@ impl Values {
             backward_steps: self.walker.stats.backward + self.chain_steps.backward,
             conflicts: self.conflicts,
             checkpoints,
-            pages,
+            bytes,
             interval: self.interval,
             walked,
         }

@@ -14,8 +14,8 @@
 //! ([`crate::syscall`]); an interrupt, a gap, an error or untraced code between two positions
 //! makes everything unknown; map changes make their ranges unknown.
 //!
-//! Files: `reg` (registers), `flags` (RFLAGS bits, conditions), `memory` (known bytes, pages
-//! copied on write), `ops` (operands), `vector/` (zmm0–31 and the opmasks: SSE, AVX2 and
+//! Files: `reg` (registers), `flags` (RFLAGS bits, conditions), `memory/` (known bytes, copied
+//! on write by 256-byte segments), `ops` (operands), `vector/` (zmm0–31 and the opmasks: SSE, AVX2 and
 //! AVX-512), `xsave` (the XSAVE family), `mxcsr`, `float` and `rounded` (scalar floating
 //! point), `integer` and `partial` (integer instructions, partly known registers), `writes`
 //! (what iced-x86 says an instruction writes), `forward` and `backward` (semantics),
@@ -36,7 +36,6 @@ pub mod maps;
 pub mod memory;
 mod mxcsr;
 mod ops;
-mod pages;
 mod partial;
 pub mod reg;
 mod rounded;

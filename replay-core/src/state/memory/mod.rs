@@ -1,41 +1,22 @@
-//! Memory as known bytes: pages copied on write, so a checkpoint is a cheap clone of the
-//! page table; read-only image bytes are known everywhere and are not stored here.
+//! Memory as known bytes: pages of segments copied on write ([`page`]) in a two-level table
+//! ([`table`]), so a checkpoint is a cheap clone of the table; read-only image bytes are
+//! known everywhere and are not stored here.
+
+mod footprint;
+mod page;
+mod table;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 
-use super::pages::PageTable;
 use super::why::{self, Why};
 use crate::image::AddressSpace;
+pub use footprint::Footprint;
+use page::Page;
+use table::PageTable;
 
-const PAGE: u64 = 4096;
-
-#[derive(Clone)]
-struct Page {
-    bytes: [u8; PAGE as usize],
-    /// One bit per byte.
-    known: [u64; PAGE as usize / 64],
-    /// Why the unknown bytes of each 64-byte line are unknown (the last cause that forgot
-    /// any of them): per line, so a save area forgotten next to older losses in the same
-    /// page does not hide their causes.
-    why: [Why; LINES],
-}
-
-/// 64-byte lines per page.
-const LINES: usize = PAGE as usize / 64;
-
-impl Page {
-    fn empty(why: Why) -> Self {
-        Self {
-            bytes: [0; PAGE as usize],
-            known: [0; PAGE as usize / 64],
-            why: [why; LINES],
-        }
-    }
-
-    fn is_known(&self, i: usize) -> bool {
-        self.known[i / 64] & (1 << (i % 64)) != 0
-    }
-}
+const PAGE: u64 = page::PAGE as u64;
 
 /// The writable memory's known bytes.
 #[derive(Clone, Default)]
@@ -70,17 +51,22 @@ impl Memory {
         self.pages.len()
     }
 
-    /// The byte at `addr`, if known here.
-    fn byte(&self, addr: u64) -> Option<u8> {
-        let page = self.pages.get(addr / PAGE)?;
-        let i = (addr % PAGE) as usize;
-        page.is_known(i).then_some(page.bytes[i])
+    /// Counts what this holds that `f` has not seen yet.
+    pub fn footprint(&self, f: &mut Footprint) {
+        f.first(Arc::as_ptr(&self.volatile), self.volatile.len() * 16);
+        self.pages.footprint(f, Page::footprint);
     }
 
-    /// The cause recorded for the line holding `addr`.
+    /// The byte at `addr`, if known here.
+    fn byte(&self, addr: u64) -> Option<u8> {
+        self.pages.get(addr / PAGE)?.byte((addr % PAGE) as usize)
+    }
+
+    /// The cause recorded for the unknown byte at `addr`.
     fn line_why(&self, addr: u64) -> Why {
-        let line = (addr % PAGE) as usize / 64;
-        self.pages.get(addr / PAGE).map_or(self.why_all, |p| p.why[line])
+        self.pages
+            .get(addr / PAGE)
+            .map_or(self.why_all, |p| p.why((addr % PAGE) as usize))
     }
 
     /// Declares ranges the kernel may rewrite at any time: never known.
@@ -138,7 +124,7 @@ impl Memory {
         Some(u64::from_le_bytes(v))
     }
 
-    /// Knows `bytes` at `addr`.
+    /// Knows `bytes` at `addr`. A write of what is already known copies nothing.
     pub fn write(&mut self, addr: u64, bytes: &[u8]) {
         self.drop_partial(addr, bytes.len() as u64);
         let why_all = self.why_all;
@@ -148,12 +134,13 @@ impl Memory {
             let a = addr.wrapping_add(done as u64);
             let j = (a % PAGE) as usize;
             let n = (PAGE as usize - j).min(bytes.len() - done);
-            let page = Arc::make_mut(self.pages.get_or_insert_with(a / PAGE, || Page::empty(why_all)));
-            page.bytes[j..j + n].copy_from_slice(&bytes[done..done + n]);
-            for k in j..j + n {
-                page.known[k / 64] |= 1 << (k % 64);
-            }
+            let src = &bytes[done..done + n];
             done += n;
+            if self.pages.get(a / PAGE).is_some_and(|p| !p.write_changes(j, src)) {
+                continue;
+            }
+            let page = self.pages.get_or_insert_with(a / PAGE, || Page::unknown(why_all));
+            Arc::make_mut(page).write(j, src);
         }
     }
 
@@ -214,23 +201,16 @@ impl Memory {
     }
 
     fn forget_within(&mut self, addr: u64, end: u64) {
+        let why = why::current();
         let mut a = addr;
         while a < end {
             let p = a / PAGE;
             let page_end = (p + 1).saturating_mul(PAGE).min(end);
+            let (j, n) = ((a % PAGE) as usize, (page_end - a) as usize);
             // A page forgotten is kept (its bytes unknown) for the cause it holds.
-            if let Some(page) = self.pages.get_mut(p) {
-                let page = Arc::make_mut(page);
-                let why = why::current();
-                if a % PAGE == 0 && page_end - a == PAGE {
-                    page.known = [0; PAGE as usize / 64];
-                    page.why = [why; LINES];
-                } else {
-                    for x in a..page_end {
-                        let j = (x % PAGE) as usize;
-                        page.known[j / 64] &= !(1 << (j % 64));
-                        page.why[j / 64] = why;
-                    }
+            if self.pages.get(p).is_some_and(|page| page.forget_changes(j, n, why)) {
+                if let Some(page) = self.pages.get_mut(p) {
+                    Arc::make_mut(page).forget(j, n, why);
                 }
             }
             if page_end == a {
@@ -243,21 +223,12 @@ impl Memory {
     /// Learns every byte `other` knows and this does not.
     pub fn absorb(&mut self, other: &Memory) {
         for (p, theirs) in other.pages.iter() {
-            match self.pages.get_mut(p) {
-                None => {
-                    self.pages.insert(p, theirs.clone());
-                }
-                Some(mine) if Arc::ptr_eq(mine, theirs) => {}
-                Some(mine) => {
-                    let new = theirs.known.iter().zip(&mine.known).any(|(t, m)| t & !m != 0);
-                    if new {
-                        let page = Arc::make_mut(mine);
-                        for i in 0..PAGE as usize {
-                            if theirs.is_known(i) && !page.is_known(i) {
-                                page.bytes[i] = theirs.bytes[i];
-                                page.known[i / 64] |= 1 << (i % 64);
-                            }
-                        }
+            match self.pages.get(p) {
+                None => self.pages.insert(p, theirs.clone()),
+                Some(mine) if Arc::ptr_eq(mine, theirs) || !mine.lacks(theirs) => {}
+                Some(_) => {
+                    if let Some(mine) = self.pages.get_mut(p) {
+                        Arc::make_mut(mine).absorb(theirs);
                     }
                 }
             }
@@ -270,68 +241,5 @@ impl Memory {
         self.pages.clear();
         self.partial.clear();
         self.why_all = why::current();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::image::Image;
-
-    #[test]
-    fn bytes_are_known_where_written_or_read_only() {
-        let mut space = AddressSpace::new();
-        space.add(Image::from_raw("ro", 0x1000, vec![1, 2, 3, 4])).expect("add");
-        let mut m = Memory::new();
-        m.write(0x2ffe, &[9, 8, 7, 6]);
-        assert_eq!(
-            m.read(0x2ffe, 4, &space),
-            Some(vec![9, 8, 7, 6]),
-            "across a page boundary"
-        );
-        assert_eq!(m.read(0x2ffd, 2, &space), None);
-        assert_eq!(m.read(0x1001, 2, &space), Some(vec![2, 3]), "read-only image bytes");
-        let snapshot = m.clone();
-        m.forget(0x2fff, 2);
-        assert_eq!(m.read(0x2ffe, 1, &space), Some(vec![9]));
-        assert_eq!(m.read(0x2fff, 1, &space), None);
-        assert_eq!(m.read(0x3001, 1, &space), Some(vec![6]));
-        assert_eq!(
-            snapshot.read(0x2fff, 2, &space),
-            Some(vec![8, 7]),
-            "checkpoints are copies"
-        );
-        m.store(0x5000, 8, Some(0x1122_3344_5566_7788));
-        assert_eq!(m.read_u64(0x5000, 8, &space), Some(0x1122_3344_5566_7788));
-        m.forget(0x5000, 4096);
-        assert_eq!(m.read_u64(0x5000, 1, &space), None);
-        m.forget_all();
-        assert_eq!(m.pages(), 0);
-        assert_eq!(m.read(0x1000, 1, &space), Some(vec![1]));
-    }
-
-    #[test]
-    fn forgetting_a_huge_range_visits_only_the_known_pages() {
-        let mut m = Memory::new();
-        m.write(0x1000, &[1, 2, 3]);
-        m.write(0x7fff_0000_0ffe, &[4, 5, 6, 7]);
-        // A terabyte-sized unmapping that clips the second write.
-        m.forget(0x7fff_0000_1000, 1 << 40);
-        let space = AddressSpace::new();
-        assert_eq!(m.read(0x1000, 3, &space), Some(vec![1, 2, 3]));
-        assert_eq!(m.read(0x7fff_0000_0ffe, 2, &space), Some(vec![4, 5]));
-        assert_eq!(m.read(0x7fff_0000_1000, 1, &space), None);
-        // The whole address space, for a cause the forgotten pages keep.
-        why::begin(why::Cause::MapChange, 9);
-        m.forget(0, u64::MAX);
-        assert_eq!(m.read(0x1000, 1, &space), None);
-        assert_eq!(m.read(0x7fff_0000_0ffe, 1, &space), None);
-        assert_eq!(
-            m.why(0x1001, &space),
-            Some(Why {
-                cause: why::Cause::MapChange,
-                position: 9
-            })
-        );
     }
 }

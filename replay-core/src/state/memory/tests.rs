@@ -1,0 +1,91 @@
+//! Memory's reads, writes, forgets and causes across pages.
+
+use super::*;
+use crate::image::Image;
+use crate::state::why;
+
+#[test]
+fn bytes_are_known_where_written_or_read_only() {
+    let mut space = AddressSpace::new();
+    space.add(Image::from_raw("ro", 0x1000, vec![1, 2, 3, 4])).expect("add");
+    let mut m = Memory::new();
+    m.write(0x2ffe, &[9, 8, 7, 6]);
+    assert_eq!(
+        m.read(0x2ffe, 4, &space),
+        Some(vec![9, 8, 7, 6]),
+        "across a page boundary"
+    );
+    assert_eq!(m.read(0x2ffd, 2, &space), None);
+    assert_eq!(m.read(0x1001, 2, &space), Some(vec![2, 3]), "read-only image bytes");
+    let snapshot = m.clone();
+    m.forget(0x2fff, 2);
+    assert_eq!(m.read(0x2ffe, 1, &space), Some(vec![9]));
+    assert_eq!(m.read(0x2fff, 1, &space), None);
+    assert_eq!(m.read(0x3001, 1, &space), Some(vec![6]));
+    assert_eq!(
+        snapshot.read(0x2fff, 2, &space),
+        Some(vec![8, 7]),
+        "checkpoints are copies"
+    );
+    m.store(0x5000, 8, Some(0x1122_3344_5566_7788));
+    assert_eq!(m.read_u64(0x5000, 8, &space), Some(0x1122_3344_5566_7788));
+    m.forget(0x5000, 4096);
+    assert_eq!(m.read_u64(0x5000, 1, &space), None);
+    m.forget_all();
+    assert_eq!(m.pages(), 0);
+    assert_eq!(m.read(0x1000, 1, &space), Some(vec![1]));
+}
+
+#[test]
+fn forgetting_a_huge_range_visits_only_the_known_pages() {
+    let mut m = Memory::new();
+    m.write(0x1000, &[1, 2, 3]);
+    m.write(0x7fff_0000_0ffe, &[4, 5, 6, 7]);
+    // A terabyte-sized unmapping that clips the second write.
+    m.forget(0x7fff_0000_1000, 1 << 40);
+    let space = AddressSpace::new();
+    assert_eq!(m.read(0x1000, 3, &space), Some(vec![1, 2, 3]));
+    assert_eq!(m.read(0x7fff_0000_0ffe, 2, &space), Some(vec![4, 5]));
+    assert_eq!(m.read(0x7fff_0000_1000, 1, &space), None);
+    // The whole address space, for a cause the forgotten pages keep.
+    why::begin(why::Cause::MapChange, 9);
+    m.forget(0, u64::MAX);
+    assert_eq!(m.read(0x1000, 1, &space), None);
+    assert_eq!(m.read(0x7fff_0000_0ffe, 1, &space), None);
+    assert_eq!(
+        m.why(0x1001, &space),
+        Some(Why {
+            cause: why::Cause::MapChange,
+            position: 9
+        })
+    );
+}
+
+#[test]
+fn a_checkpoint_costs_the_segments_written_since_not_the_pages() {
+    let mut m = Memory::new();
+    for p in 0..64u64 {
+        m.write(0x10_0000 + p * PAGE, &[1; PAGE as usize]);
+    }
+    let mut f = Footprint::new();
+    m.footprint(&mut f);
+    let one = f.bytes();
+    assert!(one > 64 * PAGE as usize, "{one}");
+    let checkpoint = m.clone();
+    checkpoint.footprint(&mut f);
+    assert!(f.bytes() - one < 256, "a clone copies its map of chunks only");
+    let one = f.bytes();
+    // Eight bytes in each of 8 pages: 8 pages' slots, 8 segments and the chunk copied, not
+    // 8 pages of bytes.
+    for p in 0..8u64 {
+        m.write(0x10_0000 + p * PAGE + 100, &[2; 8]);
+    }
+    // A write of what is known already copies nothing.
+    m.write(0x10_0000 + 9 * PAGE, &[1; 8]);
+    m.footprint(&mut f);
+    let grown = f.bytes() - one;
+    assert!(grown > 8 * 256 && grown < 8 * 1024 + 2048, "{grown}");
+    let space = AddressSpace::new();
+    assert_eq!(checkpoint.read(0x10_0000 + 100, 2, &space), Some(vec![1, 1]));
+    assert_eq!(m.read(0x10_0000 + 100, 2, &space), Some(vec![2, 2]));
+}
