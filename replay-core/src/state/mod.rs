@@ -20,7 +20,8 @@
 //! point), `integer` and `partial` (integer instructions, partly known registers), `writes`
 //! (what iced-x86 says an instruction writes), `forward` and `backward` (semantics),
 //! `transition` (one position to the next: instructions, system calls, events), `walker`
-//! (a walk over the history with what the recording says lies between), `chains` (the
+//! (a walk over the history with what the recording says lies between), `nearby` (a walk's
+//! place in a sorted list of positions), `chains` (the
 //! checkpoints, made in the background), `engine` (queries), `known` (reading both passes at one position), `why` (the
 //! cause of each unknown), `sigreturn` (the context a signal return restores).
 
@@ -35,6 +36,7 @@ mod known;
 pub mod maps;
 pub mod memory;
 mod mxcsr;
+mod nearby;
 mod ops;
 mod partial;
 pub mod reg;

@@ -10,6 +10,7 @@ use iced_x86::{Instruction, InstructionInfoFactory};
 use rustc_hash::FxHashMap;
 
 use super::maps::MapEffect;
+use super::nearby::Nearby;
 use super::reg::{RAX, RBX, RCX, RDX};
 use super::transition::{self, Between};
 use super::why::{self, Cause};
@@ -78,7 +79,15 @@ pub(super) struct Steps {
 pub(super) struct Walker {
     pub(super) shared: Arc<Shared>,
     cursor: Cursor,
-    decoded: FxHashMap<u64, Option<Instruction>>,
+    /// Per slot of the timeline's blocks ([`Cursor::at`]): 0 not decoded yet, else one more
+    /// than the index of its instruction in `insns` (zeroed memory costs nothing until a
+    /// walk gets there; a dense array of instructions would cost 40 bytes a slot).
+    decoded: Vec<u32>,
+    /// The instructions decoded, `None` where the bytes do not decode.
+    insns: Vec<Option<Instruction>>,
+    /// Where the walk is in the barriers.
+    near_hard: Nearby,
+    near_soft: Nearby,
     factory: InstructionInfoFactory,
     pub(super) stats: Steps,
     /// Whether the last forward step took its instruction's result from the recording
@@ -89,12 +98,15 @@ pub(super) struct Walker {
 impl Walker {
     pub(super) fn new(shared: Arc<Shared>) -> Self {
         Self {
-            shared,
             cursor: Cursor::default(),
-            decoded: FxHashMap::default(),
+            decoded: vec![0; shared.history.slots()],
+            insns: Vec::new(),
+            near_hard: Nearby::default(),
+            near_soft: Nearby::default(),
             factory: InstructionInfoFactory::new(),
             stats: Steps::default(),
             answered: false,
+            shared,
         }
     }
 
@@ -108,19 +120,31 @@ impl Walker {
         self.cursor.ip(&self.shared.history, p)
     }
 
-    fn insn(&mut self, ip: u64) -> Option<Instruction> {
-        let space = &self.shared.space;
-        *self.decoded.entry(ip).or_insert_with(|| decode_insn(space, ip).ok())
+    /// The address at `p` and its instruction, decoded once per slot.
+    fn insn_at(&mut self, p: u64) -> (u64, Option<Instruction>) {
+        let (ip, slot) = self
+            .cursor
+            .at(&self.shared.history, p)
+            .expect("a position of the history");
+        let k = match self.decoded[slot] {
+            0 => {
+                self.insns.push(decode_insn(&self.shared.space, ip).ok());
+                let k = u32::try_from(self.insns.len()).expect("fewer than 4 G slots");
+                self.decoded[slot] = k;
+                k
+            }
+            k => k,
+        };
+        (ip, self.insns[k as usize - 1])
     }
 
     /// Carries `st` over what lies between `p` and `p + 1`, forwards (from `p` to `p + 1`) or
     /// backwards.
     fn cross(&mut self, st: &mut State, p: u64, forwards: bool) {
-        let ip = self.ip(p).expect("a position of the history");
-        let insn = self.insn(ip);
+        let (ip, insn) = self.insn_at(p);
         let next = self.ip(p + 1);
-        let hard = self.shared.hard.binary_search(&(p + 1)).is_ok();
-        let soft = self.shared.soft.binary_search(&(p + 1)).is_ok();
+        let hard = self.near_hard.contains(&self.shared.hard, p + 1);
+        let soft = self.near_soft.contains(&self.shared.soft, p + 1);
         let between = match &insn {
             None => Between::Unknown,
             Some(i) if transition::is_syscall(i) && !hard => {

@@ -39,6 +39,11 @@ impl Blocks {
         &self.ips[self.starts[b] as usize..self.starts[b + 1] as usize]
     }
 
+    /// Where block `b`'s addresses start in `ips`.
+    pub(super) fn start(&self, b: u32) -> usize {
+        self.starts[b as usize] as usize
+    }
+
     /// Block `b`'s number of instructions.
     pub(super) fn len(&self, b: u32) -> u32 {
         let b = b as usize;

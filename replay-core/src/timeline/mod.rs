@@ -83,6 +83,12 @@ impl Timeline {
         self.len == 0
     }
 
+    /// Number of instruction slots in the table of blocks ([`Cursor::at`]): a block's
+    /// instructions once however often it ran.
+    pub fn slots(&self) -> usize {
+        self.blocks.ips.len()
+    }
+
     /// The events, in order; each knows its position.
     pub fn events(&self) -> &[FlowEvent] {
         &self.events
