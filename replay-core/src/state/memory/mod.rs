@@ -111,17 +111,56 @@ impl Memory {
 
     /// `len` bytes at `addr`, if every one is known here or in a read-only image.
     pub fn read(&self, addr: u64, len: usize, space: &AddressSpace) -> Option<Vec<u8>> {
-        (0..len as u64)
-            .map(|i| self.read_byte(addr.checked_add(i)?, space))
-            .collect()
+        let mut out = vec![0; len];
+        self.read_into(addr, &mut out, space).then_some(out)
     }
 
     /// A little-endian value of `bytes` bytes at `addr`, if known.
     pub fn read_u64(&self, addr: u64, bytes: u32, space: &AddressSpace) -> Option<u64> {
-        let b = self.read(addr, bytes as usize, space)?;
         let mut v = [0u8; 8];
-        v[..b.len().min(8)].copy_from_slice(&b[..b.len().min(8)]);
+        match bytes as usize {
+            n @ 0..=8 => self.read_into(addr, &mut v[..n], space).then_some(())?,
+            n => v.copy_from_slice(&self.read(addr, n, space)?[..8]),
+        }
         Some(u64::from_le_bytes(v))
+    }
+
+    /// Fills `out` with the bytes at `addr`; false at the first byte not known (whose cause
+    /// is noted, as [`Self::read_byte`] does).
+    fn read_into(&self, addr: u64, out: &mut [u8], space: &AddressSpace) -> bool {
+        let len = out.len() as u64;
+        let volatile = self
+            .volatile
+            .iter()
+            .any(|&(a, n)| addr < a.saturating_add(n) && a < addr.saturating_add(len));
+        if !volatile && self.read_held(addr, out) {
+            return true;
+        }
+        for (i, o) in out.iter_mut().enumerate() {
+            match addr.checked_add(i as u64).and_then(|a| self.read_byte(a, space)) {
+                Some(b) => *o = b,
+                None => return false,
+            }
+        }
+        true
+    }
+
+    /// Fills `out` if every byte at `addr` is known in the pages held: a segment at a time,
+    /// where a byte at a time looked each up from the top (9 % of python3's walk).
+    fn read_held(&self, addr: u64, out: &mut [u8]) -> bool {
+        let mut done = 0;
+        while done < out.len() {
+            let Some(a) = addr.checked_add(done as u64) else {
+                return false;
+            };
+            let j = (a % PAGE) as usize;
+            let n = (PAGE as usize - j).min(out.len() - done);
+            match self.pages.get(a / PAGE) {
+                Some(page) if page.read(j, &mut out[done..done + n]) => done += n,
+                _ => return false,
+            }
+        }
+        true
     }
 
     /// Knows `bytes` at `addr`. A write of what is already known copies nothing.

@@ -183,6 +183,18 @@ impl Page {
         }
     }
 
+    /// Fills `out` with the bytes at `j` if all are known.
+    pub(super) fn read(&self, j: usize, out: &mut [u8]) -> bool {
+        let mut all = true;
+        for_segments(j, out.len(), |s, off, part| match &self.slots[s] {
+            Slot::Held(seg) if all && seg.all_known(off, part.len()) => {
+                out[part.clone()].copy_from_slice(&seg.bytes[off..off + part.len()]);
+            }
+            _ => all = false,
+        });
+        all
+    }
+
     /// Why the byte at `i` is unknown (meaningless if it is known).
     pub(super) fn why(&self, i: usize) -> Why {
         match &self.slots[i / SEG] {

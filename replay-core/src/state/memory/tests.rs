@@ -89,3 +89,32 @@ fn a_checkpoint_costs_the_segments_written_since_not_the_pages() {
     assert_eq!(checkpoint.read(0x10_0000 + 100, 2, &space), Some(vec![1, 1]));
     assert_eq!(m.read(0x10_0000 + 100, 2, &space), Some(vec![2, 2]));
 }
+
+#[test]
+fn a_read_mixes_written_and_read_only_bytes_and_names_the_first_unknown_cause() {
+    let mut space = AddressSpace::new();
+    space.add(Image::from_raw("ro", 0x2000, vec![0xa0, 0xa1])).expect("add");
+    let mut m = Memory::new();
+    m.write(0x1ffe, &[1, 2]);
+    m.write(0x10f8, &[7; 16]);
+    assert_eq!(m.read(0x1ffe, 4, &space), Some(vec![1, 2, 0xa0, 0xa1]));
+    assert_eq!(
+        m.read_u64(0x10fc, 8, &space),
+        Some(0x0707_0707_0707_0707),
+        "across segments"
+    );
+    why::begin(why::Cause::MapChange, 5);
+    m.forget(0x1100, 1);
+    why::begin(why::Cause::Untraced, 6);
+    assert_eq!(m.read_u64(0x10fc, 8, &space), None);
+    assert_eq!(
+        m.why(0x1100, &space),
+        Some(Why {
+            cause: why::Cause::MapChange,
+            position: 5
+        })
+    );
+    m.set_volatile(&[(0x10f8, 1)]);
+    assert_eq!(m.read(0x10f8, 2, &space), None, "a volatile byte is never known");
+    assert_eq!(m.read(0x10f9, 2, &space), Some(vec![7, 7]));
+}
