@@ -147,6 +147,47 @@ pub fn decode_insn(space: &AddressSpace, ip: u64) -> Result<Instruction, BlockEr
     Ok(insn)
 }
 
+/// Decodes instructions one after another, each exactly as [`decode_insn`] would, without
+/// setting up an iced decoder per instruction (the decoder is large: making one costs more
+/// than decoding an instruction with it). An instruction is decoded by the decoder left
+/// after the previous one when it stands at that address with bytes left: it reads the rest
+/// of the slice `bytes_at` gave for an earlier address of the same segment, which is what
+/// `bytes_at` gives for this one (segments never overlap). Anywhere else (the first
+/// instruction, a jump in the sequence, the end of a segment, an invalid instruction) it
+/// decodes afresh, as `decode_insn` does.
+pub struct InsnStream<'a> {
+    space: &'a AddressSpace,
+    decoder: Option<Decoder<'a>>,
+}
+
+impl<'a> InsnStream<'a> {
+    /// A stream over the code of `space`.
+    pub fn new(space: &'a AddressSpace) -> Self {
+        Self { space, decoder: None }
+    }
+
+    /// The address after the instruction at `ip`: `decode_insn(space, ip)?.next_ip()`.
+    #[inline]
+    pub fn next_ip(&mut self, ip: u64) -> Result<u64, BlockError> {
+        if let Some(decoder) = &mut self.decoder {
+            if decoder.ip() == ip && decoder.can_decode() {
+                let insn = decoder.decode();
+                if !insn.is_invalid() {
+                    return Ok(insn.next_ip());
+                }
+            }
+        }
+        let decoder = self
+            .decoder
+            .insert(Decoder::with_ip(64, self.space.bytes_at(ip)?, ip, DecoderOptions::NONE));
+        let insn = decoder.decode();
+        if insn.is_invalid() && decoder.last_error() == iced_x86::DecoderError::NoMoreBytes {
+            return Err(BlockError::Truncated { ip });
+        }
+        Ok(insn.next_ip())
+    }
+}
+
 fn decode_block(space: &AddressSpace, start: u64) -> Result<Block, BlockError> {
     let bytes = space.bytes_at(start)?;
     let mut decoder = Decoder::with_ip(64, bytes, start, DecoderOptions::NONE);

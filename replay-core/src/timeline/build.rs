@@ -4,15 +4,16 @@
 use rustc_hash::FxHashMap;
 
 use super::Timeline;
-use crate::flow::{decode_insn, FlowEvent, FlowSink};
+use crate::flow::{FlowEvent, FlowSink, InsnStream};
 use crate::image::AddressSpace;
 
 /// Receives the decoder's output (a [`FlowSink`]) and makes a [`Timeline`] of it.
 pub struct Builder<'a> {
     space: &'a AddressSpace,
     timeline: Timeline,
-    /// The block of each distinct run, by its first address and instruction count.
-    seen: FxHashMap<(u64, u64), u32>,
+    /// The block of each distinct run, by its first address and instruction count, with the
+    /// block's length: a run then costs one lookup, not a second one in the blocks' bounds.
+    seen: FxHashMap<(u64, u64), (u32, u32)>,
     /// Each decoded instruction's successor in memory: blocks overlap (a loop entered at
     /// several places, a function's tail), so most are decoded once.
     next: FxHashMap<u64, u64>,
@@ -78,9 +79,9 @@ impl<'a> Builder<'a> {
 
     /// Decodes a new run: sequential from `first`. A run cut short by an undecodable
     /// instruction ends there (the decoder reported it).
-    fn decode(&mut self, first: u64, count: u64) -> u32 {
+    fn decode(&mut self, first: u64, count: u64) -> (u32, u32) {
         self.fill_scratch(first, count);
-        self.timeline.blocks.add(&self.scratch)
+        (self.timeline.blocks.add(&self.scratch), self.scratch.len() as u32)
     }
 
     /// The addresses of `count` instructions one after another from `first` into
@@ -88,12 +89,13 @@ impl<'a> Builder<'a> {
     fn fill_scratch(&mut self, first: u64, count: u64) {
         self.scratch.clear();
         let mut ip = first;
+        let mut insns = InsnStream::new(self.space);
         for _ in 0..count {
             self.scratch.push(ip);
             ip = match self.next.get(&ip) {
                 Some(&n) => n,
-                None => match decode_insn(self.space, ip) {
-                    Ok(insn) => *self.next.entry(ip).or_insert(insn.next_ip()),
+                None => match insns.next_ip(ip) {
+                    Ok(n) => *self.next.entry(ip).or_insert(n),
                     Err(_) => break,
                 },
             };
@@ -120,17 +122,24 @@ impl<'a> Builder<'a> {
     pub(super) fn intern(&mut self, ips: &[u64]) -> u32 {
         let key = (ips[0], ips.len() as u64);
         match self.seen.get(&key) {
-            Some(&b) => b,
+            Some(&(b, _)) => b,
             None => {
                 let b = self.timeline.blocks.add(ips);
-                self.seen.insert(key, b);
+                self.seen.insert(key, (b, ips.len() as u32));
                 b
             }
         }
     }
 
     pub(super) fn push_block(&mut self, block: u32) {
-        self.timeline.push_run(block);
+        let len = self.timeline.blocks.len(block);
+        self.push_sized(block, len);
+    }
+
+    /// Appends a run of `block`, which holds `len` instructions.
+    #[inline]
+    fn push_sized(&mut self, block: u32, len: u32) {
+        self.timeline.push_run(block, len);
         if self.timeline.len >= self.next_progress {
             self.next_progress = self.timeline.len + PROGRESS_EVERY;
             if let Some(p) = &mut self.progress {
@@ -145,7 +154,7 @@ impl FlowSink for Builder<'_> {
         if count == 0 {
             return;
         }
-        let block = match self.seen.get(&(ip, count)) {
+        let (block, len) = match self.seen.get(&(ip, count)) {
             Some(&b) => b,
             None => {
                 let b = self.decode(ip, count);
@@ -153,7 +162,7 @@ impl FlowSink for Builder<'_> {
                 b
             }
         };
-        self.push_block(block);
+        self.push_sized(block, len);
     }
 
     fn event(&mut self, event: FlowEvent) {
