@@ -263,7 +263,7 @@ impl<'a> FlowDecoder<'a> {
             let term = block.term;
             let mut count = u64::from(block.len()) - 1;
             // An asynchronous FUP that binds inside this block: walk up to it.
-            if self.tnt_left == 0 {
+            if self.tnt_left == 0 && !self.source.peek_branch() {
                 if let Ok(Some(Decoded {
                     packet: Packet::Fup(e, _),
                     ip: Some(f),
@@ -297,7 +297,7 @@ impl<'a> FlowDecoder<'a> {
             }
             self.emit(term.ip, count, nlip, sink);
             // A near branch out of the filter range: FUP.PGD with its NLIP (table 1).
-            if next != nlip && self.tnt_left == 0 {
+            if next != nlip && self.tnt_left == 0 && !self.source.peek_branch() {
                 if let Ok(Some(Decoded {
                     packet: Packet::Fup(FupEvent::PacketGenDisable, _),
                     ip: Some(f),

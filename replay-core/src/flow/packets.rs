@@ -67,6 +67,13 @@ impl FlowDecoder<'_> {
     #[inline]
     pub(super) fn take_bit(&mut self, ip: u64) -> Step<bool> {
         if self.tnt_left == 0 {
+            if let Some(tnt) = self.source.peek_tnt() {
+                self.source.next();
+                self.tnt_left = u32::from(tnt.count());
+                self.tnt_bits = u64::from(tnt.header());
+                self.tnt_left -= 1;
+                return Ok((self.tnt_bits >> self.tnt_left) & 1 == 1);
+            }
             let d = self.peek()?;
             match d.map(|d| d.packet) {
                 Some(Packet::Tnt(tnt)) => {
@@ -88,6 +95,10 @@ impl FlowDecoder<'_> {
             let message = format!("{} TNT bits left over at the {what} at {ip:#x}", self.tnt_left);
             return Err(Failure::new(Some(ip), self.offset(), message));
         }
+        if let Some(target) = self.source.peek_tip() {
+            self.source.next();
+            return Ok(target);
+        }
         let d = self.peek()?;
         match d {
             Some(Decoded {
@@ -106,6 +117,7 @@ impl FlowDecoder<'_> {
     /// or not (a TIP).
     pub(super) fn return_target(&mut self, ip: u64) -> Step<u64> {
         let compressed = self.tnt_left > 0
+            || self.source.peek_tnt().is_some()
             || match self.peek()? {
                 Some(d) => matches!(d.packet, Packet::Tnt(_)),
                 None => self.begin_tail() && self.tnt_left > 0,
