@@ -14,9 +14,6 @@ pub struct Builder<'a> {
     /// The block of each distinct run, by its first address and instruction count, with the
     /// block's length: a run then costs one lookup, not a second one in the blocks' bounds.
     seen: FxHashMap<(u64, u64), (u32, u32)>,
-    /// Each decoded instruction's successor in memory: blocks overlap (a loop entered at
-    /// several places, a function's tail), so most are decoded once.
-    next: FxHashMap<u64, u64>,
     /// A block's addresses while it is decoded.
     scratch: Vec<u64>,
     /// Told the instructions so far every [`PROGRESS_EVERY`] of them.
@@ -35,7 +32,6 @@ impl<'a> Builder<'a> {
             space,
             timeline: Timeline::default(),
             seen: FxHashMap::default(),
-            next: FxHashMap::default(),
             scratch: Vec::new(),
             progress: None,
             next_progress: PROGRESS_EVERY,
@@ -85,19 +81,19 @@ impl<'a> Builder<'a> {
     }
 
     /// The addresses of `count` instructions one after another from `first` into
-    /// `self.scratch` (fewer if one does not decode).
+    /// `self.scratch` (fewer if one does not decode). Decoded afresh every time, even where
+    /// blocks overlap: decoding on with one decoder ([`InsnStream`]) costs less than looking
+    /// each successor up in a map of every instruction seen, a chain of dependent cache
+    /// misses once the map outgrows the cache.
     fn fill_scratch(&mut self, first: u64, count: u64) {
         self.scratch.clear();
         let mut ip = first;
         let mut insns = InsnStream::new(self.space);
         for _ in 0..count {
             self.scratch.push(ip);
-            ip = match self.next.get(&ip) {
-                Some(&n) => n,
-                None => match insns.next_ip(ip) {
-                    Ok(n) => *self.next.entry(ip).or_insert(n),
-                    Err(_) => break,
-                },
+            ip = match insns.next_ip(ip) {
+                Ok(n) => n,
+                Err(_) => break,
             };
         }
     }
