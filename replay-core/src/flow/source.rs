@@ -32,22 +32,36 @@ impl<'a> Source<'a> {
     }
 
     /// The next flow-significant packet (or decode error), without consuming it.
-    #[inline]
+    #[inline(always)]
     pub fn peek(&mut self) -> Option<&Result<Decoded, DecodeError>> {
+        // Inline: most calls find the packet peeked already; the decoding is out of line.
         if self.peeked.is_none() {
-            // A TNT (most of a trace, and never a timing packet) is written in place, field
-            // by field; the hot readers below read it back the same way. Built by `pull` and
-            // copied here whole, it stalled on store forwarding.
-            self.peeked = match self.decoder.next_tnt() {
-                Some((offset, tnt)) => Some(Ok(Decoded {
-                    offset,
-                    packet: Packet::Tnt(tnt),
-                    ip: None,
-                })),
-                None => self.pull(),
-            };
+            self.fill();
         }
         self.peeked.as_ref()
+    }
+
+    /// Decodes the next flow-significant packet into the lookahead.
+    #[inline(never)]
+    fn fill(&mut self) {
+        // A TNT or a TIP (most of a trace, and never timing packets) is written in place,
+        // field by field; the hot readers below read it back the same way. Built by `pull`
+        // and copied here whole, it stalled on store forwarding.
+        self.peeked = if let Some((offset, tnt)) = self.decoder.next_tnt() {
+            Some(Ok(Decoded {
+                offset,
+                packet: Packet::Tnt(tnt),
+                ip: None,
+            }))
+        } else if let Some((offset, payload, ip)) = self.decoder.next_tip() {
+            Some(Ok(Decoded {
+                offset,
+                packet: Packet::Tip(payload),
+                ip: Some(ip),
+            }))
+        } else {
+            self.pull()
+        };
     }
 
     /// The next packet if it is a TNT, without consuming it: [`Self::peek`] without copying
