@@ -249,7 +249,7 @@ impl<'a> FlowDecoder<'a> {
             if self.tail {
                 // Past the last packet: the history ends at the recorder's count.
                 let left = self.limit.saturating_sub(self.position);
-                let len = u64::from(self.spaces[self.current].2.block(id).len());
+                let len = u64::from(self.spaces[self.current].2.term(id).1);
                 if left <= len {
                     if left > 0 {
                         self.emit(ip, left, 0, sink);
@@ -258,10 +258,8 @@ impl<'a> FlowDecoder<'a> {
                     return;
                 }
             }
-            let cache = &self.spaces[self.current].2;
-            let block = cache.block(id);
-            let term = block.term;
-            let mut count = u64::from(block.len()) - 1;
+            let (term, len) = self.spaces[self.current].2.term(id);
+            let mut count = u64::from(len) - 1;
             // An asynchronous FUP that binds inside this block: walk up to it.
             if self.tnt_left == 0 && !self.source.peek_branch() {
                 if let Ok(Some(Decoded {
@@ -356,8 +354,7 @@ impl<'a> FlowDecoder<'a> {
     fn block_at(&mut self, ip: u64, from: Option<(u32, bool)>) -> Result<u32, BlockError> {
         let (_, space, cache) = &mut self.spaces[self.current];
         if let Some((prev, taken)) = from {
-            let b = cache.block(prev);
-            let linked = if taken { b.taken } else { b.fallthrough };
+            let linked = cache.linked(prev, taken);
             if linked != NO_BLOCK {
                 return Ok(linked);
             }
