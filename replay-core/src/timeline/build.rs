@@ -45,6 +45,23 @@ impl<'a> Builder<'a> {
         self
     }
 
+    /// Makes room for `runs` runs at once, if the memory is there (the runs list of a long
+    /// history is tens of megabytes: grown by doubling, each step copies it and touches its
+    /// pages afresh). Unused room is given back by [`Self::finish`].
+    pub fn reserve(&mut self, runs: usize) {
+        let t = &mut self.timeline;
+        if t.runs.try_reserve(runs).is_ok() {
+            let _ = t.marks.try_reserve(runs / super::STRIDE + 1);
+        }
+    }
+
+    /// Makes room for the runs a trace of `bytes` bytes usually holds: branchy code such as
+    /// python3's makes 0.6–0.85 runs a byte of trace, so one a byte seldom needs more (a hot
+    /// loop makes more runs a byte, and its list grows as it would have).
+    pub fn reserve_for_trace(&mut self, bytes: usize) {
+        self.reserve(bytes);
+    }
+
     /// The timeline built.
     pub fn finish(mut self) -> Timeline {
         self.timeline.runs.shrink_to_fit();
