@@ -151,7 +151,7 @@ impl<'a> Builder<'a> {
 
     /// Appends a run of `block`, which holds `len` instructions.
     #[inline]
-    fn push_sized(&mut self, block: u32, len: u32) {
+    pub(super) fn push_sized(&mut self, block: u32, len: u32) {
         self.timeline.push_run(block, len);
         if self.timeline.len >= self.next_progress {
             self.next_progress = self.timeline.len + PROGRESS_EVERY;
