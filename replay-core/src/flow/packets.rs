@@ -63,30 +63,38 @@ impl FlowDecoder<'_> {
         f
     }
 
-    /// The next TNT bit, for the branch at `ip`.
-    #[inline]
+    /// The next TNT bit, for the branch at `ip`. Inline: most bits are pending already; the
+    /// next packet is taken out of line.
+    #[inline(always)]
     pub(super) fn take_bit(&mut self, ip: u64) -> Step<bool> {
         if self.tnt_left == 0 {
-            if let Some(tnt) = self.source.peek_tnt() {
-                self.source.next();
-                self.tnt_left = u32::from(tnt.count());
-                self.tnt_bits = u64::from(tnt.header());
-                self.tnt_left -= 1;
-                return Ok((self.tnt_bits >> self.tnt_left) & 1 == 1);
-            }
-            let d = self.peek()?;
-            match d.map(|d| d.packet) {
-                Some(Packet::Tnt(tnt)) => {
-                    self.source.next();
-                    self.tnt_left = u32::from(tnt.count());
-                    self.tnt_bits = u64::from(tnt.header());
-                }
-                None if self.begin_tail() && self.tnt_left > 0 => {}
-                _ => return Err(self.unexpected(ip, "a conditional branch needs a TNT bit", d)),
-            }
+            self.refill_bits(ip)?;
         }
         self.tnt_left -= 1;
         Ok((self.tnt_bits >> self.tnt_left) & 1 == 1)
+    }
+
+    /// No TNT bit pending: the next TNT packet's bits for the branch at `ip` (or, past the
+    /// last packet, those RTIT_TNT_BUFF held); afterwards at least one is pending.
+    #[inline(never)]
+    fn refill_bits(&mut self, ip: u64) -> Step<()> {
+        if let Some(tnt) = self.source.peek_tnt() {
+            self.source.next();
+            self.tnt_left = u32::from(tnt.count());
+            self.tnt_bits = u64::from(tnt.header());
+            return Ok(());
+        }
+        let d = self.peek()?;
+        match d.map(|d| d.packet) {
+            Some(Packet::Tnt(tnt)) => {
+                self.source.next();
+                self.tnt_left = u32::from(tnt.count());
+                self.tnt_bits = u64::from(tnt.header());
+            }
+            None if self.begin_tail() && self.tnt_left > 0 => {}
+            _ => return Err(self.unexpected(ip, "a conditional branch needs a TNT bit", d)),
+        }
+        Ok(())
     }
 
     /// The TIP for the indirect branch at `ip`.
