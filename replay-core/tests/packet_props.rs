@@ -165,3 +165,50 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    /// The flow decoder's fast paths (`next_tnt`, `next_tip`) take a packet only where `next`
+    /// would give that very packet, and leave the decoder untouched otherwise: a decoder that
+    /// tries them first at every step follows one that only calls `next`, item by item, on
+    /// valid streams, random bytes, lost stretches and both packet formats.
+    #[test]
+    fn fast_paths_take_exactly_what_next_takes(
+        (config, packets) in config_and_stream(),
+        junk in prop::collection::vec(
+            prop_oneof![
+                4 => prop::collection::vec(any::<u8>(), 0..24),
+                1 => Just(PSB_BYTES.to_vec()),
+            ],
+            0..6,
+        ),
+        gap_at in prop::collection::vec(any::<prop::sample::Index>(), 0..3),
+    ) {
+        let mut bytes = encode_all(&packets).expect("valid packets");
+        bytes.extend(junk.concat());
+        bytes.extend(encode_all(&packets).expect("valid packets"));
+        let mut gaps: Vec<(usize, Option<u64>)> =
+            gap_at.iter().map(|i| (i.index(bytes.len() + 1), Some(7))).collect();
+        gaps.sort_unstable();
+        gaps.dedup();
+        let mut reference = PacketDecoder::new(&bytes, config).with_gaps(&gaps);
+        let mut fast = PacketDecoder::new(&bytes, config).with_gaps(&gaps);
+        loop {
+            let want = reference.next();
+            let got = if let Some((offset, tnt)) = fast.next_tnt() {
+                Some(Ok(Decoded { offset, packet: Packet::Tnt(tnt), ip: None }))
+            } else if let Some((offset, payload, ip)) = fast.next_tip() {
+                Some(Ok(Decoded { offset, packet: Packet::Tip(payload), ip: Some(ip) }))
+            } else {
+                fast.next()
+            };
+            prop_assert_eq!(&got, &want);
+            prop_assert!(fast.same_state(&reference));
+            prop_assert_eq!(fast.last_lip(), reference.last_lip());
+            if want.is_none() {
+                break;
+            }
+        }
+    }
+}

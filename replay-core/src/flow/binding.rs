@@ -124,6 +124,17 @@ impl FlowDecoder<'_> {
 
     /// What binds at the boundary before `ip`, with no TNT bit pending.
     pub(super) fn boundary(&mut self, ip: u64, sink: &mut impl FlowSink) -> Boundary {
+        // The usual cases first, read in place: the next TNT bits (taken now, as below), or a
+        // TIP (the block's branch takes it; nothing binds here).
+        if let Some(tnt) = self.source.peek_tnt() {
+            self.source.next();
+            self.tnt_left = u32::from(tnt.count());
+            self.tnt_bits = u64::from(tnt.header());
+            return Boundary::Walk;
+        }
+        if self.source.peek_tip().is_some() {
+            return Boundary::Walk;
+        }
         let d = match self.peek() {
             Ok(Some(d)) => d,
             Ok(None) if self.begin_tail() => return Boundary::Walk,

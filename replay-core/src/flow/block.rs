@@ -44,10 +44,39 @@ pub struct Block {
     offsets: Box<[u16]>,
     /// Its last instruction.
     pub term: Terminator,
+}
+
+/// What the walk reads of a block at every pass, packed into 32 bytes so that two share a
+/// cache line: hot code's blocks stay cached, where the whole [`Block`] (56 bytes, with its
+/// instructions' offsets behind a pointer) spread them over twice the lines.
+#[derive(Debug, Clone, Copy)]
+struct Hot {
+    term_ip: u64,
+    target: u64,
     /// Block at the taken target of a direct branch, once seen.
-    pub taken: u32,
+    taken: u32,
     /// Block at the terminator's NLIP, once seen.
-    pub fallthrough: u32,
+    fallthrough: u32,
+    /// Instructions, terminator included (at most [`MAX_BLOCK_INSNS`]).
+    len: u16,
+    term_len: u8,
+    cofi: Cofi,
+}
+
+const _: () = assert!(size_of::<Hot>() == 32);
+
+impl Hot {
+    fn new(block: &Block) -> Self {
+        Self {
+            term_ip: block.term.ip,
+            target: block.term.target,
+            taken: NO_BLOCK,
+            fallthrough: NO_BLOCK,
+            len: block.offsets.len() as u16,
+            term_len: block.term.len,
+            cofi: block.term.cofi,
+        }
+    }
 }
 
 impl Block {
@@ -86,6 +115,8 @@ pub enum BlockError {
 #[derive(Debug, Default)]
 pub struct BlockCache {
     blocks: Vec<Block>,
+    /// Each block's terminator, length and successor links, by the same index.
+    hot: Vec<Hot>,
     by_ip: FxHashMap<u64, u32>,
 }
 
@@ -101,14 +132,39 @@ impl BlockCache {
         &self.blocks[id as usize]
     }
 
+    /// Block `id`'s terminator and number of instructions: what the walk needs of it.
+    #[inline]
+    pub fn term(&self, id: u32) -> (Terminator, u32) {
+        let h = &self.hot[id as usize];
+        let term = Terminator {
+            ip: h.term_ip,
+            len: h.term_len,
+            cofi: h.cofi,
+            target: h.target,
+        };
+        (term, u32::from(h.len))
+    }
+
+    /// The block block `id` leads to by its taken edge (`taken`) or its fall-through, if that
+    /// link was recorded ([`NO_BLOCK`] if not).
+    #[inline]
+    pub fn linked(&self, id: u32, taken: bool) -> u32 {
+        let h = &self.hot[id as usize];
+        if taken {
+            h.taken
+        } else {
+            h.fallthrough
+        }
+    }
+
     /// Records a successor link of block `id`.
     #[inline]
     pub fn link(&mut self, id: u32, taken: bool, to: u32) {
-        let b = &mut self.blocks[id as usize];
+        let h = &mut self.hot[id as usize];
         if taken {
-            b.taken = to;
+            h.taken = to;
         } else {
-            b.fallthrough = to;
+            h.fallthrough = to;
         }
     }
 
@@ -130,6 +186,7 @@ impl BlockCache {
         }
         let block = decode_block(space, ip)?;
         let id = self.blocks.len() as u32;
+        self.hot.push(Hot::new(&block));
         self.blocks.push(block);
         self.by_ip.insert(ip, id);
         Ok(id)
@@ -145,6 +202,47 @@ pub fn decode_insn(space: &AddressSpace, ip: u64) -> Result<Instruction, BlockEr
         return Err(BlockError::Truncated { ip });
     }
     Ok(insn)
+}
+
+/// Decodes instructions one after another, each exactly as [`decode_insn`] would, without
+/// setting up an iced decoder per instruction (the decoder is large: making one costs more
+/// than decoding an instruction with it). An instruction is decoded by the decoder left
+/// after the previous one when it stands at that address with bytes left: it reads the rest
+/// of the slice `bytes_at` gave for an earlier address of the same segment, which is what
+/// `bytes_at` gives for this one (segments never overlap). Anywhere else (the first
+/// instruction, a jump in the sequence, the end of a segment, an invalid instruction) it
+/// decodes afresh, as `decode_insn` does.
+pub struct InsnStream<'a> {
+    space: &'a AddressSpace,
+    decoder: Option<Decoder<'a>>,
+}
+
+impl<'a> InsnStream<'a> {
+    /// A stream over the code of `space`.
+    pub fn new(space: &'a AddressSpace) -> Self {
+        Self { space, decoder: None }
+    }
+
+    /// The address after the instruction at `ip`: `decode_insn(space, ip)?.next_ip()`.
+    #[inline]
+    pub fn next_ip(&mut self, ip: u64) -> Result<u64, BlockError> {
+        if let Some(decoder) = &mut self.decoder {
+            if decoder.ip() == ip && decoder.can_decode() {
+                let insn = decoder.decode();
+                if !insn.is_invalid() {
+                    return Ok(insn.next_ip());
+                }
+            }
+        }
+        let decoder = self
+            .decoder
+            .insert(Decoder::with_ip(64, self.space.bytes_at(ip)?, ip, DecoderOptions::NONE));
+        let insn = decoder.decode();
+        if insn.is_invalid() && decoder.last_error() == iced_x86::DecoderError::NoMoreBytes {
+            return Err(BlockError::Truncated { ip });
+        }
+        Ok(insn.next_ip())
+    }
 }
 
 fn decode_block(space: &AddressSpace, start: u64) -> Result<Block, BlockError> {
@@ -184,8 +282,6 @@ fn decode_block(space: &AddressSpace, start: u64) -> Result<Block, BlockError> {
                     cofi,
                     target,
                 },
-                taken: NO_BLOCK,
-                fallthrough: NO_BLOCK,
             });
         }
     }

@@ -249,7 +249,7 @@ impl<'a> FlowDecoder<'a> {
             if self.tail {
                 // Past the last packet: the history ends at the recorder's count.
                 let left = self.limit.saturating_sub(self.position);
-                let len = u64::from(self.spaces[self.current].2.block(id).len());
+                let len = u64::from(self.spaces[self.current].2.term(id).1);
                 if left <= len {
                     if left > 0 {
                         self.emit(ip, left, 0, sink);
@@ -258,12 +258,10 @@ impl<'a> FlowDecoder<'a> {
                     return;
                 }
             }
-            let cache = &self.spaces[self.current].2;
-            let block = cache.block(id);
-            let term = block.term;
-            let mut count = u64::from(block.len()) - 1;
+            let (term, len) = self.spaces[self.current].2.term(id);
+            let mut count = u64::from(len) - 1;
             // An asynchronous FUP that binds inside this block: walk up to it.
-            if self.tnt_left == 0 {
+            if self.tnt_left == 0 && !self.source.peek_branch() {
                 if let Ok(Some(Decoded {
                     packet: Packet::Fup(e, _),
                     ip: Some(f),
@@ -297,7 +295,7 @@ impl<'a> FlowDecoder<'a> {
             }
             self.emit(term.ip, count, nlip, sink);
             // A near branch out of the filter range: FUP.PGD with its NLIP (table 1).
-            if next != nlip && self.tnt_left == 0 {
+            if next != nlip && self.tnt_left == 0 && !self.source.peek_branch() {
                 if let Ok(Some(Decoded {
                     packet: Packet::Fup(FupEvent::PacketGenDisable, _),
                     ip: Some(f),
@@ -356,8 +354,7 @@ impl<'a> FlowDecoder<'a> {
     fn block_at(&mut self, ip: u64, from: Option<(u32, bool)>) -> Result<u32, BlockError> {
         let (_, space, cache) = &mut self.spaces[self.current];
         if let Some((prev, taken)) = from {
-            let b = cache.block(prev);
-            let linked = if taken { b.taken } else { b.fallthrough };
+            let linked = cache.linked(prev, taken);
             if linked != NO_BLOCK {
                 return Ok(linked);
             }
@@ -370,7 +367,9 @@ impl<'a> FlowDecoder<'a> {
 
     /// Executes a terminator against the trace: where it goes. After a far transfer that
     /// ended in FUP.PGD the state is no longer `Tracing` (it executed, then tracing stopped).
-    #[inline]
+    /// Always inlined: once per block, and left out of line in the watched decode of a
+    /// stretch it cost a call with the terminator spilled to memory (10% of the profile).
+    #[inline(always)]
     fn terminator(&mut self, t: &super::Terminator, sink: &mut impl FlowSink) -> Step<u64> {
         let nlip = t.nlip();
         Ok(match t.cofi {
@@ -403,6 +402,8 @@ impl<'a> FlowDecoder<'a> {
     }
 
     /// A far-transfer instruction: FUP.FAR (its NLIP, or inside it: E1) and TIP, or FUP.PGD.
+    /// Rare (system calls, faults): kept out of the walk's inlined code.
+    #[inline(never)]
     fn far_transfer(&mut self, t: &super::Terminator, kind: FarKind, sink: &mut impl FlowSink) -> Step<u64> {
         let nlip = t.nlip();
         if self.tnt_left != 0 {

@@ -27,7 +27,7 @@ mod spin;
 mod timing;
 mod watched;
 
-pub use block::{decode_insn, Block, BlockCache, BlockError, Terminator};
+pub use block::{decode_insn, Block, BlockCache, BlockError, InsnStream, Terminator};
 pub use decoder::{FlowConfig, FlowDecoder};
 pub use positions::OffsetPositions;
 pub use resume::{CleanPoint, Resume, Watch};

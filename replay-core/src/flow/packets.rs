@@ -63,23 +63,38 @@ impl FlowDecoder<'_> {
         f
     }
 
-    /// The next TNT bit, for the branch at `ip`.
-    #[inline]
+    /// The next TNT bit, for the branch at `ip`. Inline: most bits are pending already; the
+    /// next packet is taken out of line.
+    #[inline(always)]
     pub(super) fn take_bit(&mut self, ip: u64) -> Step<bool> {
         if self.tnt_left == 0 {
-            let d = self.peek()?;
-            match d.map(|d| d.packet) {
-                Some(Packet::Tnt(tnt)) => {
-                    self.source.next();
-                    self.tnt_left = u32::from(tnt.count());
-                    self.tnt_bits = u64::from(tnt.header());
-                }
-                None if self.begin_tail() && self.tnt_left > 0 => {}
-                _ => return Err(self.unexpected(ip, "a conditional branch needs a TNT bit", d)),
-            }
+            self.refill_bits(ip)?;
         }
         self.tnt_left -= 1;
         Ok((self.tnt_bits >> self.tnt_left) & 1 == 1)
+    }
+
+    /// No TNT bit pending: the next TNT packet's bits for the branch at `ip` (or, past the
+    /// last packet, those RTIT_TNT_BUFF held); afterwards at least one is pending.
+    #[inline(never)]
+    fn refill_bits(&mut self, ip: u64) -> Step<()> {
+        if let Some(tnt) = self.source.peek_tnt() {
+            self.source.next();
+            self.tnt_left = u32::from(tnt.count());
+            self.tnt_bits = u64::from(tnt.header());
+            return Ok(());
+        }
+        let d = self.peek()?;
+        match d.map(|d| d.packet) {
+            Some(Packet::Tnt(tnt)) => {
+                self.source.next();
+                self.tnt_left = u32::from(tnt.count());
+                self.tnt_bits = u64::from(tnt.header());
+            }
+            None if self.begin_tail() && self.tnt_left > 0 => {}
+            _ => return Err(self.unexpected(ip, "a conditional branch needs a TNT bit", d)),
+        }
+        Ok(())
     }
 
     /// The TIP for the indirect branch at `ip`.
@@ -87,6 +102,10 @@ impl FlowDecoder<'_> {
         if self.tnt_left != 0 {
             let message = format!("{} TNT bits left over at the {what} at {ip:#x}", self.tnt_left);
             return Err(Failure::new(Some(ip), self.offset(), message));
+        }
+        if let Some(target) = self.source.peek_tip() {
+            self.source.next();
+            return Ok(target);
         }
         let d = self.peek()?;
         match d {
@@ -106,6 +125,7 @@ impl FlowDecoder<'_> {
     /// or not (a TIP).
     pub(super) fn return_target(&mut self, ip: u64) -> Step<u64> {
         let compressed = self.tnt_left > 0
+            || self.source.peek_tnt().is_some()
             || match self.peek()? {
                 Some(d) => matches!(d.packet, Packet::Tnt(_)),
                 None => self.begin_tail() && self.tnt_left > 0,

@@ -3,7 +3,7 @@
 //! change the flow.
 
 use super::timing::Timing;
-use crate::packet::{DecodeError, Decoded, DecoderConfig, PacketDecoder};
+use crate::packet::{DecodeError, Decoded, DecoderConfig, Packet, PacketDecoder, Tnt};
 
 /// The flow-significant packets of a trace.
 #[derive(Clone)]
@@ -32,21 +32,84 @@ impl<'a> Source<'a> {
     }
 
     /// The next flow-significant packet (or decode error), without consuming it.
-    #[inline]
+    #[inline(always)]
     pub fn peek(&mut self) -> Option<&Result<Decoded, DecodeError>> {
+        // Inline: most calls find the packet peeked already; the decoding is out of line.
         if self.peeked.is_none() {
-            self.peeked = self.pull();
+            self.fill();
         }
         self.peeked.as_ref()
     }
 
-    /// Takes the next flow-significant packet (or decode error).
+    /// Decodes the next flow-significant packet into the lookahead.
+    #[inline(never)]
+    fn fill(&mut self) {
+        // A TNT or a TIP (most of a trace, and never timing packets) is written in place,
+        // field by field; the hot readers below read it back the same way. Built by `pull`
+        // and copied here whole, it stalled on store forwarding.
+        self.peeked = if let Some((offset, tnt)) = self.decoder.next_tnt() {
+            Some(Ok(Decoded {
+                offset,
+                packet: Packet::Tnt(tnt),
+                ip: None,
+            }))
+        } else if let Some((offset, payload, ip)) = self.decoder.next_tip() {
+            Some(Ok(Decoded {
+                offset,
+                packet: Packet::Tip(payload),
+                ip: Some(ip),
+            }))
+        } else {
+            self.pull()
+        };
+    }
+
+    /// The next packet if it is a TNT, without consuming it: [`Self::peek`] without copying
+    /// the packet out.
     #[inline]
-    pub fn next(&mut self) -> Option<Result<Decoded, DecodeError>> {
+    pub fn peek_tnt(&mut self) -> Option<Tnt> {
+        match self.peek() {
+            Some(Ok(Decoded {
+                packet: Packet::Tnt(tnt),
+                ..
+            })) => Some(*tnt),
+            _ => None,
+        }
+    }
+
+    /// The target of the next packet if it is a TIP, without consuming it.
+    #[inline]
+    pub fn peek_tip(&mut self) -> Option<u64> {
+        match self.peek() {
+            Some(Ok(Decoded {
+                packet: Packet::Tip(_),
+                ip,
+                ..
+            })) => *ip,
+            _ => None,
+        }
+    }
+
+    /// Whether the next packet is a TNT or a TIP: one a branch takes, never one that binds
+    /// at an instruction boundary, so the walk's checks for those can be skipped.
+    #[inline]
+    pub fn peek_branch(&mut self) -> bool {
+        matches!(
+            self.peek(),
+            Some(Ok(Decoded {
+                packet: Packet::Tnt(_) | Packet::Tip(_),
+                ..
+            }))
+        )
+    }
+
+    /// Takes the next flow-significant packet (or decode error). Every caller peeked at it
+    /// first and has what it needs, so nothing is handed back.
+    #[inline]
+    pub fn next(&mut self) {
         self.taken += 1;
-        match self.peeked.take() {
-            Some(item) => Some(item),
-            None => self.pull(),
+        if self.peeked.take().is_none() {
+            let _ = self.pull();
         }
     }
 

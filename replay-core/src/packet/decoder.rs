@@ -175,6 +175,51 @@ impl<'a> PacketDecoder<'a> {
             && self.next_gap == other.next_gap
     }
 
+    /// Takes the next packet if it is a TNT, exactly as [`Iterator::next`] would (its offset
+    /// and the packet); anything else (another packet, an error, a gap, the end) is left
+    /// for `next`. The flow decoder's hot path: most of a trace is TNT, and this hands it
+    /// over in registers instead of as a [`Decoded`] built and copied through memory.
+    #[inline]
+    pub fn next_tnt(&mut self) -> Option<(usize, Tnt)> {
+        if self.lost || self.cyc_due || self.pos >= self.gap_at {
+            return None;
+        }
+        let offset = self.pos;
+        let tnt = Tnt::from_header(*self.buf.get(offset)?)?;
+        self.pos = offset + 1;
+        self.cyc_due = self.config.cycle_accurate && tnt.is_full();
+        Some((offset, tnt))
+    }
+
+    /// Takes the next packet if it is a TIP that decodes (its offset, payload and expanded
+    /// IP), exactly as [`Iterator::next`] would; anything else, and a TIP that `next` would
+    /// report an error for or read near the end of the trace, is left for `next`. With
+    /// [`Self::next_tnt`], the flow decoder's hot path.
+    #[inline]
+    pub fn next_tip(&mut self) -> Option<(usize, IpPayload, u64)> {
+        if self.lost || self.cyc_due || self.pos >= self.gap_at {
+            return None;
+        }
+        let offset = self.pos;
+        let header = *self.buf.get(offset)?;
+        if header & IP_PACKET_MASK != IP_PACKET || (header >> 3) & 7 != TIP_EVENT {
+            return None;
+        }
+        let size = IpSize::from_cnt(header & 3)?;
+        let mut word = [0u8; 8];
+        word.copy_from_slice(self.buf.get(offset..offset + 8)?);
+        let payload = IpPayload {
+            size,
+            zext: header & ZEXT_BIT != 0,
+            bits: (u64::from_le_bytes(word) >> 8) & size.mask(),
+        };
+        // Leaves LAST_LIP alone where it fails: `next` reports that.
+        let ip = self.last_lip.decompress(payload).ok()?;
+        self.pos = offset + 1 + size.bytes();
+        self.cyc_due = self.config.cycle_accurate && Packet::Tip(payload).carries_cycle_count();
+        Some((offset, payload, ip))
+    }
+
     /// Records an error at `offset` and arranges to resume at the next PSB after it.
     #[cold]
     fn fail(&mut self, offset: usize, kind: DecodeErrorKind) -> DecodeError {

@@ -4,18 +4,16 @@
 use rustc_hash::FxHashMap;
 
 use super::Timeline;
-use crate::flow::{decode_insn, FlowEvent, FlowSink};
+use crate::flow::{FlowEvent, FlowSink, InsnStream};
 use crate::image::AddressSpace;
 
 /// Receives the decoder's output (a [`FlowSink`]) and makes a [`Timeline`] of it.
 pub struct Builder<'a> {
     space: &'a AddressSpace,
     timeline: Timeline,
-    /// The block of each distinct run, by its first address and instruction count.
-    seen: FxHashMap<(u64, u64), u32>,
-    /// Each decoded instruction's successor in memory: blocks overlap (a loop entered at
-    /// several places, a function's tail), so most are decoded once.
-    next: FxHashMap<u64, u64>,
+    /// The block of each distinct run, by its first address and instruction count, with the
+    /// block's length: a run then costs one lookup, not a second one in the blocks' bounds.
+    seen: FxHashMap<(u64, u64), (u32, u32)>,
     /// A block's addresses while it is decoded.
     scratch: Vec<u64>,
     /// Told the instructions so far every [`PROGRESS_EVERY`] of them.
@@ -34,7 +32,6 @@ impl<'a> Builder<'a> {
             space,
             timeline: Timeline::default(),
             seen: FxHashMap::default(),
-            next: FxHashMap::default(),
             scratch: Vec::new(),
             progress: None,
             next_progress: PROGRESS_EVERY,
@@ -46,6 +43,23 @@ impl<'a> Builder<'a> {
     pub fn with_progress(mut self, progress: &'a mut (dyn FnMut(u64) + Send)) -> Self {
         self.progress = Some(progress);
         self
+    }
+
+    /// Makes room for `runs` runs at once, if the memory is there (the runs list of a long
+    /// history is tens of megabytes: grown by doubling, each step copies it and touches its
+    /// pages afresh). Unused room is given back by [`Self::finish`].
+    pub fn reserve(&mut self, runs: usize) {
+        let t = &mut self.timeline;
+        if t.runs.try_reserve(runs).is_ok() {
+            let _ = t.marks.try_reserve(runs / super::STRIDE + 1);
+        }
+    }
+
+    /// Makes room for the runs a trace of `bytes` bytes usually holds: branchy code such as
+    /// python3's makes 0.6–0.85 runs a byte of trace, so one a byte seldom needs more (a hot
+    /// loop makes more runs a byte, and its list grows as it would have).
+    pub fn reserve_for_trace(&mut self, bytes: usize) {
+        self.reserve(bytes);
     }
 
     /// The timeline built.
@@ -78,24 +92,25 @@ impl<'a> Builder<'a> {
 
     /// Decodes a new run: sequential from `first`. A run cut short by an undecodable
     /// instruction ends there (the decoder reported it).
-    fn decode(&mut self, first: u64, count: u64) -> u32 {
+    fn decode(&mut self, first: u64, count: u64) -> (u32, u32) {
         self.fill_scratch(first, count);
-        self.timeline.blocks.add(&self.scratch)
+        (self.timeline.blocks.add(&self.scratch), self.scratch.len() as u32)
     }
 
     /// The addresses of `count` instructions one after another from `first` into
-    /// `self.scratch` (fewer if one does not decode).
+    /// `self.scratch` (fewer if one does not decode). Decoded afresh every time, even where
+    /// blocks overlap: decoding on with one decoder ([`InsnStream`]) costs less than looking
+    /// each successor up in a map of every instruction seen, a chain of dependent cache
+    /// misses once the map outgrows the cache.
     fn fill_scratch(&mut self, first: u64, count: u64) {
         self.scratch.clear();
         let mut ip = first;
+        let mut insns = InsnStream::new(self.space);
         for _ in 0..count {
             self.scratch.push(ip);
-            ip = match self.next.get(&ip) {
-                Some(&n) => n,
-                None => match decode_insn(self.space, ip) {
-                    Ok(insn) => *self.next.entry(ip).or_insert(insn.next_ip()),
-                    Err(_) => break,
-                },
+            ip = match insns.next_ip(ip) {
+                Ok(n) => n,
+                Err(_) => break,
             };
         }
     }
@@ -120,17 +135,24 @@ impl<'a> Builder<'a> {
     pub(super) fn intern(&mut self, ips: &[u64]) -> u32 {
         let key = (ips[0], ips.len() as u64);
         match self.seen.get(&key) {
-            Some(&b) => b,
+            Some(&(b, _)) => b,
             None => {
                 let b = self.timeline.blocks.add(ips);
-                self.seen.insert(key, b);
+                self.seen.insert(key, (b, ips.len() as u32));
                 b
             }
         }
     }
 
     pub(super) fn push_block(&mut self, block: u32) {
-        self.timeline.push_run(block);
+        let len = self.timeline.blocks.len(block);
+        self.push_sized(block, len);
+    }
+
+    /// Appends a run of `block`, which holds `len` instructions.
+    #[inline]
+    pub(super) fn push_sized(&mut self, block: u32, len: u32) {
+        self.timeline.push_run(block, len);
         if self.timeline.len >= self.next_progress {
             self.next_progress = self.timeline.len + PROGRESS_EVERY;
             if let Some(p) = &mut self.progress {
@@ -145,7 +167,7 @@ impl FlowSink for Builder<'_> {
         if count == 0 {
             return;
         }
-        let block = match self.seen.get(&(ip, count)) {
+        let (block, len) = match self.seen.get(&(ip, count)) {
             Some(&b) => b,
             None => {
                 let b = self.decode(ip, count);
@@ -153,7 +175,7 @@ impl FlowSink for Builder<'_> {
                 b
             }
         };
-        self.push_block(block);
+        self.push_sized(block, len);
     }
 
     fn event(&mut self, event: FlowEvent) {

@@ -62,15 +62,18 @@ impl Timeline {
     /// instruction of a run a fault ended, which may not even decode).
     pub fn push_ip(&mut self, ip: u64) {
         let block = self.blocks.single(ip);
-        self.push_run(block);
+        self.push_run(block, 1);
     }
 
-    fn push_run(&mut self, block: u32) {
+    /// Appends a run of `block`, whose length (`len`) the caller knows.
+    #[inline]
+    fn push_run(&mut self, block: u32, len: u32) {
+        debug_assert_eq!(len, self.blocks.len(block));
         if self.runs.len() % STRIDE == 0 {
             self.marks.push(self.len);
         }
         self.runs.push(block);
-        self.len += self.blocks.len(block) as u64;
+        self.len += u64::from(len);
     }
 
     /// Number of instructions in the history.

@@ -72,7 +72,7 @@ fn history(runs: &[(u8, u8)]) -> (Vec<u64>, Timeline) {
             .collect();
         ips.extend_from_slice(&block);
         let b = *blocks.entry(block.clone()).or_insert_with(|| t.blocks.add(&block));
-        t.push_run(b);
+        t.push_run(b, block.len() as u32);
     }
     (ips, t)
 }

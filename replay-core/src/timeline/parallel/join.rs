@@ -14,8 +14,9 @@ impl Builder<'_> {
         // The run pending at `from` begins the runs after it: those instructions came before.
         let mut skip = from.pending.map_or(0, |p| p.1) as usize;
         let end = to.map_or(part.runs.len(), |c| c.runs);
-        // Each of the part's blocks is found again in the whole once, not at every run.
-        let mut remap = vec![u32::MAX; part.blocks.count()];
+        // Each of the part's blocks is found again in the whole once, not at every run, and
+        // kept with its length so that a run reads nothing more.
+        let mut remap = vec![(u32::MAX, 0); part.blocks.count()];
         for &b in &part.runs[from.runs.min(end)..end] {
             if skip > 0 {
                 let ips = part.blocks.ips(b);
@@ -27,12 +28,13 @@ impl Builder<'_> {
                 }
                 continue;
             }
-            let mut block = remap[b as usize];
+            let (mut block, mut len) = remap[b as usize];
             if block == u32::MAX {
-                block = self.intern(part.blocks.ips(b));
-                remap[b as usize] = block;
+                let ips = part.blocks.ips(b);
+                (block, len) = (self.intern(ips), ips.len() as u32);
+                remap[b as usize] = (block, len);
             }
-            self.push_block(block);
+            self.push_sized(block, len);
         }
         if let Some((ip, n)) = to.and_then(|c| c.pending) {
             let ips = self.walk_ips(ip, n);

@@ -132,6 +132,7 @@ const TAIL_BYTES: usize = 64 << 10;
 /// A plain decode.
 fn sequential(input: &Input<'_>, progress: &mut (dyn FnMut(u64) + Send)) -> Timeline {
     let mut builder = Builder::new(input.space).with_progress(progress);
+    builder.reserve_for_trace(input.trace.len());
     input.decoder().with_end(input.end).decode(&mut builder);
     builder.finish()
 }
@@ -198,6 +199,7 @@ fn join_all(
     snapshots: &[Vec<stretch::Snapshot<'_>>],
 ) -> Option<(Timeline, usize)> {
     let mut whole = Builder::new(input.space);
+    whole.reserve(stretches.iter().map(|s| s.timeline.runs.len()).sum());
     let (mut cur, mut from, mut joins) = (0, Cut::START, 0);
     // The clean point `from` is (none for the first stretch's start).
     let mut from_resume = None;

@@ -69,9 +69,11 @@ impl<'a> Stretch<'a> {
             true => input.decoder().cold_at(start),
             false => input.decoder(),
         };
+        let mut builder = Builder::new(input.space);
+        builder.reserve_for_trace(next.unwrap_or(input.trace.len()).saturating_sub(start));
         Self {
             decoder,
-            builder: Some(Builder::new(input.space)),
+            builder: Some(builder),
             timeline: Timeline::default(),
             cold,
             stop_at: next.unwrap_or(usize::MAX),
