@@ -109,7 +109,7 @@ fn bench(c: &mut Criterion) {
     let mut fresh = Session::open(rec.clone()).expect("session");
     fresh.set_position(somewhere);
     let known = all(&mut fresh);
-    let stats = fresh.values().stats();
+    let stats = fresh.values_stats();
     eprintln!(
         "state at position {somewhere}: {known}/12 registers known; {} checkpoints holding {:.1} MiB",
         stats.checkpoints,

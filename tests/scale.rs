@@ -99,14 +99,14 @@ fn a_timeline_decoded_once_is_read_back_by_the_next_replay_and_never_when_stale(
     let stored = rec.dir.join(cache::FILE);
     let mut first = Session::open_cached(rec.clone(), false, Policy::Always, &mut |_| {}).expect("first open");
     assert!(
-        matches!(first.origin(), Origin::Decoded { set_aside: None, .. }),
+        matches!(first.origin(), Some(Origin::Decoded { set_aside: None, .. })),
         "{:?}",
         first.origin()
     );
     assert_eq!(first.stored().expect("stored").expect("written"), stored);
     let mut again = Session::open(rec.clone()).expect("second open");
     assert!(
-        matches!(again.origin(), Origin::Read(p) if *p == stored),
+        matches!(again.origin(), Some(Origin::Read(p)) if *p == stored),
         "{:?}",
         again.origin()
     );
@@ -141,13 +141,114 @@ fn a_timeline_decoded_once_is_read_back_by_the_next_replay_and_never_when_stale(
     assert!(
         matches!(
             third.origin(),
-            Origin::Decoded {
+            Some(Origin::Decoded {
                 set_aside: Some(CacheError::OtherKey),
                 ..
-            }
+            })
         ),
         "{:?}",
         third.origin()
     );
     assert_eq!(first.timeline().first_difference(third.timeline()), None);
+}
+
+/// A gdb served while the history is still being decoded: it connects and reads position 0
+/// (registers from the start snapshot, the stack's memory), a monitor command says the
+/// history is not there yet, and once the decode ends, moves work. The decode is held back
+/// until gdb says so (`shell touch`), so the order never depends on timing.
+#[test]
+fn a_gdb_is_served_at_position_0_while_the_history_is_decoded() {
+    let rec = record_sort("background", 3000);
+    let mut eager = Session::open_cached(rec.clone(), false, Policy::Off, &mut |_| {}).expect("open");
+    let go = rec.dir.join("go");
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let on_done: rtit_replay_core::session::OnDone = Box::new(move |h| {
+        // Decoded already: wait for gdb's word before saying so.
+        let _ = held.recv();
+        assert!(h.is_ok(), "decoded");
+    });
+    let session = Session::open_background(rec.clone(), false, Policy::Off, Box::new(|_| {}), on_done)
+        .expect("open in the background");
+    assert!(!session.ready(), "the history is held back");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    let port = listener.local_addr().expect("address").port();
+    let target = rtit_stub::ReplayTarget::new(session);
+    std::thread::spawn(move || rtit_stub::server::serve_forever(&listener, target, |_| {}));
+    let watch = go.clone();
+    std::thread::spawn(move || {
+        while !watch.exists() {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let _ = release.send(());
+    });
+    let mut gdb = Command::new("gdb");
+    gdb.args(["-batch", "-nx"])
+        .arg("-ex")
+        .arg(format!("target remote :{port}"));
+    for c in [
+        "p/x $pc",
+        "p/x $rsp",
+        "x/2gx $rsp",
+        "monitor when",
+        &format!("shell touch {}", go.display()),
+        "stepi",
+        "monitor when",
+        "p/x $pc",
+    ] {
+        gdb.arg("-ex").arg(c);
+    }
+    let out = common::gdb::interleaved(&mut gdb);
+    let pc = eager.pc();
+    let rsp = eager.register("rsp").expect("rsp at 0");
+    let word = eager.read_memory(rsp, 8).expect("the stack at 0");
+    assert!(out.contains(&format!("$1 = {pc:#x}")), "pc at 0 is {pc:#x}:\n{out}");
+    assert!(out.contains(&format!("$2 = {rsp:#x}")), "rsp at 0 is {rsp:#x}:\n{out}");
+    let word = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+    assert!(
+        out.contains(&format!("{rsp:#x}:\t{word:#018x}")),
+        "the stack's first word {word:#x}:\n{out}"
+    );
+    assert!(out.contains("the history is still being decoded"), "{out}");
+    let n = eager.len();
+    assert!(
+        out.contains(&format!("position 1 of {n}")),
+        "`stepi` after the decode:\n{out}"
+    );
+    eager.set_position(1);
+    assert!(out.contains(&format!("$3 = {:#x}", eager.pc())), "pc at 1:\n{out}");
+}
+
+/// A recording whose trace is whole but holds fewer instructions than its manifest counts
+/// is refused: at once by an eager open, once decoded by one in the background, whose moves
+/// then stop with `NoHistory` and which has no positions.
+#[test]
+fn an_incomplete_history_found_in_the_background_leaves_no_history() {
+    let rec = record_sort("background-incomplete", 200);
+    let path = rec.dir.join("manifest.json");
+    let mut manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("manifest")).expect("json");
+    let n = manifest["instructions"].as_u64().expect("a count");
+    manifest["instructions"] = (n + 1).into();
+    std::fs::write(&path, serde_json::to_vec(&manifest).expect("json")).expect("manifest");
+    let rec = Recording::open(&rec.dir).expect("recording");
+    let refused = Session::open_cached(rec.clone(), false, Policy::Off, &mut |_| {}).err();
+    assert!(
+        matches!(
+            refused,
+            Some(rtit_replay_core::recording::RecordingError::Incomplete { .. })
+        ),
+        "{refused:?}"
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    let on_done: rtit_replay_core::session::OnDone = Box::new(move |h| {
+        let _ = tx.send(h.err().map(ToString::to_string));
+    });
+    let mut session =
+        Session::open_background(rec, false, Policy::Off, Box::new(|_| {}), on_done).expect("the files are fine");
+    let told = rx.recv().expect("on_done").expect("an error");
+    assert!(told.contains("incomplete"), "{told}");
+    let stop = session.continue_forward(&std::collections::HashSet::new(), || false);
+    assert_eq!(stop, rtit_replay_core::session::Stop::NoHistory);
+    assert_eq!(session.len(), 0);
+    assert!(session.failure().is_some_and(|e| e.to_string().contains("incomplete")));
 }

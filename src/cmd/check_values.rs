@@ -285,8 +285,8 @@ pub fn run(args: &CheckValuesArgs) -> Result<()> {
     println!("{}", gprs.line("all GPRs"));
     vectors.print();
     causes.print(gprs.unknown, if args.verbose { usize::MAX } else { 12 });
-    let stats = session.values().stats();
-    let unmodelled = session.values().unmodelled();
+    let stats = session.values_stats();
+    let unmodelled = session.values().map(|v| v.unmodelled()).unwrap_or_default();
     if !unmodelled.is_empty() {
         println!("instructions nobody modelled, as often as the forward pass met them");
         let limit = if args.verbose { usize::MAX } else { 12 };

@@ -5,12 +5,15 @@ use std::io::{IsTerminal, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
-use rtit_replay_core::session::Session;
-use rtit_replay_core::timeline::cache;
+use rtit_replay_core::recording::{Recording, RecordingError};
+use rtit_replay_core::session::{History, Session};
+use rtit_replay_core::timeline::cache::{self, Policy};
 use rtit_stub::server::{self, Event};
 use rtit_stub::ReplayTarget;
 
@@ -49,25 +52,22 @@ const REMOTE_TIMEOUT: u32 = 60;
 /// busy machine); half its `remotetimeout`.
 const PATIENCE: u64 = 30;
 
+/// How long `rtit replay` waits for the history before serving: a decode this short ends
+/// first, and its news (decode errors, an incomplete recording) come before gdb's prompt.
+const SHORT_DECODE: Duration = Duration::from_millis(300);
+
 /// Runs `rtit replay`.
 pub fn run(args: &ReplayArgs) -> Result<()> {
     let rec = recordings::open(args.recording.as_deref())?;
     let exe = rtit_stub::files::executable(&rec).map(|i| rec.dir.join(&i.file));
-    let mut session = open(&rec, args.partial)?;
-    if let Some(e) = session.incomplete() {
-        eprintln!("rtit: warning: {e}");
-    }
-    let errors = session.errors().count();
-    if errors > 0 {
-        eprintln!("rtit: the trace has {errors} decode errors; `monitor info` and `rtit insns` show them");
-    }
-    for spin in session.spins().take(3) {
-        eprintln!("rtit: note: {spin}");
-    }
-    if session.len() > rtit_replay_core::state::WAIT_BELOW {
+    let quiet = Arc::new(AtomicBool::new(false));
+    let mut session = open(&rec, args.partial, quiet.clone(), !args.no_gdb)?;
+    // A short decode ends before anything is served, its news said first; a long one goes
+    // on while gdb connects (moves wait for it).
+    if !session.wait_ready(SHORT_DECODE) {
         eprintln!(
-            "rtit: working out values over the {} positions in the background; until then some show as <unavailable> (`monitor info` says how far)",
-            session.len()
+            "rtit: reading the history ({} instructions) in the background; the first move waits for it",
+            rec.manifest.instructions
         );
     }
     let listener = TcpListener::bind((args.listen.as_str(), args.port))
@@ -90,6 +90,8 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         }
     };
     std::thread::spawn(move || server::serve_forever(&listener, target, log));
+    // gdb owns the terminal from now on: no more progress lines.
+    quiet.store(true, Ordering::Relaxed);
     let init = InitScript::write()?;
     let mut gdb = Command::new(&args.gdb);
     gdb.arg("-q")
@@ -103,10 +105,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     gdb.args(["-ex", rtit_stub::monitor::FLUSHES]);
     // Ctrl-C at the terminal reaches rtit too; it is gdb's (it interrupts a `continue`), and
     // rtit must outlive it to answer. rtit still ends when gdb does.
-    let _keep_running = signal_hook::flag::register(
-        signal_hook::consts::SIGINT,
-        std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
-    );
+    let _keep_running = signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::new(AtomicBool::new(false)));
     let status = gdb
         .status()
         .with_context(|| format!("cannot start {}", args.gdb.display()))?;
@@ -116,16 +115,20 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     Ok(())
 }
 
-/// Opens the recording (decodes its trace into the history), with a progress line on a
-/// terminal when that takes over a second.
-fn open(rec: &rtit_replay_core::recording::Recording, partial: bool) -> Result<Session> {
+/// Opens the recording; its trace is decoded into the history on a thread of its own, with
+/// a progress line on a terminal (until `quiet`) when that takes over a second, and what the
+/// decode found said when it ends. If the recording is refused then, rtit ends
+/// (without `gdb`: nothing else would end it), or the gdb
+/// connected to it loses its connection.
+fn open(rec: &Recording, partial: bool, quiet: Arc<AtomicBool>, gdb: bool) -> Result<Session> {
     let started = Instant::now();
     let tty = std::io::stderr().is_terminal();
     let total = rec.manifest.instructions;
-    let mut said = false;
-    let mut progress = |done: u64| {
-        if tty && started.elapsed() > Duration::from_secs(1) {
-            said = true;
+    let said = Arc::new(AtomicBool::new(false));
+    let (said_p, quiet_p) = (said.clone(), quiet.clone());
+    let progress = move |done: u64| {
+        if tty && !quiet_p.load(Ordering::Relaxed) && started.elapsed() > Duration::from_secs(1) {
+            said_p.store(true, Ordering::Relaxed);
             eprint!(
                 "\rrtit: reading the history: {}% of {total} instructions   ",
                 done * 100 / total.max(1)
@@ -133,26 +136,68 @@ fn open(rec: &rtit_replay_core::recording::Recording, partial: bool) -> Result<S
             let _ = std::io::stderr().flush();
         }
     };
-    let session = Session::open_reporting(rec.clone(), partial, &mut progress)
-        .map_err(recordings::refusal)
-        .context("cannot replay the recording");
-    if said {
-        eprintln!(
-            "\rrtit: read the history in {:.1} s{:40}",
-            started.elapsed().as_secs_f64(),
-            ""
-        );
-    }
-    if let Ok(s) = &session {
-        if s.storing() {
+    let dir = rec.dir.clone();
+    let on_done = move |history: Result<&History<'_>, &RecordingError>| {
+        if said.load(Ordering::Relaxed) {
             eprintln!(
-                "rtit: keeping the history in {} ({:.0} MiB) so that the next replay starts at once",
-                rec.dir.join(cache::FILE).display(),
-                s.timeline().heap_bytes() as f64 / f64::from(1 << 20)
+                "\rrtit: read the history in {:.1} s{:40}",
+                started.elapsed().as_secs_f64(),
+                ""
             );
         }
+        match history {
+            Ok(h) => news(h, &dir, quiet.load(Ordering::Relaxed)),
+            Err(e) => {
+                eprintln!(
+                    "rtit: cannot replay the recording: {:#}",
+                    recordings::refusal(e.clone())
+                );
+                if !gdb {
+                    std::process::exit(1);
+                }
+            }
+        }
+    };
+    Session::open_background(
+        rec.clone(),
+        partial,
+        Policy::Auto,
+        Box::new(progress),
+        Box::new(on_done),
+    )
+    .map_err(recordings::refusal)
+    .context("cannot replay the recording")
+}
+
+/// What the decode found that the user should know; `quiet` (gdb has the terminal) leaves
+/// out what is only news.
+fn news(h: &History<'_>, dir: &std::path::Path, quiet: bool) {
+    if let Some(e) = h.incomplete() {
+        eprintln!("rtit: warning: {e}");
     }
-    session
+    let errors = h.errors().count();
+    if errors > 0 {
+        eprintln!("rtit: the trace has {errors} decode errors; `monitor info` and `rtit insns` show them");
+    }
+    for spin in h.spins().take(3) {
+        eprintln!("rtit: note: {spin}");
+    }
+    if quiet {
+        return;
+    }
+    if h.storing() {
+        eprintln!(
+            "rtit: keeping the history in {} ({:.0} MiB) so that the next replay starts at once",
+            dir.join(cache::FILE).display(),
+            h.timeline().heap_bytes() as f64 / f64::from(1 << 20)
+        );
+    }
+    if h.len() > rtit_replay_core::state::WAIT_BELOW {
+        eprintln!(
+            "rtit: working out values over the {} positions in the background; until then some show as <unavailable> (`monitor info` says how far)",
+            h.len()
+        );
+    }
 }
 
 /// The commands the launched gdb runs first (`-ix`), in a file of their own, removed when

@@ -56,6 +56,12 @@ impl BlockingEventLoop for ReplayEventLoop {
                 pos: ReplayLogPosition::End,
             },
             Stop::Signal(s) => StopReason::Signal(Signal(s as u8)),
+            // Nothing to replay: end the connection (the server says why).
+            Stop::NoHistory => {
+                return Err(WaitForStopReasonError::Target(
+                    "the history could not be decoded (`rtit replay` said why)",
+                ))
+            }
         };
         Ok(Event::TargetStopped(reason))
     }

@@ -29,6 +29,9 @@ pub const FLUSHES: &str = "monitor flushes-caches";
 /// Most instructions `monitor insns` shows on each side: every line is a packet to gdb.
 const MAX_INSNS: u64 = 1000;
 
+/// How long a monitor command waits for a history still being decoded.
+const HISTORY_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 const MONITOR_HELP: &str = "\
 rtit monitor commands:
   monitor when        the current position and the history's length
@@ -45,7 +48,19 @@ impl MonitorCmd for ReplayTarget {
     fn handle_monitor_cmd(&mut self, cmd: &[u8], mut out: ConsoleOutput<'_>) -> Result<(), Self::Error> {
         let cmd = String::from_utf8_lossy(cmd);
         let mut words = cmd.split_whitespace();
-        match (words.next(), words.next()) {
+        let (first, second) = (words.next(), words.next());
+        let needs_history = !matches!(first, Some("flushes-caches" | "help") | None);
+        // The history may still be decoded in the background: wait a little, not so long
+        // that a gdb with its default timeout gives up on the answer.
+        if needs_history && !self.session.wait_ready(HISTORY_WAIT) {
+            outputln!(
+                out,
+                "the history is still being decoded ({} instructions); try again in a moment",
+                self.session.recording().manifest.instructions
+            );
+            return Ok(());
+        }
+        match (first, second) {
             (Some("when"), None) => {
                 let s = &self.session;
                 outputln!(out, "position {} of {} (last {})", s.position(), s.len(), s.last());
@@ -137,6 +152,9 @@ fn info(target: &ReplayTarget, out: &mut ConsoleOutput<'_>) {
         m.trace_bytes
     );
     outputln!(out, "ended     {}", m.end);
+    if let Some(e) = s.failure() {
+        return outputln!(out, "history   none: {e}");
+    }
     if let Some(e) = s.incomplete() {
         outputln!(out, "warning   {e}");
     }
@@ -160,8 +178,9 @@ fn info(target: &ReplayTarget, out: &mut ConsoleOutput<'_>) {
         t.heap_bytes() as f64 / s.len().max(1) as f64
     );
     match s.origin() {
-        Origin::Read(path) => outputln!(out, "          read back from {}", path.display()),
-        Origin::Decoded { took, set_aside } => {
+        None => {}
+        Some(Origin::Read(path)) => outputln!(out, "          read back from {}", path.display()),
+        Some(Origin::Decoded { took, set_aside }) => {
             outputln!(out, "          decoded in {:.2} s", took.as_secs_f64());
             if let Some(why) = set_aside {
                 outputln!(out, "          (the stored timeline was not used: {why})");

@@ -185,6 +185,15 @@ pub struct Values {
 }
 
 impl Values {
+    /// What the engine knows at position 0 before the history exists (a session serving gdb
+    /// while its trace is decoded): the start state, as the forward pass begins from it; the
+    /// backward pass adds to it once there is a history to walk.
+    pub fn known_at_start(space: AddressSpace, start: &State, syscalls: &[SyscallRecord]) -> Known {
+        let mut forward = start.clone();
+        forward.mem.set_volatile(&rseq_areas(syscalls));
+        Known::new(forward, State::unknown(), space)
+    }
+
     /// An engine over a history; its chains start at once in the background.
     pub fn new(space: AddressSpace, inputs: Inputs) -> Self {
         let mut v = Self::held(space, inputs);

@@ -18,6 +18,7 @@ mod blocks;
 mod build;
 pub mod cache;
 mod cursor;
+mod first;
 pub mod parallel;
 mod search;
 #[cfg(test)]
@@ -27,6 +28,7 @@ use std::sync::Arc;
 
 pub use build::Builder;
 pub use cursor::Cursor;
+pub use first::first_ip;
 pub use search::Hit;
 
 use crate::flow::FlowEvent;

@@ -10,15 +10,24 @@
 //! the state layer ([`crate::state`]) knows them. Everything else is unknown (DESIGN.md:
 //! unknown is acceptable, wrong is not).
 
-use std::collections::{BTreeMap, HashSet};
-use std::sync::Arc;
+mod background;
+mod history;
+mod open;
 
-use crate::flow::{EventKind, FlowEvent};
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use crate::flow::FlowEvent;
 use crate::image::AddressSpace;
-use crate::recording::{EndState, Recording, RecordingError};
-use crate::state::{self, Known, Reg, State, Values, Why};
-use crate::timeline::cache::{self, CacheError, Origin, Policy};
-use crate::timeline::{parallel, Hit, Timeline};
+use crate::recording::{Recording, RecordingError};
+use crate::state::{self, Known, Reg, Values, Why};
+use crate::timeline::cache::{CacheError, Origin, Policy};
+use crate::timeline::{self as tl, Hit, Timeline};
+use background::Background;
+pub use background::OnDone;
+pub use history::History;
+use history::{errors, spins, NO_TIMELINE};
+use open::{Decoded, Work};
 
 /// Why a move stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +44,8 @@ pub enum Stop {
     Signal(i32),
     /// Interrupted (Ctrl-C) before reaching anything.
     Interrupted,
+    /// There is no history to move in: decoding it failed ([`Session::failure`] says why).
+    NoHistory,
 }
 
 /// Registers by name at one position.
@@ -44,125 +55,18 @@ pub type Registers = BTreeMap<String, u64>;
 pub struct Session {
     recording: Recording,
     space: AddressSpace,
-    /// The instruction at each position: those that retired, then the faulting one if a
-    /// fault ended the run. Shared with the state layer.
-    timeline: Arc<Timeline>,
-    /// How many of the positions retired.
-    retired: u64,
-    /// The instruction that faulted and the signal, for a run a fault ended.
-    fault: Option<(u64, i32)>,
+    /// The history and the state layer over it, or the thread decoding them.
+    history: Background,
+    /// What is known at position 0 while the history is decoded.
+    at_start: Option<Known>,
+    /// Where the history starts, known before it is decoded (`None`: only the decode knows).
+    first_ip: Option<u64>,
     position: u64,
-    values: Values,
     /// The state at the position asked last (gdb asks many questions at one stop), and the
     /// state layer's generation it was computed at.
     known: Option<(u64, u64, Known)>,
-    /// Why the recording is incomplete, when opened with `partial`.
-    incomplete: Option<RecordingError>,
-    /// Where the timeline came from: decoded, or read back from the recording's directory.
-    origin: Origin,
-    /// The timeline being stored next to the recording, if it is.
-    storing: Option<std::thread::JoinHandle<Result<std::path::PathBuf, CacheError>>>,
-}
-
-/// A state with a snapshot's registers and memory.
-fn snapshot_state(registers: &BTreeMap<String, String>, files: &[(u64, &[u8])], memory: &[(u64, Vec<u8>)]) -> State {
-    let mut st = State::unknown();
-    state::set_named(&mut st, registers);
-    // The files' bytes first: the snapshot holds what the program changed (RELRO).
-    for (start, bytes) in files {
-        st.mem.write(*start, bytes);
-    }
-    for (start, bytes) in memory {
-        st.mem.write(*start, bytes);
-    }
-    st
-}
-
-/// The state layer's inputs from a recording and its decoded history (every position, the
-/// faulting instruction last when `fault`). The end snapshot is used only when the
-/// history is `complete`: one cut short does not reach the state the snapshot describes.
-fn values_inputs(
-    recording: &Recording,
-    space: &AddressSpace,
-    history: Arc<Timeline>,
-    fault: bool,
-    complete: bool,
-) -> Result<state::Inputs, RecordingError> {
-    let retired = history.len() - u64::from(fault);
-    let events = history.events();
-    let hard = events
-        .iter()
-        .filter(|e| !matches!(e.kind, EventKind::Enabled { .. } | EventKind::Disabled { .. }))
-        // A fault ends the history: its event only says the last instruction did not run.
-        .filter(|e| !(fault && e.position == retired))
-        .map(|e| e.position)
-        .collect();
-    let soft = events
-        .iter()
-        .filter(|e| matches!(e.kind, EventKind::Enabled { .. } | EventKind::Disabled { .. }))
-        // Nor does tracing's stop for it (the qemu backend's TIP.PGD at the faulting
-        // instruction): nothing ran between the last retired instruction and the fault.
-        .filter(|e| !(fault && e.position == retired))
-        .map(|e| e.position)
-        .collect();
-    let maps = recording.maps()?;
-    // Read-only file mappings present at the start hold their file's bytes (the snapshot
-    // holds the writable ones), beyond what the images' segments say.
-    let files: Vec<(u64, &[u8])> = maps
-        .initial
-        .iter()
-        .filter(|m| !m.perms.contains('w') && m.perms.ends_with('p'))
-        .filter_map(|m| {
-            let bytes = space.file_mapping_bytes(m.path.as_deref()?, m.end - m.start, m.offset)?;
-            Some((m.start, bytes))
-        })
-        .collect();
-    let map_changes = maps
-        .changes
-        .iter()
-        .map(|c| (c.position, state::maps::effect(c)))
-        .collect();
-    let m = &recording.manifest;
-    let start_memory = recording.snapshot(false)?;
-    let ended = complete && matches!(m.end, EndState::Exited { .. } | EndState::Signaled { .. });
-    let end = match ended {
-        true => {
-            let end = State {
-                cpu: cpu(&m.cpu),
-                ..snapshot_state(&m.registers_end, &[], &recording.snapshot(true)?)
-            };
-            Some(end)
-        }
-        false => None,
-    };
-    Ok(state::Inputs {
-        hard_barriers: hard,
-        soft_barriers: soft,
-        map_changes,
-        syscalls: recording.syscalls()?,
-        results: recording.results()?,
-        signals: recording.signals()?,
-        cpuid: recording.cpuid()?,
-        start: State {
-            cpu: cpu(&m.cpu),
-            ..snapshot_state(&m.registers_start, &files, &start_memory)
-        },
-        end,
-        fault,
-        history,
-    })
-}
-
-/// The CPU behaviours the state layer needs, from the manifest.
-fn cpu(c: &crate::recording::CpuInfo) -> state::Cpu {
-    state::Cpu {
-        xcr0: c.xcr0,
-        syscall_keeps_registers: c.syscall_keeps_registers,
-        lzcnt: c.lzcnt,
-        bmi1: c.bmi1,
-        logic_clears_af: c.logic_clears_af,
-        xsave_all_in_use: c.xsave_all_in_use,
-    }
+    /// How long a question may wait for values due soon (applied once the state layer runs).
+    patience: Option<Duration>,
 }
 
 impl Session {
@@ -190,74 +94,143 @@ impl Session {
     }
 
     /// [`Self::open_reporting`], reading and storing the timeline next to the recording as
-    /// `policy` says ([`cache`]).
+    /// `policy` says ([`crate::timeline::cache`]).
     pub fn open_cached(
         recording: Recording,
         partial: bool,
         policy: Policy,
         progress: &mut (dyn FnMut(u64) + Send),
     ) -> Result<Self, RecordingError> {
-        let space = recording.address_space()?;
-        let trace = recording.trace()?;
-        let gaps = recording.gaps();
-        let input = recording.decode_input(&trace, &space, &gaps);
-        let (mut timeline, origin, pending) = cache::obtain(&recording.dir, &trace, policy, || {
-            parallel::build(&input, parallel::Split::all_cores(), progress).timeline
-        });
-        let ran = timeline.len() + timeline.events().iter().map(FlowEvent::unshown).sum::<u64>();
-        let spun = timeline.events().iter().any(FlowEvent::unshown_unknown);
-        let incomplete = match recording.check_complete(trace.len(), ran, spun) {
-            Ok(()) => None,
-            Err(e) if partial => Some(e),
-            Err(e) => return Err(e),
-        };
-        let retired = timeline.len();
-        let m = &recording.manifest;
-        // The faulting instruction follows the last retired one only if nothing is missing.
-        let fault = match &m.end {
-            EndState::Signaled {
-                signal, ip: Some(ip), ..
-            } if incomplete.is_none() => u64::from_str_radix(ip.trim_start_matches("0x"), 16)
-                .ok()
-                .map(|ip| (ip, *signal)),
-            _ => None,
-        };
-        if let Some((ip, _)) = fault {
-            timeline.push_ip(ip);
-        }
-        let timeline = Arc::new(timeline);
-        let storing = pending.store(timeline.clone());
-        let complete = incomplete.is_none();
-        let inputs = values_inputs(&recording, &space, timeline.clone(), fault.is_some(), complete)?;
-        Ok(Self {
-            values: Values::new(space.clone(), inputs),
-            known: None,
+        let (work, _) = Self::work(recording, partial, policy)?;
+        let recording = work.recording.clone();
+        let space = work.space.clone();
+        let dir = recording.dir.display().to_string();
+        let decoded = open::decode(work, progress)?;
+        Ok(Self::new(
             recording,
             space,
-            timeline,
-            retired,
-            fault,
-            position: 0,
-            incomplete,
-            origin,
-            storing,
-        })
+            Background::done(Ok(decoded), dir),
+            None,
+            None,
+        ))
     }
 
-    /// Where the timeline came from.
-    pub fn origin(&self) -> &Origin {
-        &self.origin
+    /// [`Self::open_cached`] without waiting for the history: the session answers at
+    /// position 0 from the start snapshot at once, while a thread of its own decodes the
+    /// trace; anything that needs the history (a move, its length) waits for it. What the
+    /// recording's files hold is checked before this returns; an incomplete history shows
+    /// only once decoded, and `on_done` is told either way (on the decoding thread). After a
+    /// failure the session has no positions and moves stop with [`Stop::NoHistory`].
+    pub fn open_background(
+        recording: Recording,
+        partial: bool,
+        policy: Policy,
+        progress: Box<dyn FnMut(u64) + Send>,
+        on_done: OnDone,
+    ) -> Result<Self, RecordingError> {
+        let (work, at_start) = Self::work(recording, partial, policy)?;
+        let first_ip = tl::first_ip(
+            &work
+                .recording
+                .decode_input(&work.trace, &work.space, &work.recording.gaps()),
+        );
+        let recording = work.recording.clone();
+        let space = work.space.clone();
+        let history = Background::spawn(work, progress, on_done);
+        Ok(Self::new(
+            recording,
+            space,
+            history,
+            first_ip.map(|_| at_start),
+            first_ip,
+        ))
+    }
+
+    /// Everything read from the recording's files before decoding, checked, and what is
+    /// known at position 0 from it.
+    fn work(recording: Recording, partial: bool, policy: Policy) -> Result<(Work, Known), RecordingError> {
+        let space = recording.address_space()?;
+        let trace = recording.trace()?;
+        // A trace shorter than the recorder wrote is refused before anything is decoded.
+        if trace.len() as u64 != recording.manifest.trace_bytes && !partial {
+            recording.check_complete(trace.len(), recording.manifest.instructions, false)?;
+        }
+        let prepared = open::prepare(&recording, &space)?;
+        let at_start = prepared.known_at_start(&space);
+        let work = Work {
+            recording,
+            space,
+            trace,
+            prepared,
+            partial,
+            policy,
+        };
+        Ok((work, at_start))
+    }
+
+    fn new(
+        recording: Recording,
+        space: AddressSpace,
+        history: Background,
+        at_start: Option<Known>,
+        first_ip: Option<u64>,
+    ) -> Self {
+        Self {
+            recording,
+            space,
+            history,
+            at_start,
+            first_ip,
+            position: 0,
+            known: None,
+            patience: None,
+        }
+    }
+
+    /// The history, waiting for it; `None` if decoding it failed.
+    fn decoded(&self) -> Option<&Decoded> {
+        self.history.get().ok()
+    }
+
+    /// [`Self::decoded`], mutably; applies what was set while it was decoded.
+    fn decoded_mut(&mut self) -> Option<&mut Decoded> {
+        let patience = self.patience.take();
+        let d = self.history.get_mut().ok()?;
+        if let Some(p) = patience {
+            d.values.set_patience(p);
+        }
+        Some(d)
+    }
+
+    /// Whether the history is decoded (or failed to be) by now.
+    pub fn ready(&self) -> bool {
+        self.history.now().is_some()
+    }
+
+    /// Waits up to `timeout` for the history; whether it is there (or failed).
+    pub fn wait_ready(&self, timeout: Duration) -> bool {
+        self.history.wait_for(timeout).is_some()
+    }
+
+    /// Why there is no history, if decoding it failed (waiting for the decode to end).
+    pub fn failure(&self) -> Option<&RecordingError> {
+        self.history.get().err()
+    }
+
+    /// Where the timeline came from (waiting for the decode; `None` if it failed).
+    pub fn origin(&self) -> Option<&Origin> {
+        self.decoded().map(|d| &d.origin)
     }
 
     /// Whether the timeline is being stored next to the recording.
     pub fn storing(&self) -> bool {
-        self.storing.is_some()
+        self.decoded().is_some_and(|d| d.storing.is_some())
     }
 
     /// Waits for the timeline being stored next to the recording, if it is: where it was
     /// stored, or why not. `None` if nothing is being stored.
     pub fn stored(&mut self) -> Option<Result<std::path::PathBuf, CacheError>> {
-        let handle = self.storing.take()?;
+        let handle = self.decoded_mut()?.storing.take()?;
         Some(
             handle
                 .join()
@@ -267,7 +240,7 @@ impl Session {
 
     /// What an incomplete recording opened with `partial` is missing.
     pub fn incomplete(&self) -> Option<&RecordingError> {
-        self.incomplete.as_ref()
+        self.decoded()?.incomplete.as_ref()
     }
 
     /// The recording.
@@ -280,9 +253,9 @@ impl Session {
         &self.space
     }
 
-    /// Number of positions.
+    /// Number of positions (0 if decoding the history failed).
     pub fn len(&self) -> u64 {
-        self.timeline.len()
+        self.timeline().len()
     }
 
     /// Whether the history is empty.
@@ -300,19 +273,25 @@ impl Session {
         self.position
     }
 
-    /// Moves to a position (clamped to the history).
+    /// Moves to a position (clamped to the history). Position 0 needs no history.
     pub fn set_position(&mut self, position: u64) {
-        self.position = position.min(self.last());
+        self.position = match position {
+            0 => 0,
+            p => p.min(self.last()),
+        };
     }
 
-    /// The history's positions and their instructions.
+    /// The history's positions and their instructions (none if decoding it failed).
     pub fn timeline(&self) -> &Timeline {
-        &self.timeline
+        self.decoded().map_or(&NO_TIMELINE, |d| &d.timeline)
     }
 
     /// The address of the instruction at a position.
     pub fn ip_at(&self, position: u64) -> Option<u64> {
-        self.timeline.ip_at(position)
+        if position == 0 && self.first_ip.is_some() && !self.ready() {
+            return self.first_ip;
+        }
+        self.timeline().ip_at(position)
     }
 
     /// The current program counter.
@@ -322,31 +301,34 @@ impl Session {
 
     /// Errors the decoder reported while reconstructing the history.
     pub fn errors(&self) -> impl Iterator<Item = &FlowEvent> {
-        self.timeline
-            .events()
-            .iter()
-            .filter(|e| matches!(e.kind, EventKind::Error { .. }))
+        errors(self.timeline())
     }
 
     /// Where the program spun in a loop the trace cannot count (a hang): the history shows
     /// one pass of it; each event says how many instructions ran there beyond it, if known.
     pub fn spins(&self) -> impl Iterator<Item = &FlowEvent> {
-        self.timeline
-            .events()
-            .iter()
-            .filter(|e| matches!(e.kind, EventKind::Spins { .. }))
+        spins(self.timeline())
+    }
+
+    /// How many positions retired (none if decoding the history failed).
+    fn retired(&self) -> u64 {
+        self.decoded().map_or(0, |d| d.retired)
     }
 
     /// How arriving at `position` going forwards is reported.
     fn arrived(&self, position: u64) -> Option<Stop> {
-        match self.fault {
-            Some((_, signal)) if position == self.retired => Some(Stop::Signal(signal)),
+        let d = self.decoded()?;
+        match d.fault {
+            Some((_, signal)) if position == d.retired => Some(Stop::Signal(signal)),
             _ => None,
         }
     }
 
     /// One instruction forwards.
     pub fn step_forward(&mut self) -> Stop {
+        if self.decoded().is_none() {
+            return Stop::NoHistory;
+        }
         if self.position >= self.last() {
             return self.arrived(self.position).unwrap_or(Stop::End);
         }
@@ -363,12 +345,24 @@ impl Session {
         Stop::Step
     }
 
+    /// Waits for the history for a move, unless `interrupted` says to stop waiting.
+    fn await_history(&self, interrupted: &mut dyn FnMut() -> bool) -> Result<(), Stop> {
+        match self.history.wait(interrupted) {
+            None => Err(Stop::Interrupted),
+            Some(Err(_)) => Err(Stop::NoHistory),
+            Some(Ok(_)) => Ok(()),
+        }
+    }
+
     /// Forwards to the next position whose instruction is a breakpoint, or to the end.
     /// `interrupted` is polled now and then.
-    pub fn continue_forward(&mut self, breakpoints: &HashSet<u64>, interrupted: impl FnMut() -> bool) -> Stop {
+    pub fn continue_forward(&mut self, breakpoints: &HashSet<u64>, mut interrupted: impl FnMut() -> bool) -> Stop {
+        if let Err(stop) = self.await_history(&mut interrupted) {
+            return stop;
+        }
         match self
-            .timeline
-            .next_hit(self.position + 1, self.retired, breakpoints, interrupted)
+            .timeline()
+            .next_hit(self.position + 1, self.retired(), breakpoints, interrupted)
         {
             Hit::At(p) => {
                 self.position = p;
@@ -387,8 +381,11 @@ impl Session {
 
     /// Backwards to the previous position whose instruction is a breakpoint, or to position 0.
     pub fn continue_backward(&mut self, breakpoints: &HashSet<u64>, interrupted: impl FnMut() -> bool) -> Stop {
-        let from = self.position.min(self.retired);
-        match self.timeline.previous_hit(from, 0, breakpoints, interrupted) {
+        if self.position == 0 {
+            return Stop::Begin;
+        }
+        let from = self.position.min(self.retired());
+        match self.timeline().previous_hit(from, 0, breakpoints, interrupted) {
             Hit::At(p) => {
                 self.position = p;
                 Stop::Breakpoint
@@ -408,33 +405,49 @@ impl Session {
     /// on a long history they are worked out in the background, and until then some values
     /// that will be known are shown as unknown. `progress(done, total)` counts positions.
     pub fn prepare(&mut self, progress: impl FnMut(u64, u64)) {
-        self.values.prepare(progress);
+        if let Some(d) = self.decoded_mut() {
+            d.values.prepare(progress);
+        }
     }
 
     /// How long a question about values may wait for the state layer's background work
     /// rather than answer from less (see [`Values::set_patience`]).
-    pub fn set_patience(&mut self, patience: std::time::Duration) {
-        self.values.set_patience(patience);
+    pub fn set_patience(&mut self, patience: Duration) {
+        match self.history.now() {
+            Some(_) => {
+                if let Ok(d) = self.history.get_mut() {
+                    d.values.set_patience(patience);
+                }
+            }
+            None => self.patience = Some(patience),
+        }
     }
 
     /// How the state layer did so far.
     pub fn values_stats(&self) -> state::ValuesStats {
-        self.values.stats()
+        self.decoded().map(|d| d.values.stats()).unwrap_or_default()
     }
 
-    /// The state layer.
-    pub fn values(&mut self) -> &mut Values {
-        &mut self.values
+    /// The state layer (`None` if decoding the history failed).
+    pub fn values(&mut self) -> Option<&mut Values> {
+        self.decoded_mut().map(|d| &mut d.values)
     }
 
-    /// Both passes' states at the current position (computed once per position).
+    /// Both passes' states at the current position (computed once per position); at
+    /// position 0 while the history is decoded, what the start snapshot says.
     fn known(&mut self) -> Option<&Known> {
         let p = self.position;
-        let g = self.values.generation();
+        if p == 0 && self.at_start.is_some() && !self.ready() {
+            return self.at_start.as_ref();
+        }
+        self.at_start = None;
+        self.decoded_mut()?;
+        let values = &mut self.history.get_mut().ok()?.values;
+        let g = values.generation();
         if self.known.as_ref().map(|(q, h, _)| (*q, *h)) != Some((p, g)) {
             // `at` takes what the chains delivered first: the answer is that generation's.
-            let known = self.values.at(p);
-            let g = self.values.generation();
+            let known = values.at(p);
+            let g = values.generation();
             self.known = known.map(|k| (p, g, k));
         }
         self.known.as_ref().map(|(_, _, k)| k)
@@ -452,7 +465,7 @@ impl Session {
             name => known.register(Reg::from_name(name)?),
         };
         value.unwrap_or_else(|_| {
-            self.values.note_conflicts(1);
+            self.note_conflicts();
             None
         })
     }
@@ -465,7 +478,7 @@ impl Session {
             return [None; 64];
         };
         known.vector(i).unwrap_or_else(|_| {
-            self.values.note_conflicts(1);
+            self.note_conflicts();
             [None; 64]
         })
     }
@@ -474,7 +487,7 @@ impl Session {
     pub fn opmask(&mut self, i: usize) -> Option<u64> {
         let known = self.known()?;
         known.opmask(i).unwrap_or_else(|_| {
-            self.values.note_conflicts(1);
+            self.note_conflicts();
             None
         })
     }
@@ -483,7 +496,7 @@ impl Session {
     pub fn mxcsr(&mut self) -> Option<u32> {
         let known = self.known()?;
         known.mxcsr().unwrap_or_else(|_| {
-            self.values.note_conflicts(1);
+            self.note_conflicts();
             None
         })
     }
@@ -514,7 +527,7 @@ impl Session {
         };
         let prefix = known.memory_prefix(addr, max_len);
         if prefix.conflict {
-            self.values.note_conflicts(1);
+            self.note_conflicts();
         }
         prefix.bytes
     }
@@ -527,8 +540,15 @@ impl Session {
             }
         }
         self.known()?.memory(addr, len).unwrap_or_else(|_| {
-            self.values.note_conflicts(1);
+            self.note_conflicts();
             None
         })
+    }
+
+    /// Counts a conflict a caller of [`Known`] saw.
+    fn note_conflicts(&mut self) {
+        if let Some(d) = self.decoded_mut() {
+            d.values.note_conflicts(1);
+        }
     }
 }

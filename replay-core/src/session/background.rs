@@ -1,0 +1,111 @@
+//! The history while a thread of its own decodes it: a session answers at position 0 from
+//! the start snapshot meanwhile, and anything that needs the history waits for it here
+//! (issue 19: the server answers gdb's first packets at once, whatever the trace's length).
+
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use super::history::History;
+use super::open::{decode, Decoded, Work};
+use crate::recording::RecordingError;
+
+/// How often a wait looks whether it was interrupted.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Called once on the decoding thread when the history is ready, or with why it is not.
+pub type OnDone = Box<dyn FnOnce(Result<&History<'_>, &RecordingError>) + Send>;
+
+/// The decoded history, once there is one.
+pub(super) struct Background {
+    cell: OnceLock<Result<Decoded, RecordingError>>,
+    arriving: Option<Receiver<Result<Decoded, RecordingError>>>,
+    /// The recording's directory, for the error if the decoding thread dies.
+    dir: String,
+}
+
+impl Background {
+    /// A history decoded already.
+    pub(super) fn done(decoded: Result<Decoded, RecordingError>, dir: String) -> Self {
+        Self {
+            cell: OnceLock::from(decoded),
+            arriving: None,
+            dir,
+        }
+    }
+
+    /// Decodes on a thread of its own.
+    pub(super) fn spawn(work: Work, mut progress: Box<dyn FnMut(u64) + Send>, on_done: OnDone) -> Self {
+        let dir = work.recording.dir.display().to_string();
+        let (tx, rx) = mpsc::sync_channel(1);
+        std::thread::spawn(move || {
+            let decoded = decode(work, &mut *progress);
+            match &decoded {
+                Ok(d) => on_done(Ok(&History(d))),
+                Err(e) => on_done(Err(e)),
+            }
+            let _ = tx.send(decoded);
+        });
+        Self {
+            cell: OnceLock::new(),
+            arriving: Some(rx),
+            dir,
+        }
+    }
+
+    /// The history, waiting for it as long as it takes.
+    pub(super) fn get(&self) -> Result<&Decoded, &RecordingError> {
+        self.cell
+            .get_or_init(|| match &self.arriving {
+                Some(rx) => rx.recv().unwrap_or_else(|_| Err(self.died())),
+                None => Err(self.died()),
+            })
+            .as_ref()
+    }
+
+    /// [`Self::get`], mutably.
+    pub(super) fn get_mut(&mut self) -> Result<&mut Decoded, &RecordingError> {
+        let _ = self.get();
+        // `get` filled the cell, whatever came.
+        self.cell.get_mut().expect("filled").as_mut().map_err(|e| &*e)
+    }
+
+    /// The history if it is there now.
+    pub(super) fn now(&self) -> Option<Result<&Decoded, &RecordingError>> {
+        self.wait_for(Duration::ZERO)
+    }
+
+    /// The history if it is there within `timeout`.
+    pub(super) fn wait_for(&self, timeout: Duration) -> Option<Result<&Decoded, &RecordingError>> {
+        if self.cell.get().is_none() {
+            let rx = self.arriving.as_ref()?;
+            let arrived = match rx.recv_timeout(timeout) {
+                Ok(d) => d,
+                Err(RecvTimeoutError::Timeout) => return None,
+                Err(RecvTimeoutError::Disconnected) => Err(self.died()),
+            };
+            let _ = self.cell.set(arrived);
+        }
+        self.cell.get().map(|r| r.as_ref())
+    }
+
+    /// The history, unless `interrupted` says to stop waiting (polled every 20 ms).
+    pub(super) fn wait(&self, interrupted: &mut dyn FnMut() -> bool) -> Option<Result<&Decoded, &RecordingError>> {
+        loop {
+            if let Some(r) = self.wait_for(POLL) {
+                return Some(r);
+            }
+            if interrupted() {
+                return None;
+            }
+        }
+    }
+
+    fn died(&self) -> RecordingError {
+        RecordingError::Invalid {
+            path: self.dir.clone(),
+            message: "decoding the trace failed: the decoder stopped without an answer (a bug; please report it)"
+                .to_string(),
+        }
+    }
+}

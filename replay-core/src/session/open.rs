@@ -1,0 +1,229 @@
+//! Opening a recording for a session, in two parts: what the state layer needs from the
+//! recording's files, read before anything is served so that a bad file is refused at once
+//! ([`prepare`]); and the decode of the trace into the history with the state layer over it
+//! ([`decode`]), the long part, which a session may leave to a thread of its own while it
+//! answers at position 0 ([`super::Session::open_background`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::flow::{EventKind, FlowEvent};
+use crate::image::AddressSpace;
+use crate::recording::{EndState, Recording, RecordingError};
+use crate::state::{self, State, Values};
+use crate::timeline::cache::{self, CacheError, Origin, Policy};
+use crate::timeline::{parallel, Timeline};
+
+/// What the state layer needs from the recording's files besides the history.
+pub(super) struct Prepared {
+    start: State,
+    /// The end snapshot's state, used (and a failure to read it reported) only if the
+    /// history turns out complete: an incomplete recording may lack it.
+    end: Result<Option<State>, RecordingError>,
+    map_changes: Vec<(u64, state::maps::MapEffect)>,
+    syscalls: Vec<crate::syscall::SyscallRecord>,
+    results: Vec<crate::recording::InsnResult>,
+    signals: Vec<crate::recording::SignalEntry>,
+    cpuid: Vec<crate::recording::cpuid::CpuidLeaf>,
+}
+
+impl Prepared {
+    /// What the state layer knows at position 0 before the history exists.
+    pub(super) fn known_at_start(&self, space: &AddressSpace) -> state::Known {
+        Values::known_at_start(space.clone(), &self.start, &self.syscalls)
+    }
+}
+
+/// The history and the state layer over it.
+pub(super) struct Decoded {
+    /// The instruction at each position: those that retired, then the faulting one if a
+    /// fault ended the run. Shared with the state layer.
+    pub(super) timeline: Arc<Timeline>,
+    /// How many of the positions retired.
+    pub(super) retired: u64,
+    /// The instruction that faulted and the signal, for a run a fault ended.
+    pub(super) fault: Option<(u64, i32)>,
+    pub(super) values: Values,
+    /// Why the recording is incomplete, when opened with `partial`.
+    pub(super) incomplete: Option<RecordingError>,
+    /// Where the timeline came from: decoded, or read back from the recording's directory.
+    pub(super) origin: Origin,
+    /// The timeline being stored next to the recording, if it is.
+    pub(super) storing: Option<std::thread::JoinHandle<Result<std::path::PathBuf, CacheError>>>,
+}
+
+/// A state with a snapshot's registers and memory.
+fn snapshot_state(registers: &BTreeMap<String, String>, files: &[(u64, &[u8])], memory: &[(u64, Vec<u8>)]) -> State {
+    let mut st = State::unknown();
+    state::set_named(&mut st, registers);
+    // The files' bytes first: the snapshot holds what the program changed (RELRO).
+    for (start, bytes) in files {
+        st.mem.write(*start, bytes);
+    }
+    for (start, bytes) in memory {
+        st.mem.write(*start, bytes);
+    }
+    st
+}
+
+/// Reads what the state layer needs from the recording's files.
+pub(super) fn prepare(recording: &Recording, space: &AddressSpace) -> Result<Prepared, RecordingError> {
+    let maps = recording.maps()?;
+    // Read-only file mappings present at the start hold their file's bytes (the snapshot
+    // holds the writable ones), beyond what the images' segments say.
+    let files: Vec<(u64, &[u8])> = maps
+        .initial
+        .iter()
+        .filter(|m| !m.perms.contains('w') && m.perms.ends_with('p'))
+        .filter_map(|m| {
+            let bytes = space.file_mapping_bytes(m.path.as_deref()?, m.end - m.start, m.offset)?;
+            Some((m.start, bytes))
+        })
+        .collect();
+    let map_changes = maps
+        .changes
+        .iter()
+        .map(|c| (c.position, state::maps::effect(c)))
+        .collect();
+    let m = &recording.manifest;
+    let start_memory = recording.snapshot(false)?;
+    let end = match m.end {
+        EndState::Exited { .. } | EndState::Signaled { .. } => recording.snapshot(true).map(|memory| {
+            Some(State {
+                cpu: cpu(&m.cpu),
+                ..snapshot_state(&m.registers_end, &[], &memory)
+            })
+        }),
+        _ => Ok(None),
+    };
+    Ok(Prepared {
+        start: State {
+            cpu: cpu(&m.cpu),
+            ..snapshot_state(&m.registers_start, &files, &start_memory)
+        },
+        end,
+        map_changes,
+        syscalls: recording.syscalls()?,
+        results: recording.results()?,
+        signals: recording.signals()?,
+        cpuid: recording.cpuid()?,
+    })
+}
+
+/// The state layer's inputs: the files' part and the decoded history (every position, the
+/// faulting instruction last when `fault`). The end snapshot is used only when the history
+/// is `complete`: one cut short does not reach the state the snapshot describes.
+fn inputs(
+    prepared: Prepared,
+    history: Arc<Timeline>,
+    fault: bool,
+    complete: bool,
+) -> Result<state::Inputs, RecordingError> {
+    let retired = history.len() - u64::from(fault);
+    let events = history.events();
+    let soft_kind = |e: &FlowEvent| matches!(e.kind, EventKind::Enabled { .. } | EventKind::Disabled { .. });
+    let hard = events
+        .iter()
+        .filter(|e| !soft_kind(e))
+        // A fault ends the history: its event only says the last instruction did not run.
+        .filter(|e| !(fault && e.position == retired))
+        .map(|e| e.position)
+        .collect();
+    let soft = events
+        .iter()
+        .filter(|e| soft_kind(e))
+        // Nor does tracing's stop for it (the qemu backend's TIP.PGD at the faulting
+        // instruction): nothing ran between the last retired instruction and the fault.
+        .filter(|e| !(fault && e.position == retired))
+        .map(|e| e.position)
+        .collect();
+    Ok(state::Inputs {
+        end: match complete {
+            true => prepared.end?,
+            false => None,
+        },
+        hard_barriers: hard,
+        soft_barriers: soft,
+        map_changes: prepared.map_changes,
+        syscalls: prepared.syscalls,
+        results: prepared.results,
+        signals: prepared.signals,
+        cpuid: prepared.cpuid,
+        start: prepared.start,
+        fault,
+        history,
+    })
+}
+
+/// The CPU behaviours the state layer needs, from the manifest.
+fn cpu(c: &crate::recording::CpuInfo) -> state::Cpu {
+    state::Cpu {
+        xcr0: c.xcr0,
+        syscall_keeps_registers: c.syscall_keeps_registers,
+        lzcnt: c.lzcnt,
+        bmi1: c.bmi1,
+        logic_clears_af: c.logic_clears_af,
+        xsave_all_in_use: c.xsave_all_in_use,
+    }
+}
+
+/// What [`decode`] works from.
+pub(super) struct Work {
+    pub(super) recording: Recording,
+    pub(super) space: AddressSpace,
+    pub(super) trace: Vec<u8>,
+    pub(super) prepared: Prepared,
+    pub(super) partial: bool,
+    pub(super) policy: Policy,
+}
+
+/// Decodes the trace (or reads the timeline stored next to the recording) and starts the
+/// state layer over it. An incomplete recording is refused unless `partial`.
+pub(super) fn decode(work: Work, progress: &mut (dyn FnMut(u64) + Send)) -> Result<Decoded, RecordingError> {
+    let Work {
+        recording,
+        space,
+        trace,
+        prepared,
+        partial,
+        policy,
+    } = work;
+    let gaps = recording.gaps();
+    let input = recording.decode_input(&trace, &space, &gaps);
+    let (mut timeline, origin, pending) = cache::obtain(&recording.dir, &trace, policy, || {
+        parallel::build(&input, parallel::Split::all_cores(), progress).timeline
+    });
+    let ran = timeline.len() + timeline.events().iter().map(FlowEvent::unshown).sum::<u64>();
+    let spun = timeline.events().iter().any(FlowEvent::unshown_unknown);
+    let incomplete = match recording.check_complete(trace.len(), ran, spun) {
+        Ok(()) => None,
+        Err(e) if partial => Some(e),
+        Err(e) => return Err(e),
+    };
+    let retired = timeline.len();
+    // The faulting instruction follows the last retired one only if nothing is missing.
+    let fault = match &recording.manifest.end {
+        EndState::Signaled {
+            signal, ip: Some(ip), ..
+        } if incomplete.is_none() => u64::from_str_radix(ip.trim_start_matches("0x"), 16)
+            .ok()
+            .map(|ip| (ip, *signal)),
+        _ => None,
+    };
+    if let Some((ip, _)) = fault {
+        timeline.push_ip(ip);
+    }
+    let timeline = Arc::new(timeline);
+    let storing = pending.store(timeline.clone());
+    let complete = incomplete.is_none();
+    let values = Values::new(space, inputs(prepared, timeline.clone(), fault.is_some(), complete)?);
+    Ok(Decoded {
+        timeline,
+        retired,
+        fault,
+        values,
+        incomplete,
+        origin,
+        storing,
+    })
+}
