@@ -1,9 +1,11 @@
 //! Replay at scale (issue 19): recordings of real programs under the qemu backend
 //! (`sha256sum`, a hot loop; `python3` serialising JSON, code spread over the interpreter and
 //! libc) of about 1e7, 1e8 and 1e9 instructions, and for each:
-//! - the time until `rtit replay --no-gdb` listens (process start included), and its peak
-//!   memory then: first with nothing stored, then again once the timeline it decoded is
-//!   stored next to the recording (when decoding took over a second);
+//! - from the start of `rtit replay --no-gdb` (a raw client in place of gdb): the time until
+//!   it listens, until it answered the client's first questions (`?`, `g`), and until a
+//!   first `stepi` was answered (the history decoded in the background is there), with the
+//!   server's peak memory: first with nothing stored, then again once the timeline it
+//!   decoded is stored next to the recording (when decoding took over a second);
 //! - the decode throughput (the timeline built from the trace) on one core and on all;
 //! - on a session opened in a process of its own (so its peak memory is its own):
 //!   `continue` across the whole history (a breakpoint that never hits), `reverse-continue`
@@ -83,9 +85,39 @@ fn recording(dir: &Path, plugin: &Path, program: &str, n: f64) -> PathBuf {
     out
 }
 
-/// Seconds until `rtit replay --no-gdb` listens, and its peak memory then; with `keep`,
-/// the server is left running until the timeline it stores is there.
-fn listen(rec: &Path, keep: bool) -> (f64, f64) {
+/// What [`listen`] measured: seconds from the start of `rtit replay --no-gdb` until it
+/// listens, until it answered a client's first questions (`?`, `g`: where it stopped and the
+/// registers, as gdb's first packets), until a first `stepi` was answered (the history is
+/// there), and the server's peak memory by then (or once the timeline it stores is there).
+struct Listened {
+    listening: f64,
+    answers: f64,
+    ready: f64,
+    peak: f64,
+}
+
+/// One packet to the server and its reply (acknowledgements left out).
+fn ask(conn: &mut std::net::TcpStream, packet: &str) -> String {
+    use std::io::{Read, Write};
+    let sum = packet.bytes().fold(0u8, |a, b| a.wrapping_add(b));
+    conn.write_all(format!("${packet}#{sum:02x}").as_bytes()).expect("send");
+    let (mut reply, mut byte, mut hashes) = (Vec::new(), [0u8], None);
+    while hashes != Some(0) {
+        conn.read_exact(&mut byte).expect("a reply");
+        match (byte[0], hashes) {
+            (b'#', None) => hashes = Some(2),
+            (_, Some(n)) => hashes = Some(n - 1),
+            (b'+', None) if reply.is_empty() => {}
+            (b, None) => reply.push(b),
+        }
+    }
+    conn.write_all(b"+").expect("ack");
+    String::from_utf8_lossy(&reply).into_owned()
+}
+
+/// Runs `rtit replay --no-gdb` on `rec` as a client would meet it ([`Listened`]); with
+/// `keep`, the server is left running until the timeline it stores is there.
+fn listen(rec: &Path, keep: bool) -> Listened {
     let started = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_rtit"))
         .args(["replay", "--no-gdb", "--port", "0"])
@@ -94,13 +126,24 @@ fn listen(rec: &Path, keep: bool) -> (f64, f64) {
         .spawn()
         .expect("rtit replay");
     let stderr = child.stderr.take().expect("stderr");
-    for line in BufReader::new(stderr).lines() {
-        if line.expect("utf-8").starts_with("listening on ") {
-            break;
+    let mut lines = BufReader::new(stderr).lines();
+    let addr = loop {
+        let line = lines.next().expect("rtit replay says where it listens").expect("utf-8");
+        if let Some(addr) = line.strip_prefix("listening on ") {
+            break addr.to_string();
         }
-    }
-    let secs = started.elapsed().as_secs_f64();
-    let peak = peak_mib(child.id());
+    };
+    std::thread::spawn(move || for _ in lines {});
+    let listening = started.elapsed().as_secs_f64();
+    let mut conn = std::net::TcpStream::connect(&addr).expect("connect");
+    ask(&mut conn, "?");
+    let regs = ask(&mut conn, "g");
+    assert!(regs.len() > 100, "registers: {regs}");
+    let answers = started.elapsed().as_secs_f64();
+    let stop = ask(&mut conn, "s");
+    assert!(stop.starts_with('T') || stop.starts_with('S'), "stepi: {stop}");
+    let ready = started.elapsed().as_secs_f64();
+    drop(conn);
     let stored = rec.join(cache::FILE);
     let storing = || {
         std::fs::read_dir(rec)
@@ -112,9 +155,15 @@ fn listen(rec: &Path, keep: bool) -> (f64, f64) {
     while keep && !stored.exists() && storing() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+    let peak = peak_mib(child.id());
     let _ = child.kill();
     let _ = child.wait();
-    (secs, peak)
+    Listened {
+        listening,
+        answers,
+        ready,
+        peak,
+    }
 }
 
 /// A `bt`'s questions at the current position: the registers gdb unwinds with and the stack.
@@ -232,9 +281,9 @@ fn main() {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut decode_rows = Vec::new();
     println!(
-        "| program | instructions | listening, first | peak then | listening, timeline stored | peak then | continue, whole history | reverse-continue | reverse-stepi + regs | bt while values come | values final after | bt then | peak with final values |"
+        "| program | instructions | listening | first answers | history there | peak then | history there, timeline stored | peak then | continue, whole history | reverse-continue | reverse-stepi + regs | bt while values come | values final after | bt then | peak with final values |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for program in programs.split(',').map(str::trim) {
         for n in sizes
             .split(',')
@@ -242,18 +291,14 @@ fn main() {
         {
             let rec = recording(&dir, &plugin, program, n);
             let positions = Recording::open(&rec).expect("recording").manifest.instructions;
-            let (mut first, mut again) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
+            let (mut first, mut again) = (Vec::new(), Vec::new());
             let mut cols: Vec<Vec<f64>> = vec![Vec::new(); 9];
             let mut rates: Vec<Vec<f64>> = vec![Vec::new(); 2];
             for _ in 0..3 {
                 let _ = std::fs::remove_file(rec.join(cache::FILE));
-                let (secs, peak) = listen(&rec, true);
-                first.0.push(secs);
-                first.1.push(peak);
+                first.push(listen(&rec, true));
                 if rec.join(cache::FILE).exists() {
-                    let (secs, peak) = listen(&rec, false);
-                    again.0.push(secs);
-                    again.1.push(peak);
+                    again.push(listen(&rec, false));
                 }
                 for (c, v) in cols.iter_mut().zip(child("RTIT_SCALE_ONE", &rec)) {
                     c.push(v);
@@ -266,15 +311,21 @@ fn main() {
                 let bytes: Vec<f64> = mib.iter().map(|m| m * f64::from(1 << 20) / positions as f64).collect();
                 format!("{} MiB ({} B/insn)", range(mib, 0), range(&bytes, 2))
             };
-            let (again_secs, again_peak) = if again.0.is_empty() {
+            let col = |v: &[Listened], f: fn(&Listened) -> f64| v.iter().map(f).collect::<Vec<f64>>();
+            let (again_secs, again_peak) = if again.is_empty() {
                 ("not stored (decoded in under 1 s)".to_string(), "".to_string())
             } else {
-                (format!("{} s", range(&again.0, 2)), per(&again.1))
+                (
+                    format!("{} s", range(&col(&again, |l| l.ready), 2)),
+                    per(&col(&again, |l| l.peak)),
+                )
             };
             println!(
-                "| {program} | {positions} | {} s | {} | {again_secs} | {again_peak} | {} ms | {} ms | {} ms | {} ms | {} s | {} ms | {} |",
-                range(&first.0, 2),
-                per(&first.1),
+                "| {program} | {positions} | {} s | {} s | {} s | {} | {again_secs} | {again_peak} | {} ms | {} ms | {} ms | {} ms | {} s | {} ms | {} |",
+                range(&col(&first, |l| l.listening), 2),
+                range(&col(&first, |l| l.answers), 2),
+                range(&col(&first, |l| l.ready), 2),
+                per(&col(&first, |l| l.peak)),
                 range(&cols[2], 1),
                 range(&cols[3], 1),
                 range(&cols[4], 2),

@@ -6,7 +6,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -61,10 +61,19 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     let rec = recordings::open(args.recording.as_deref())?;
     let exe = rtit_stub::files::executable(&rec).map(|i| rec.dir.join(&i.file));
     let quiet = Arc::new(AtomicBool::new(false));
-    let mut session = open(&rec, args.partial, quiet.clone(), !args.no_gdb)?;
-    // A short decode ends before anything is served, its news said first; a long one goes
-    // on while gdb connects (moves wait for it).
-    if !session.wait_ready(SHORT_DECODE) {
+    let stage = Arc::new(Mutex::new(Stage::default()));
+    let mut session = open(&rec, args.partial, quiet.clone(), stage.clone(), !args.no_gdb)?;
+    // A short decode ends before anything is served, its news said first and a refusal an
+    // error like any other; a long one goes on while gdb connects (moves wait for it).
+    let short = session.wait_ready(SHORT_DECODE);
+    {
+        let mut stage = stage.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(refusal) = stage.refused.take() {
+            return Err(refusal);
+        }
+        stage.serving = true;
+    }
+    if !short {
         eprintln!(
             "rtit: reading the history ({} instructions) in the background; the first move waits for it",
             rec.manifest.instructions
@@ -115,12 +124,27 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     Ok(())
 }
 
+/// Where `rtit replay` is when a background decode ends.
+#[derive(Default)]
+struct Stage {
+    /// Serving already: a refusal must be said (and ends rtit without a gdb of ours).
+    serving: bool,
+    /// A refusal before serving, for `run` to return.
+    refused: Option<anyhow::Error>,
+}
+
 /// Opens the recording; its trace is decoded into the history on a thread of its own, with
 /// a progress line on a terminal (until `quiet`) when that takes over a second, and what the
-/// decode found said when it ends. If the recording is refused then, rtit ends
-/// (without `gdb`: nothing else would end it), or the gdb
-/// connected to it loses its connection.
-fn open(rec: &Recording, partial: bool, quiet: Arc<AtomicBool>, gdb: bool) -> Result<Session> {
+/// decode found said when it ends. A recording refused then while serving already ends rtit
+/// (without `gdb`: nothing else would end it), or the gdb connected to it loses its
+/// connection.
+fn open(
+    rec: &Recording,
+    partial: bool,
+    quiet: Arc<AtomicBool>,
+    stage: Arc<Mutex<Stage>>,
+    gdb: bool,
+) -> Result<Session> {
     let started = Instant::now();
     let tty = std::io::stderr().is_terminal();
     let total = rec.manifest.instructions;
@@ -148,10 +172,14 @@ fn open(rec: &Recording, partial: bool, quiet: Arc<AtomicBool>, gdb: bool) -> Re
         match history {
             Ok(h) => news(h, &dir, quiet.load(Ordering::Relaxed)),
             Err(e) => {
-                eprintln!(
-                    "rtit: cannot replay the recording: {:#}",
-                    recordings::refusal(e.clone())
-                );
+                let refusal = recordings::refusal(e.clone()).context("cannot replay the recording");
+                let mut stage = stage.lock().unwrap_or_else(|e| e.into_inner());
+                if !stage.serving {
+                    // Said by `run`, as any error.
+                    stage.refused = Some(refusal);
+                    return;
+                }
+                eprintln!("rtit: error: {refusal:#}");
                 if !gdb {
                     std::process::exit(1);
                 }
