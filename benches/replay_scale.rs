@@ -107,7 +107,7 @@ fn ask(conn: &mut std::net::TcpStream, packet: &str) -> String {
         match (byte[0], hashes) {
             (b'#', None) => hashes = Some(2),
             (_, Some(n)) => hashes = Some(n - 1),
-            (b'+', None) if reply.is_empty() => {}
+            (b'+' | b'$', None) if reply.is_empty() => {}
             (b, None) => reply.push(b),
         }
     }
