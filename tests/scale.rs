@@ -190,6 +190,7 @@ fn a_gdb_is_served_at_position_0_while_the_history_is_decoded() {
         "p/x $rsp",
         "x/2gx $rsp",
         "monitor when",
+        "monitor insns 1",
         &format!("shell touch {}", go.display()),
         "stepi",
         "monitor when",
@@ -208,7 +209,17 @@ fn a_gdb_is_served_at_position_0_while_the_history_is_decoded() {
         out.contains(&format!("{rsp:#x}:\t{word:#018x}")),
         "the stack's first word {word:#x}:\n{out}"
     );
-    assert!(out.contains("the history is still being decoded"), "{out}");
+    let recorded = rec.manifest.instructions;
+    assert!(
+        out.contains(&format!(
+            "position 0 (the history of {recorded} instructions is still being read"
+        )),
+        "`monitor when` before the decode ends:\n{out}"
+    );
+    assert!(
+        out.contains("the history is still being decoded"),
+        "`monitor insns` waits a second at most:\n{out}"
+    );
     let n = eager.len();
     assert!(
         out.contains(&format!("position 1 of {n}")),

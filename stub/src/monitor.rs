@@ -49,6 +49,15 @@ impl MonitorCmd for ReplayTarget {
         let cmd = String::from_utf8_lossy(cmd);
         let mut words = cmd.split_whitespace();
         let (first, second) = (words.next(), words.next());
+        if first == Some("when") && second.is_none() && !self.session.ready() {
+            // Where gdb is needs no history: only how long it is does.
+            outputln!(
+                out,
+                "position 0 (the history of {} instructions is still being read; the first move waits for it)",
+                self.session.recording().manifest.instructions
+            );
+            return Ok(());
+        }
         let needs_history = !matches!(first, Some("flushes-caches" | "help") | None);
         // The history may still be decoded in the background: wait a little, not so long
         // that a gdb with its default timeout gives up on the answer.
