@@ -226,11 +226,17 @@ impl<'a> InsnStream<'a> {
     /// The address after the instruction at `ip`: `decode_insn(space, ip)?.next_ip()`.
     #[inline]
     pub fn next_ip(&mut self, ip: u64) -> Result<u64, BlockError> {
+        self.insn(ip).map(|insn| insn.next_ip())
+    }
+
+    /// The instruction at `ip`: `decode_insn(space, ip)`.
+    #[inline]
+    pub fn insn(&mut self, ip: u64) -> Result<Instruction, BlockError> {
         if let Some(decoder) = &mut self.decoder {
             if decoder.ip() == ip && decoder.can_decode() {
                 let insn = decoder.decode();
                 if !insn.is_invalid() {
-                    return Ok(insn.next_ip());
+                    return Ok(insn);
                 }
             }
         }
@@ -241,7 +247,7 @@ impl<'a> InsnStream<'a> {
         if insn.is_invalid() && decoder.last_error() == iced_x86::DecoderError::NoMoreBytes {
             return Err(BlockError::Truncated { ip });
         }
-        Ok(insn.next_ip())
+        Ok(insn)
     }
 }
 

@@ -10,6 +10,7 @@ use super::flags;
 use super::forward::is_repeated_string;
 use super::ops::{address, width};
 use super::reg::{slot, RBP, RSP};
+use super::writes::Written;
 use super::State;
 use crate::image::AddressSpace;
 
@@ -21,19 +22,28 @@ pub fn step(
     next: Option<u64>,
     space: &AddressSpace,
     factory: &mut InstructionInfoFactory,
+    written: Option<Written>,
 ) {
     let after = st.regs.clone();
     super::mxcsr::backward(st, insn);
     let stored = stored_registers(st, insn, space);
-    let info = factory.info(insn);
     // 1. Registers before: unchanged unless written; written ones undone where possible.
-    super::writes::forget_registers(st, insn, info);
-    undo_registers(st, &after, insn);
     // 2. Memory before: what it wrote is unknown (addresses from the registers before).
-    if is_repeated_string(insn) {
-        st.mem.forget_all();
-    } else {
-        super::writes::forget_memory(st, insn, info);
+    match written {
+        Some(w) if !w.memory => {
+            super::writes::forget_written_registers(st, insn, w.registers().iter().copied());
+            undo_registers(st, &after, insn);
+        }
+        _ => {
+            let info = factory.info(insn);
+            super::writes::forget_registers(st, insn, info);
+            undo_registers(st, &after, insn);
+            if is_repeated_string(insn) {
+                st.mem.forget_all();
+            } else {
+                super::writes::forget_memory(st, insn, info);
+            }
+        }
     }
     // 3. Flags before: the ones it modified are unknown; a branch outcome constrains them.
     if super::writes::replaces_all_flags(insn) {

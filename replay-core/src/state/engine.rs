@@ -218,7 +218,7 @@ impl Values {
         let (mut hard, mut soft) = (inputs.hard_barriers, inputs.soft_barriers);
         hard.sort_unstable();
         soft.sort_unstable();
-        let shared = Shared {
+        let mut shared = Shared {
             space,
             history: inputs.history,
             hard,
@@ -238,7 +238,10 @@ impl Values {
             signals: inputs.signals.into_iter().map(|r| (r.position, r)).collect(),
             cpuid: inputs.cpuid,
             fault: inputs.fault,
+            special: Vec::new(),
+            insns: Vec::new(),
         };
+        shared.prepare();
         let interval = interval(len);
         Self {
             walker: Walker::new(Arc::new(shared)),

@@ -54,6 +54,9 @@ fn logic_flags(st: &mut State, v: u64, m: u64, w: u32) {
 /// Applies `insn` if a register it reads is partly known and it is one of the instructions
 /// above; false otherwise (the ordinary semantics then see the register as unknown).
 pub fn step(st: &mut State, insn: &Instruction) -> bool {
+    if !st.regs.any_partial() {
+        return false;
+    }
     let m = insn.mnemonic();
     if matches!(m, M::Shlx | M::Shrx | M::Sarx) {
         return shift_x(st, insn);

@@ -142,6 +142,9 @@ pub struct RegFile {
     /// The bits known of a register that is not wholly known (a `pmovmskb` of partly known
     /// bytes: `strlen` reads past the end of its string), with their values in `values`.
     partial: [u64; COUNT],
+    /// Which registers have bits in `partial` (meaningful where not known): most steps
+    /// ask whether any register is partly known, and nearly always none is.
+    partly: u32,
 }
 
 /// Equal when the same registers are known with the same values; causes do not count.
@@ -183,6 +186,7 @@ impl RegFile {
                 self.known &= !(1 << i);
                 self.why[i] = why::current();
                 self.partial[i] = 0;
+                self.partly &= !(1 << i);
             }
         }
     }
@@ -197,6 +201,11 @@ impl RegFile {
         (self.values[i] & self.partial[i], self.partial[i])
     }
 
+    /// Whether some register is partly known (not wholly, and some of its bits).
+    pub fn any_partial(&self) -> bool {
+        self.partly & !self.known != 0
+    }
+
     /// Sets the bits of `known_mask` to those of `value` and the others to unknown.
     pub fn set_bits(&mut self, r: Reg, value: u64, known_mask: u64) {
         if known_mask == u64::MAX {
@@ -206,6 +215,9 @@ impl RegFile {
         let i = r.index();
         self.values[i] = value & known_mask;
         self.partial[i] = known_mask;
+        if known_mask != 0 {
+            self.partly |= 1 << i;
+        }
     }
 
     /// An iced register's value and known-bit mask (zero-extended, all known above it).
@@ -243,12 +255,14 @@ impl RegFile {
         self.why[i] = other.why[i];
         self.partial[i] = other.partial[i];
         self.known = (self.known & !(1 << i)) | (other.known & (1 << i));
+        self.partly = (self.partly & !(1 << i)) | (other.partly & (1 << i));
     }
 
     /// Makes every register unknown.
     pub fn forget_all(&mut self) {
         self.known = 0;
         self.partial = [0; COUNT];
+        self.partly = 0;
         self.why = [why::current(); COUNT];
     }
 

@@ -6,6 +6,7 @@ use iced_x86::{Instruction, InstructionInfoFactory, Mnemonic};
 
 use super::reg::{Reg, R10, R11, R8, R9, RAX, RCX, RDI, RDX, RSI};
 use super::why::{self, Cause};
+use super::writes::Written;
 use super::{backward, flags, forward, State};
 use crate::image::AddressSpace;
 use crate::syscall::{effect, nr, Effect, SyscallRecord};
@@ -19,6 +20,8 @@ pub enum Between<'a> {
         insn: &'a Instruction,
         /// The address at `p + 1`.
         next: Option<u64>,
+        /// What it writes, if summarised ([`Written`]).
+        written: Option<Written>,
     },
     /// A `syscall` at `p`, and its log record if any.
     Syscall(Option<&'a SyscallRecord>),
@@ -152,7 +155,7 @@ fn syscall_cause(nr: Option<u64>, complete: bool) -> Cause {
 /// Forwards over what lies between `p` and `p + 1`.
 pub fn forward(st: &mut State, between: Between<'_>, space: &AddressSpace, f: &mut InstructionInfoFactory) {
     match between {
-        Between::Insn { insn, next } => forward::step(st, insn, next, space, f),
+        Between::Insn { insn, next, .. } => forward::step(st, insn, next, space, f),
         Between::Unknown => st.forget_all(),
         Between::Restart(record) => {
             if let Some(r) = record {
@@ -216,7 +219,7 @@ pub fn forward(st: &mut State, between: Between<'_>, space: &AddressSpace, f: &m
 /// the state at `p`.
 pub fn backward(st: &mut State, between: Between<'_>, space: &AddressSpace, f: &mut InstructionInfoFactory) {
     match between {
-        Between::Insn { insn, next } => backward::step(st, insn, next, space, f),
+        Between::Insn { insn, next, written } => backward::step(st, insn, next, space, f, written),
         Between::Unknown => st.forget_all(),
         Between::Restart(record) => {
             why::insist(syscall_cause(record.map(|r| r.nr), true));

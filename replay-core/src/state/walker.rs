@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use iced_x86::{Instruction, InstructionInfoFactory};
+use iced_x86::{Instruction, InstructionInfoFactory, Mnemonic};
 use rustc_hash::FxHashMap;
 
 use super::maps::MapEffect;
@@ -14,8 +14,8 @@ use super::nearby::Nearby;
 use super::reg::{RAX, RBX, RCX, RDX};
 use super::transition::{self, Between};
 use super::why::{self, Cause};
+use super::writes::Written;
 use super::State;
-use crate::flow::decode_insn;
 use crate::image::AddressSpace;
 use crate::recording::cpuid::CpuidLeaf;
 use crate::recording::{InsnResult, SignalEntry};
@@ -42,6 +42,9 @@ pub(super) fn rseq_areas(syscalls: &[SyscallRecord]) -> Vec<(u64, u64)> {
     areas
 }
 
+/// An instruction of the history and what it writes, if summarised.
+pub(super) type Decoded = (Instruction, Option<Written>);
+
 /// What every walk reads: the history and what the recording says happened in it.
 pub(super) struct Shared {
     pub(super) space: AddressSpace,
@@ -58,9 +61,51 @@ pub(super) struct Shared {
     pub(super) cpuid: Vec<CpuidLeaf>,
     /// Whether the last position is an instruction that faulted.
     pub(super) fault: bool,
+    /// Sorted positions `p` at which crossing to `p + 1` needs more than the instruction's
+    /// semantics: a barrier, a map change or a signal entry at `p + 1`, a logged system call
+    /// or result at `p`, the fault at the end ([`Shared::find_special`]). Every other
+    /// position of a plain instruction takes the walk's fast path.
+    pub(super) special: Vec<u64>,
+    /// The instruction of every slot of the history's blocks ([`Cursor::at`]), `None` where
+    /// the bytes do not decode: decoded once for every walk (a few hundred thousand distinct
+    /// instructions on python3, some tens of milliseconds), where each walk decoding its own
+    /// as it met them missed the cache at nearly every step through one more table.
+    pub(super) insns: Vec<Option<Decoded>>,
 }
 
 impl Shared {
+    /// Fills [`Shared::special`] and [`Shared::insns`] from the rest.
+    pub(super) fn prepare(&mut self) {
+        let mut stream = crate::flow::InsnStream::new(&self.space);
+        let mut factory = InstructionInfoFactory::new();
+        self.insns = (self.history.slot_ips().iter())
+            .map(|&ip| stream.insn(ip).ok().map(|i| (i, Written::of(&i, &mut factory))))
+            .collect();
+        let before = |q: &u64| q.checked_sub(1);
+        let mut v: Vec<u64> = self.hard.iter().filter_map(before).collect();
+        v.extend(self.soft.iter().filter_map(before));
+        v.extend(self.map_changes.keys().filter_map(before));
+        v.extend(self.signals.keys().filter_map(before));
+        v.extend(self.syscalls.keys().copied());
+        v.extend(self.results.keys().copied());
+        if self.fault {
+            v.extend(self.history.len().checked_sub(2));
+        }
+        v.sort_unstable();
+        v.dedup();
+        self.special = v;
+    }
+
+    /// Whether the instruction at a slot is plain: its crossing is its semantics alone unless
+    /// its position is special (not a system call, nor one whose result the recording may
+    /// give).
+    fn plain(insn: &Instruction) -> bool {
+        !matches!(
+            insn.mnemonic(),
+            Mnemonic::Syscall | Mnemonic::Cpuid | Mnemonic::Xsavec | Mnemonic::Xsavec64
+        )
+    }
+
     /// The logged result of the instruction at `p`, if it ran there with nothing between.
     fn logged_result(&self, p: u64, ip: u64, between: Between<'_>) -> Option<&InsnResult> {
         let r = self.results.get(&p).filter(|r| r.ip == ip)?;
@@ -79,15 +124,10 @@ pub(super) struct Steps {
 pub(super) struct Walker {
     pub(super) shared: Arc<Shared>,
     cursor: Cursor,
-    /// Per slot of the timeline's blocks ([`Cursor::at`]): 0 not decoded yet, else one more
-    /// than the index of its instruction in `insns` (zeroed memory costs nothing until a
-    /// walk gets there; a dense array of instructions would cost 40 bytes a slot).
-    decoded: Vec<u32>,
-    /// The instructions decoded, `None` where the bytes do not decode.
-    insns: Vec<Option<Instruction>>,
-    /// Where the walk is in the barriers.
+    /// Where the walk is in the barriers and the special positions.
     near_hard: Nearby,
     near_soft: Nearby,
+    near_special: Nearby,
     factory: InstructionInfoFactory,
     pub(super) stats: Steps,
     /// Whether the last forward step took its instruction's result from the recording
@@ -99,10 +139,9 @@ impl Walker {
     pub(super) fn new(shared: Arc<Shared>) -> Self {
         Self {
             cursor: Cursor::default(),
-            decoded: vec![0; shared.history.slots()],
-            insns: Vec::new(),
             near_hard: Nearby::default(),
             near_soft: Nearby::default(),
+            near_special: Nearby::default(),
             factory: InstructionInfoFactory::new(),
             stats: Steps::default(),
             answered: false,
@@ -115,34 +154,41 @@ impl Walker {
         self.shared.history.len()
     }
 
-    /// The address at `p`, through the cursor.
-    fn ip(&mut self, p: u64) -> Option<u64> {
-        self.cursor.ip(&self.shared.history, p)
-    }
-
-    /// The address at `p` and its instruction, decoded once per slot.
-    fn insn_at(&mut self, p: u64) -> (u64, Option<Instruction>) {
-        let (ip, slot) = self
-            .cursor
-            .at(&self.shared.history, p)
-            .expect("a position of the history");
-        let k = match self.decoded[slot] {
-            0 => {
-                self.insns.push(decode_insn(&self.shared.space, ip).ok());
-                let k = u32::try_from(self.insns.len()).expect("fewer than 4 G slots");
-                self.decoded[slot] = k;
-                k
-            }
-            k => k,
+    /// The address at `p`, its instruction and the address at `p + 1`, from the table of
+    /// instructions (an instruction knows its address).
+    #[inline]
+    fn insn_at(&mut self, p: u64) -> (u64, Option<Decoded>, Option<u64>) {
+        let history = &self.shared.history;
+        let (slot, next) = self.cursor.slots(history, p).expect("a position of the history");
+        let ip = |slot: usize| match &self.shared.insns[slot] {
+            Some((i, _)) => i.ip(),
+            None => history.slot_ips()[slot],
         };
-        (ip, self.insns[k as usize - 1])
+        (ip(slot), self.shared.insns[slot], next.map(ip))
     }
 
     /// Carries `st` over what lies between `p` and `p + 1`, forwards (from `p` to `p + 1`) or
     /// backwards.
     fn cross(&mut self, st: &mut State, p: u64, forwards: bool) {
-        let (ip, insn) = self.insn_at(p);
-        let next = self.ip(p + 1);
+        let (ip, decoded, next) = self.insn_at(p);
+        let (insn, written) = (decoded.map(|d| d.0), decoded.and_then(|d| d.1));
+        // Nearly every step: an instruction and nothing else ([`Shared::special`]), what the
+        // rest of this function comes to for it without its lookups.
+        if let Some(i) = &insn {
+            if Shared::plain(i) && !self.near_special.contains(&self.shared.special, p) {
+                why::begin(Cause::Inputs(i.mnemonic()), p);
+                let between = Between::Insn { insn: i, next, written };
+                if forwards {
+                    transition::forward(st, between, &self.shared.space, &mut self.factory);
+                    self.answered = false;
+                    self.stats.forward += 1;
+                } else {
+                    transition::backward(st, between, &self.shared.space, &mut self.factory);
+                    self.stats.backward += 1;
+                }
+                return;
+            }
+        }
         let hard = self.near_hard.contains(&self.shared.hard, p + 1);
         let soft = self.near_soft.contains(&self.shared.soft, p + 1);
         let between = match &insn {
@@ -157,7 +203,7 @@ impl Walker {
                 }
             }
             Some(_) if hard || soft => Between::Unknown,
-            Some(i) => Between::Insn { insn: i, next },
+            Some(i) => Between::Insn { insn: i, next, written },
         };
         let cause = match (&insn, between) {
             (None, _) => Cause::Undecodable,
@@ -194,7 +240,7 @@ impl Walker {
             let entry = self.shared.signals.get(&(p + 1)).filter(|e| next == Some(e.ip));
             // CPUID from the model's table, for its inputs before it runs.
             let cpuid = match (&insn, between) {
-                (Some(i), Between::Insn { .. }) if i.mnemonic() == iced_x86::Mnemonic::Cpuid => {
+                (Some(i), Between::Insn { .. }) if i.mnemonic() == Mnemonic::Cpuid => {
                     match (st.regs.get(RAX), st.regs.get(RCX)) {
                         (Some(a), Some(c)) => crate::recording::cpuid::lookup(&self.shared.cpuid, a as u32, c as u32),
                         _ => None,
@@ -212,7 +258,11 @@ impl Walker {
                 (Some(_), Some(i), Between::Unknown) if !super::forward::is_repeated_string(i) => {
                     transition::forward(
                         st,
-                        Between::Insn { insn: i, next: None },
+                        Between::Insn {
+                            insn: i,
+                            next: None,
+                            written,
+                        },
                         &self.shared.space,
                         &mut self.factory,
                     );

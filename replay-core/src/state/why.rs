@@ -91,49 +91,76 @@ pub struct Why {
     pub position: u64,
 }
 
+/// The transition being applied: its own cause and position, the first unknown it read, and
+/// whether it insisted on its own cause. One thread-local, const-initialised, read and written
+/// at every step of a walk (three lazily initialised ones cost a few per cent of it).
+#[derive(Clone, Copy)]
+struct Transition {
+    now: Why,
+    seen: Option<Why>,
+    strict: bool,
+}
+
 thread_local! {
-    static NOW: Cell<Why> = Cell::new(Why::default());
-    static SEEN: Cell<Option<Why>> = const { Cell::new(None) };
-    static STRICT: Cell<bool> = const { Cell::new(false) };
+    static NOW: Cell<Transition> = const {
+        Cell::new(Transition {
+            now: Why { cause: Cause::NotRecorded, position: 0 },
+            seen: None,
+            strict: false,
+        })
+    };
+}
+
+fn update(f: impl FnOnce(&mut Transition)) {
+    NOW.with(|n| {
+        let mut t = n.get();
+        f(&mut t);
+        n.set(t);
+    });
 }
 
 /// Starts a transition at `position` whose own cause is `cause`.
 pub fn begin(cause: Cause, position: u64) {
-    NOW.with(|n| n.set(Why { cause, position }));
-    SEEN.with(|s| s.set(None));
-    STRICT.with(|s| s.set(false));
+    NOW.with(|n| {
+        n.set(Transition {
+            now: Why { cause, position },
+            seen: None,
+            strict: false,
+        })
+    });
 }
 
 /// Overrides the current transition's cause, whatever it read: an unmodelled instruction, or
 /// a store through an unknown address, is the cause of what it loses.
 pub fn insist(cause: Cause) {
-    NOW.with(|n| {
-        let position = n.get().position;
-        n.set(Why { cause, position });
+    update(|t| {
+        t.now.cause = cause;
+        t.strict = true;
     });
-    STRICT.with(|s| s.set(true));
 }
 
 /// The cause the current transition insisted on, if it did.
 pub fn insisted() -> Option<Cause> {
-    STRICT.with(Cell::get).then(|| NOW.with(Cell::get).cause)
+    let t = NOW.with(Cell::get);
+    t.strict.then_some(t.now.cause)
 }
 
 /// Notes that an unknown value was read, and why it was unknown.
 pub fn saw(why: Why) {
-    SEEN.with(|s| {
-        if s.get().is_none() {
-            s.set(Some(why));
+    update(|t| {
+        if t.seen.is_none() {
+            t.seen = Some(why);
         }
     });
 }
 
 /// The cause for a value made unknown now.
 pub fn current() -> Why {
-    if STRICT.with(Cell::get) {
-        return NOW.with(Cell::get);
+    let t = NOW.with(Cell::get);
+    match (t.strict, t.seen) {
+        (false, Some(seen)) => seen,
+        _ => t.now,
     }
-    SEEN.with(Cell::get).unwrap_or_else(|| NOW.with(Cell::get))
 }
 
 #[cfg(test)]

@@ -34,6 +34,28 @@ impl Cursor {
         Some((t.blocks.ips[slot], slot))
     }
 
+    /// The slot of `position` ([`Self::at`]) and that of `position + 1` (`None` at the last
+    /// position): a walk needs both at every step, and asking for each on its own made the
+    /// cursor move back and forth across a run boundary (a seek by binary search at every
+    /// short run, walking backwards). No address is read: a walk that keeps a table by slot
+    /// finds them there.
+    #[inline]
+    pub fn slots(&mut self, t: &Timeline, position: u64) -> Option<(usize, Option<usize>)> {
+        if position >= t.len {
+            return None;
+        }
+        if !(self.start..self.start + self.len).contains(&position) {
+            self.seek(t, position);
+        }
+        let slot = t.blocks.start(t.runs[self.run]) + (position - self.start) as usize;
+        let next = if position + 1 < self.start + self.len {
+            Some(slot + 1)
+        } else {
+            t.runs.get(self.run + 1).map(|&b| t.blocks.start(b))
+        };
+        Some((slot, next))
+    }
+
     fn seek(&mut self, t: &Timeline, position: u64) {
         let end = self.start + self.len;
         if self.len > 0 && position == end {

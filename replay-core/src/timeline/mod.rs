@@ -94,6 +94,12 @@ impl Timeline {
         self.blocks.ips.len()
     }
 
+    /// The address of every instruction slot ([`Self::slots`]), in slot order: what a pass
+    /// that decodes each distinct instruction once reads.
+    pub fn slot_ips(&self) -> &[u64] {
+        &self.blocks.ips
+    }
+
     /// The events, in order; each knows its position.
     pub fn events(&self) -> &[FlowEvent] {
         &self.events

@@ -89,6 +89,7 @@ proptest! {
         let n = ips.len() as u64;
         prop_assert_eq!(t.len(), n);
         let mut cursor = Cursor::default();
+        let mut pair = Cursor::default();
         let mut p = 0u64;
         for m in moves {
             // Mostly single steps either way, sometimes a jump.
@@ -100,6 +101,10 @@ proptest! {
             };
             prop_assert_eq!(t.ip_at(p), ips.get(p as usize).copied(), "ip_at({})", p);
             prop_assert_eq!(cursor.ip(&t, p), ips.get(p as usize).copied(), "cursor at {}", p);
+            let ip = |slot: usize| t.slot_ips()[slot];
+            let both = pair.slots(&t, p).map(|(slot, next)| (ip(slot), next.map(ip)));
+            let want = ips.get(p as usize).map(|&ip| (ip, ips.get(p as usize + 1).copied()));
+            prop_assert_eq!(both, want, "slots({})", p);
         }
         let set: HashSet<u64> = set.iter().map(|&(b, i)| 0x100 * b + i).collect();
         let (a, b) = (u64::from(range.0) % (n + 1), u64::from(range.1) % (n + 1));
