@@ -103,6 +103,7 @@ pub fn cpu_info() -> CpuInfo {
         xcr0: xcr0(&field("flags")),
         syscall_keeps_registers: false,
         xsave_all_in_use: false,
+        xsave_layout: Some(crate::xstate::host_layout()),
         lzcnt: flag(&field("flags"), "abm"),
         bmi1: flag(&field("flags"), "bmi1"),
         logic_clears_af: crate::probe::logic_clears_af(),
@@ -318,6 +319,11 @@ fn write_into(tmp: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, Wr
             logic_clears_af: match meta.backend.as_str() {
                 "qemu" => Some(true),
                 _ => crate::probe::logic_clears_af(),
+            },
+            // Where XSAVE puts each component: QEMU's CPU model's, or this CPU's.
+            xsave_layout: match meta.backend.as_str() {
+                "qemu" => rtit_replay_core::recording::XsaveLayout::from_table(&outcome.cpuid),
+                _ => Some(crate::xstate::host_layout()),
             },
             ..cpu_info()
         },

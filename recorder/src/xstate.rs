@@ -4,18 +4,42 @@
 //! (`asm/user.h`: "the OS enabled xstate mask, the same as XGETBV's XCR0"). The state layer
 //! needs XCR0 exactly: it decides what XSAVE writes and where XSAVEC's compacted components lie.
 //!
-//! The layout is XSAVE's standard format (SDM vol. 1, 13.4): MXCSR at 24, xmm0–15 at 160,
-//! XSTATE_BV at 512, ymm0–15's upper halves at 576, k0–7 at 1088, zmm0–15's upper halves at
-//! 1152, zmm16–31 at 1664. A component whose XSTATE_BV bit is clear is in its initial state,
-//! all zeros, whatever the buffer holds.
+//! The layout is XSAVE's standard format (SDM vol. 1, 13.4) with this CPU's offsets, as Linux
+//! copies it out (`copy_xstate_to_uabi_buf`): MXCSR at 24, xmm0–15 at 160, XSTATE_BV at 512,
+//! ymm0–15's upper halves at 576, then k0–7, zmm0–15's upper halves and zmm16–31 where CPUID
+//! leaf 0DH puts them (1088, 1152, 1664 on Intel's processors; 832, 896, 1408 on AMD's Zen 4,
+//! which has no MPX: reading Intel's offsets there took zmm21 for zmm17). A component whose
+//! XSTATE_BV bit is clear is in its initial state, all zeros, whatever the buffer holds.
+
+use std::sync::OnceLock;
 
 use nix::unistd::Pid;
+use rtit_replay_core::recording::XsaveLayout;
 use rtit_replay_core::state::vector::named::hex;
 
 use crate::outcome::RegisterMap;
 
-/// Bytes read: up to the end of zmm16–31 and PKRU (what the state layer tracks).
+/// Bytes read: up to the end of zmm16–31 and PKRU (what the state layer tracks) on any CPU.
 const SIZE: usize = 2752;
+
+/// This CPU's XSAVE layout (CPUID leaf 0DH), which a recording made here keeps.
+pub fn host_layout() -> XsaveLayout {
+    static HOST: OnceLock<XsaveLayout> = OnceLock::new();
+    *HOST.get_or_init(|| {
+        XsaveLayout::from_cpuid(|c| {
+            let r = cpuid(0xd, c);
+            Some((r.eax, r.ebx))
+        })
+    })
+}
+
+/// CPUID, which every x86-64 processor has.
+#[allow(unused_unsafe, unsafe_code)]
+fn cpuid(leaf: u32, subleaf: u32) -> std::arch::x86_64::CpuidResult {
+    // SAFETY: CPUID is an unprivileged instruction every x86-64 processor implements; the
+    // intrinsic is unsafe only on toolchains older than the one that made it safe.
+    unsafe { std::arch::x86_64::__cpuid_count(leaf, subleaf) }
+}
 /// `NT_X86_XSTATE`, the regset's note type.
 const NT_X86_XSTATE: nix::libc::c_int = 0x202;
 
@@ -23,6 +47,7 @@ const NT_X86_XSTATE: nix::libc::c_int = 0x202;
 #[derive(Debug, Clone)]
 pub struct XState {
     area: Vec<u8>,
+    layout: XsaveLayout,
 }
 
 impl XState {
@@ -51,12 +76,13 @@ impl XState {
             ));
         }
         area.truncate(iov.iov_len);
-        Ok(Self::from_area(area))
+        Ok(Self::from_area(area, host_layout()))
     }
 
-    /// From an XSAVE area in the standard format (the kernel's copy, or a test's).
-    pub fn from_area(area: Vec<u8>) -> XState {
-        XState { area }
+    /// From an XSAVE area in the standard format with `layout`'s offsets (the kernel's copy,
+    /// or a test's).
+    pub fn from_area(area: Vec<u8>, layout: XsaveLayout) -> XState {
+        XState { area, layout }
     }
 
     fn u64_at(&self, at: usize) -> u64 {
@@ -75,6 +101,11 @@ impl XState {
     /// `len` bytes of component `c` at `at`, or zeros if XSTATE_BV says it is initial; `None`
     /// if the area does not hold them.
     fn part(&self, c: u32, at: usize, len: usize) -> Option<Vec<u8>> {
+        let start = match c {
+            1 => 0,
+            _ => usize::try_from(self.layout.offset(c)?).ok()?,
+        };
+        let at = start + at;
         let bytes = self.area.get(at..at + len)?;
         Some(if self.u64_at(512) & 1 << c == 0 {
             vec![0; len]
@@ -103,11 +134,11 @@ impl XState {
             let parts: Vec<Option<Vec<u8>>> = if i < 16 {
                 vec![
                     self.part(1, 160 + 16 * i, 16),
-                    avx.then(|| self.part(2, 576 + 16 * i, 16)).flatten(),
-                    avx512.then(|| self.part(6, 1152 + 32 * i, 32)).flatten(),
+                    avx.then(|| self.part(2, 16 * i, 16)).flatten(),
+                    avx512.then(|| self.part(6, 32 * i, 32)).flatten(),
                 ]
             } else {
-                vec![self.part(7, 1664 + 64 * (i - 16), 64)]
+                vec![self.part(7, 64 * (i - 16), 64)]
             };
             for p in parts.into_iter().map_while(|p| p) {
                 v.extend(p);
@@ -122,7 +153,7 @@ impl XState {
         }
         if avx512 {
             for i in 0..8 {
-                if let Some(k) = self.part(5, 1088 + 8 * i, 8) {
+                if let Some(k) = self.part(5, 8 * i, 8) {
                     map.insert(format!("k{i}"), hex(&k));
                 }
             }
@@ -147,7 +178,7 @@ mod tests {
         area[1664 + 64] = 0x55; // zmm17's low byte
                                 // SSE, AVX and ZMM_Hi256 in use; opmask and Hi16_ZMM initial.
         area[512] = 0b0100_0110;
-        let x = XState::from_area(area.clone());
+        let x = XState::from_area(area.clone(), XsaveLayout::intel());
         assert_eq!(x.xcr0(), Some(0xe7));
         let r = x.registers();
         assert_eq!(r["mxcsr"], "0x1f80");
@@ -157,8 +188,47 @@ mod tests {
         assert_eq!(r.len(), 1 + 32 + 8);
         // Without AVX-512: ymm0–15 only.
         area[464..472].copy_from_slice(&0x7u64.to_le_bytes());
-        let r = XState::from_area(area).registers();
+        let r = XState::from_area(area, XsaveLayout::intel()).registers();
         assert_eq!(r["ymm0"], format!("0x22{}11", "0".repeat(30)));
         assert!(!r.contains_key("zmm0") && !r.contains_key("k0") && !r.contains_key("ymm16"));
+    }
+
+    #[test]
+    fn the_avx512_registers_are_read_where_the_cpu_puts_them() {
+        // AMD's Zen 4 (no MPX): k0-7 at 832, zmm0-15's upper halves at 896, zmm16-31 at 1408.
+        let zen4 = XsaveLayout::from_cpuid(|c| match c {
+            2 => Some((256, 576)),
+            5 => Some((64, 832)),
+            6 => Some((512, 896)),
+            7 => Some((1024, 1408)),
+            _ => Some((0, 0)),
+        });
+        let mut area = vec![0u8; SIZE];
+        area[464..472].copy_from_slice(&0xe7u64.to_le_bytes());
+        area[512] = 0b1110_0110;
+        area[832 + 8] = 0x44; // k1
+        area[896] = 0x33; // zmm0's byte 32
+        area[1408 + 64] = 0x55; // zmm17's low byte
+        area[1664 + 64] = 0x66; // where Intel's zmm17 would be: zmm21's here
+        let r = XState::from_area(area, zen4).registers();
+        assert_eq!(r["k1"], "0x44");
+        assert_eq!(r["zmm0"], format!("0x33{}", "0".repeat(64)));
+        assert_eq!(r["zmm17"], "0x55");
+        assert_eq!(r["zmm21"], "0x66");
+    }
+
+    #[test]
+    fn this_cpus_layout_is_what_cpuid_says() {
+        let l = host_layout();
+        // AVX is right after the header on every processor that has it.
+        assert!(l.offset(2).map_or(true, |o| o == 576));
+        // Every component lies past the header and inside what this file reads, or the
+        // state layer's copies of it would be cut short.
+        for (c, offset, size) in l.components().filter(|&(c, ..)| c <= 9) {
+            assert!(
+                offset >= 576 && offset + size <= SIZE as u64,
+                "component {c} at {offset}+{size}"
+            );
+        }
     }
 }

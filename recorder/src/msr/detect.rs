@@ -89,6 +89,7 @@ mod tests {
             xcr0: None,
             syscall_keeps_registers: false,
             xsave_all_in_use: false,
+            xsave_layout: None,
             lzcnt: None,
             bmi1: None,
             logic_clears_af: None,

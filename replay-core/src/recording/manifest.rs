@@ -67,6 +67,12 @@ pub struct CpuInfo {
     /// register back; a real CPU's XINUSE is its own.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub xsave_all_in_use: bool,
+    /// Where XSAVE's standard format puts each component on the recording's CPU (CPUID leaf
+    /// 0DH): not the same on every processor (AMD's Zen 4 differs from Intel's). Absent in
+    /// recordings made before it was recorded: Intel's then, on an Intel CPU, and unknown
+    /// beyond the AVX component elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xsave_layout: Option<super::XsaveLayout>,
 }
 
 /// The kind of an image copy.

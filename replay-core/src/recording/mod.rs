@@ -21,9 +21,11 @@ mod error;
 pub use crate::hex;
 mod manifest;
 mod validate;
+pub mod xsave_layout;
 
 pub use error::RecordingError;
 pub use manifest::*;
+pub use xsave_layout::XsaveLayout;
 
 use std::path::{Path, PathBuf};
 

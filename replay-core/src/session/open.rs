@@ -10,6 +10,7 @@ use std::sync::Arc;
 use crate::flow::{EventKind, FlowEvent};
 use crate::image::AddressSpace;
 use crate::recording::{EndState, Recording, RecordingError};
+use crate::state::vector::named::Named;
 use crate::state::{self, State, Values};
 use crate::timeline::cache::{self, CacheError, Origin, Policy};
 use crate::timeline::{parallel, Timeline};
@@ -86,27 +87,34 @@ pub(super) fn prepare(recording: &Recording, space: &AddressSpace) -> Result<Pre
         .map(|c| (c.position, state::maps::effect(c)))
         .collect();
     let m = &recording.manifest;
+    let cpuid = recording.cpuid()?;
+    let cpu = cpu(&m.cpu, &cpuid);
+    let trusted = |map: &BTreeMap<String, String>| trusted_registers(map, &m.backend, cpu);
     let start_memory = recording.snapshot(false)?;
     let end = match m.end {
         EndState::Exited { .. } | EndState::Signaled { .. } => recording.snapshot(true).map(|memory| {
             Some(State {
-                cpu: cpu(&m.cpu),
-                ..snapshot_state(&m.registers_end, &[], &memory)
+                cpu,
+                ..snapshot_state(&trusted(&m.registers_end), &[], &memory)
             })
         }),
         _ => Ok(None),
     };
+    let mut signals = recording.signals()?;
+    for s in &mut signals {
+        s.registers = trusted(&s.registers);
+    }
     Ok(Prepared {
         start: State {
-            cpu: cpu(&m.cpu),
-            ..snapshot_state(&m.registers_start, &files, &start_memory)
+            cpu,
+            ..snapshot_state(&trusted(&m.registers_start), &files, &start_memory)
         },
         end,
         map_changes,
         syscalls: recording.syscalls()?,
         results: recording.results()?,
-        signals: recording.signals()?,
-        cpuid: recording.cpuid()?,
+        signals,
+        cpuid,
     })
 }
 
@@ -155,9 +163,32 @@ fn inputs(
     })
 }
 
-/// The CPU behaviours the state layer needs, from the manifest.
-fn cpu(c: &crate::recording::CpuInfo) -> state::Cpu {
+/// A recording's register map without what it cannot vouch for: a recorder that read the
+/// kernel's XSAVE area before the recording kept its CPU's layout took Intel's offsets for
+/// the AVX-512 registers, which AMD's Zen 4 places elsewhere, so on a CPU that is not
+/// Intel's those registers (zmm0–31 as a whole, k0–7) are left out, unknown, rather than
+/// read from the wrong bytes. QEMU's registers come from its gdbstub, not from such an area.
+fn trusted_registers(map: &BTreeMap<String, String>, backend: &str, cpu: state::Cpu) -> BTreeMap<String, String> {
+    let unsure = cpu.xsave.is_none() && backend != "qemu";
+    map.iter()
+        .filter(|(name, _)| {
+            let avx512 = name.starts_with("zmm") || matches!(Named::parse(name), Some(Named::Opmask(_)));
+            !(unsure && avx512)
+        })
+        .map(|(n, v)| (n.clone(), v.clone()))
+        .collect()
+}
+
+/// The CPU behaviours the state layer needs, from the manifest and the CPU model's CPUID
+/// table (qemu backend). The XSAVE layout of a recording made before it was recorded is
+/// Intel's on an Intel CPU (every Intel processor enumerates the same) and unknown elsewhere.
+fn cpu(c: &crate::recording::CpuInfo, cpuid: &[crate::recording::cpuid::CpuidLeaf]) -> state::Cpu {
+    let xsave = c
+        .xsave_layout
+        .or_else(|| crate::recording::XsaveLayout::from_table(cpuid))
+        .or_else(|| (c.vendor == "GenuineIntel").then(crate::recording::XsaveLayout::intel));
     state::Cpu {
+        xsave,
         xcr0: c.xcr0,
         syscall_keeps_registers: c.syscall_keeps_registers,
         lzcnt: c.lzcnt,
@@ -226,4 +257,37 @@ pub(super) fn decode(work: Work, progress: &mut (dyn FnMut(u64) + Send)) -> Resu
         origin,
         storing,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recording::{CpuInfo, XsaveLayout};
+
+    #[test]
+    fn avx512_registers_a_recorder_read_without_its_cpus_layout_are_left_out_off_intel() {
+        let map: BTreeMap<String, String> = ["rax", "xmm0", "ymm1", "zmm2", "zmm17", "k1"]
+            .iter()
+            .map(|n| (n.to_string(), "0x1".to_string()))
+            .collect();
+        let names = |m: BTreeMap<String, String>| m.into_keys().collect::<Vec<_>>().join(" ");
+        let amd = CpuInfo {
+            vendor: "AuthenticAMD".into(),
+            ..CpuInfo::default()
+        };
+        let kept = trusted_registers(&map, "step", cpu(&amd, &[]));
+        assert_eq!(names(kept), "rax xmm0 ymm1");
+        // Recorded with its layout, on Intel's CPUs (whose layout is fixed), or under QEMU.
+        let with = CpuInfo {
+            xsave_layout: Some(XsaveLayout::intel()),
+            ..amd.clone()
+        };
+        assert_eq!(trusted_registers(&map, "step", cpu(&with, &[])).len(), 6);
+        let intel = CpuInfo {
+            vendor: "GenuineIntel".into(),
+            ..CpuInfo::default()
+        };
+        assert_eq!(trusted_registers(&map, "step", cpu(&intel, &[])).len(), 6);
+        assert_eq!(trusted_registers(&map, "qemu", cpu(&amd, &[])).len(), 6);
+    }
 }

@@ -93,6 +93,9 @@ pub struct Cpu {
     /// Whether XSAVE marks every requested component in use in XSTATE_BV (QEMU, which does
     /// not track XINUSE); a real CPU's XINUSE is its own.
     pub xsave_all_in_use: bool,
+    /// Where XSAVE's standard format puts each component on the recording's CPU; unknown:
+    /// only the AVX component's place (576, the same on every processor) is known.
+    pub xsave: Option<crate::recording::XsaveLayout>,
 }
 
 impl Cpu {
@@ -104,6 +107,7 @@ impl Cpu {
             bmi1: self.bmi1.or(other.bmi1),
             logic_clears_af: self.logic_clears_af.or(other.logic_clears_af),
             xsave_all_in_use: self.xsave_all_in_use | other.xsave_all_in_use,
+            xsave: self.xsave.or(other.xsave),
         }
     }
 }

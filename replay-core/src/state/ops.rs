@@ -3,7 +3,7 @@
 use iced_x86::{Instruction, OpAccess, OpKind, Register};
 
 use super::reg::{mask, Reg, RegFile};
-use super::State;
+use super::{Cpu, State};
 use crate::image::AddressSpace;
 
 /// A register or a segment base for iced's address computation: ES, CS, SS and DS have base 0
@@ -117,25 +117,9 @@ pub fn writes(access: OpAccess) -> bool {
     )
 }
 
-/// Where each XSAVE state component ends in the standard (non-compacted) format: the
-/// offsets CPUID leaf 0DH enumerates, the same on every processor that has the component
-/// (SDM vol. 1, 13.4). The compacted format (XSAVEC) is never larger.
-const XSAVE_END: [(u32, u64); 11] = [
-    (0, 512),
-    (1, 512),
-    (2, 832),
-    (3, 1024),
-    (4, 1088),
-    (5, 1152),
-    (6, 1664),
-    (7, 2688),
-    (9, 2696),
-    (17, 2816),
-    (18, 11008),
-];
-
-/// The size of each XSAVE state component above the legacy area and header (CPUID leaf 0DH
-/// enumerates the same on every processor that has it; SDM vol. 1, 13.2).
+/// The size of each XSAVE state component above the legacy area and header, for a recording
+/// that does not say what its CPU enumerates (CPUID leaf 0DH; these are Intel's, and AMD's
+/// Zen 4 enumerates the same sizes: only the offsets differ).
 const XSAVE_SIZE: [(u32, u64); 9] = [
     (2, 256),
     (3, 64),
@@ -148,35 +132,58 @@ const XSAVE_SIZE: [(u32, u64); 9] = [
     (18, 8192),
 ];
 
-/// The size of XSAVE state component `c` (2 and up), if it is one listed.
-pub fn xsave_size(c: u32) -> Option<u64> {
-    XSAVE_SIZE.iter().find(|(i, _)| *i == c).map(|&(_, s)| s)
+/// The size of XSAVE state component `c` (2 and up) on the recording's CPU, if known.
+pub fn xsave_size(c: u32, cpu: &Cpu) -> Option<u64> {
+    match cpu.xsave {
+        Some(layout) => layout.size(c),
+        None => XSAVE_SIZE.iter().find(|(i, _)| *i == c).map(|&(_, s)| s),
+    }
+}
+
+/// Where component `c` starts in XSAVE's standard format on the recording's CPU, if known:
+/// AVX (2) right after the header on every processor, the later ones where CPUID leaf 0DH
+/// put them ([`crate::recording::XsaveLayout`]).
+pub fn xsave_offset(c: u32, cpu: &Cpu) -> Option<u64> {
+    match c {
+        2 => Some(576),
+        _ => cpu.xsave?.offset(c),
+    }
+}
+
+/// Where component `c` ends in the standard format, if known.
+fn xsave_end(c: u32, cpu: &Cpu) -> Option<u64> {
+    match c {
+        0 | 1 => Some(512),
+        _ => Some(xsave_offset(c, cpu)? + xsave_size(c, cpu)?),
+    }
 }
 
 /// How far an XSAVE-family instruction may write: the end of the last requested component
 /// (EDX:EAX is the request mask), at least the legacy area and header (576 bytes); 16 KiB,
-/// past every component's end, when the mask is unknown or names a component not listed.
-/// Only components XCR0 enables are written (with XCR0 unknown, every requested one). XSAVEC
-/// and XSAVES write the compacted format: the header, then each such component at 64-byte
-/// alignment at most.
-fn xsave_extent(regs: &RegFile, compacted: bool, xcr0: Option<u64>) -> u64 {
+/// past every component's end, when the mask is unknown or names a component whose place is
+/// not known. Only components XCR0 enables are written (with XCR0 unknown, every requested
+/// one). XSAVEC and XSAVES write the compacted format: the header, then each such component at
+/// 64-byte alignment at most.
+fn xsave_extent(regs: &RegFile, compacted: bool, cpu: &Cpu) -> u64 {
     let mask = match (regs.read(Register::EAX), regs.read(Register::EDX)) {
         (Some(a), Some(d)) => (d << 32) | a,
         _ => return 16 << 10,
     };
     // Both formats write only the components in RFBM = XCR0 AND EDX:EAX (SDM vol. 1,
     // 13.7 and 13.10); a bound on XCR0 bounds RFBM.
-    let mask = mask & xcr0.unwrap_or(u64::MAX);
+    let mask = mask & cpu.xcr0.unwrap_or(u64::MAX);
     let mut end: u64 = 576;
     for bit in 0..64 {
         if mask & (1 << bit) == 0 || bit < 2 && compacted {
             continue;
         }
-        let table: &[(u32, u64)] = if compacted { &XSAVE_SIZE } else { &XSAVE_END };
-        match table.iter().find(|(c, _)| *c == bit) {
-            Some(&(_, e)) if compacted => end = end.next_multiple_of(64) + e,
-            Some(&(_, e)) => end = end.max(e),
-            None => return 16 << 10,
+        match (compacted, xsave_size(bit, cpu), xsave_end(bit, cpu)) {
+            (true, Some(size), _) => end = end.next_multiple_of(64) + size,
+            (false, _, Some(e)) => end = end.max(e),
+            // A component the recording's CPU does not have in XSAVE's user format: XCR0
+            // cannot enable it, so RFBM leaves it out.
+            _ if bit >= 2 && cpu.xsave.is_some_and(|l| l.offset(bit).is_none()) => {}
+            _ => return 16 << 10,
         }
     }
     end
@@ -185,11 +192,11 @@ fn xsave_extent(regs: &RegFile, compacted: bool, xcr0: Option<u64>) -> u64 {
 /// Bytes a write of `size` by `insn` may touch, if bounded: its size, or for the XSAVE family
 /// (whose area iced cannot size: it depends on the requested components) the bound above.
 /// Any other write of unknown size is unbounded.
-pub fn extent(regs: &RegFile, insn: &Instruction, size: usize, xcr0: Option<u64>) -> Option<u64> {
+pub fn extent(regs: &RegFile, insn: &Instruction, size: usize, cpu: &Cpu) -> Option<u64> {
     use iced_x86::Mnemonic as M;
     match (size, insn.mnemonic()) {
-        (0, M::Xsave | M::Xsave64 | M::Xsaveopt | M::Xsaveopt64) => Some(xsave_extent(regs, false, xcr0)),
-        (0, M::Xsavec | M::Xsavec64 | M::Xsaves | M::Xsaves64) => Some(xsave_extent(regs, true, xcr0)),
+        (0, M::Xsave | M::Xsave64 | M::Xsaveopt | M::Xsaveopt64) => Some(xsave_extent(regs, false, cpu)),
+        (0, M::Xsavec | M::Xsavec64 | M::Xsaves | M::Xsaves64) => Some(xsave_extent(regs, true, cpu)),
         (0, _) => None,
         (n, _) => Some(n as u64),
     }

@@ -353,11 +353,41 @@ fn xsave_writes_only_what_xcr0_enables() {
     let k = v.at(3).expect("p3");
     assert_eq!(k.memory(0x10000 + 831, 1), Ok(None));
     assert_eq!(k.memory(0x10000 + 832, 1), Ok(Some(vec![7])));
-    // XCR0 unknown: every requested component may be written.
-    let mut v = run(&code, &[(RDI, 0x10000)], &[(0x10000, &area)]);
+    // XCR0 unknown: every requested component may be written, up to where the recording's
+    // CPU puts the last: Intel's Hi16_ZMM ends at 2688, AMD Zen 4's at 2432.
+    let intel = super::Cpu {
+        xsave: Some(crate::recording::XsaveLayout::intel()),
+        ..Default::default()
+    };
+    let mut v = run_on(&code, &[(RDI, 0x10000)], &[(0x10000, &area)], intel);
     let k = v.at(3).expect("p3");
     assert_eq!(k.memory(0x10000 + 2687, 1), Ok(None));
     assert_eq!(k.memory(0x10000 + 2688, 1), Ok(Some(vec![7])));
+    let zen4 = super::Cpu {
+        xsave: Some(zen4_layout()),
+        ..Default::default()
+    };
+    let mut v = run_on(&code, &[(RDI, 0x10000)], &[(0x10000, &area)], zen4);
+    let k = v.at(3).expect("p3");
+    assert_eq!(k.memory(0x10000 + 2431, 1), Ok(None));
+    assert_eq!(k.memory(0x10000 + 2432, 1), Ok(Some(vec![7])));
+    // A layout the recording does not give: anything up to 16 KiB may be written.
+    let mut v = run(&code, &[(RDI, 0x10000)], &[(0x10000, &area)]);
+    let k = v.at(3).expect("p3");
+    assert_eq!(k.memory(0x10000 + 4095, 1), Ok(None));
+}
+
+/// What CPUID leaf 0DH says on an AMD EPYC of the Zen 4 generation: AVX-512 without MPX, so
+/// the opmasks follow AVX at 832.
+pub(super) fn zen4_layout() -> crate::recording::XsaveLayout {
+    crate::recording::XsaveLayout::from_cpuid(|c| match c {
+        2 => Some((256, 576)),
+        5 => Some((64, 832)),
+        6 => Some((512, 896)),
+        7 => Some((1024, 1408)),
+        9 => Some((8, 2432)),
+        _ => Some((0, 0)),
+    })
 }
 
 #[test]

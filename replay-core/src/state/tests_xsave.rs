@@ -215,3 +215,50 @@ fn xsavec_writes_only_the_components_in_use_and_the_rest_of_its_area_keeps_its_b
         "the rest of the header"
     );
 }
+
+#[test]
+fn the_standard_format_puts_the_avx512_components_where_the_recordings_cpu_does() {
+    // xsave [rsp] of opmask, ZMM_Hi256 and Hi16_ZMM (eax = 0xe0), with zmm16's first lane and
+    // k1 known: they land at Intel's offsets on an Intel CPU, at Zen 4's on an AMD EPYC.
+    let code: [&[u8]; 2] = [&[0x0f, 0xae, 0x24, 0x24], &[0x90]];
+    let regs = [(RSP, 0x8000), (RAX, 0xe0), (RDX, 0)];
+    for (layout, opmask, hi16) in [
+        (crate::recording::XsaveLayout::intel(), 1088, 1664),
+        (super::tests_semantics::zen4_layout(), 832, 1408),
+    ] {
+        let cpu = Cpu {
+            xcr0: Some(0xe7),
+            xsave_all_in_use: true,
+            xsave: Some(layout),
+            ..Cpu::default()
+        };
+        let (space, ips) = super::tests_semantics::code_at_0x1000(&code);
+        let mut start = State::unknown();
+        for &(r, v) in &regs {
+            start.regs.set(r, Some(v));
+        }
+        start.vec.set_lane(16, 0, 8, Some(0x1122_3344_5566_7788));
+        start.vec.k.set(1, 0xabcd, u64::MAX);
+        start.mem.write(0x8000, &[0; 0x1000]);
+        start.cpu = cpu;
+        let mut v = Values::new(
+            space,
+            Inputs {
+                history: crate::timeline::Timeline::from_ips(ips),
+                start,
+                ..Inputs::default()
+            },
+        );
+        let k = v.at(1).expect("p1");
+        assert_eq!(
+            k.memory(0x8000 + hi16, 8),
+            Ok(Some(0x1122_3344_5566_7788u64.to_le_bytes().to_vec())),
+            "zmm16 at {hi16}"
+        );
+        assert_eq!(
+            k.memory(0x8000 + opmask + 8, 8),
+            Ok(Some(0xabcdu64.to_le_bytes().to_vec())),
+            "k1 at {opmask} + 8"
+        );
+    }
+}

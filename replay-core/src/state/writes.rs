@@ -12,7 +12,7 @@ use super::State;
 pub fn forget_memory(st: &mut State, insn: &Instruction, info: &InstructionInfo) {
     for m in info.used_memory() {
         if writes(m.access()) {
-            let size = extent(&st.regs, insn, m.memory_size().size(), st.cpu.xcr0);
+            let size = extent(&st.regs, insn, m.memory_size().size(), &st.cpu);
             let address = m.virtual_address(0, |r, _, _| address_register(&st.regs, r, true));
             match (address, size) {
                 (Some(a), Some(size)) => st.mem.forget(a, size),

@@ -6,8 +6,10 @@
 //!
 //! Where each tracked component lives: MXCSR at 24 and xmm0–15 at 160 in the legacy region,
 //! XSTATE_BV at 512, XCOMP_BV at 520; in the standard format each later component at the
-//! offset CPUID leaf 0DH gives (the same on every processor: AVX 576, opmask 1088, ZMM_Hi256
-//! 1152, Hi16_ZMM 1664); in the compacted one the components XCOMP_BV names follow the header
+//! offset CPUID leaf 0DH gives on the recording's CPU (AVX at 576 everywhere; opmask,
+//! ZMM_Hi256 and Hi16_ZMM at 1088, 1152, 1664 on Intel's, at 832, 896, 1408 on AMD's Zen 4:
+//! [`crate::recording::XsaveLayout`]; where the recording does not say, those components'
+//! bytes are unknown); in the compacted one the components XCOMP_BV names follow the header
 //! in order from 576, each at the end of the one before (every size up to Hi16_ZMM is a
 //! multiple of 64, so 64-byte alignment moves none of them).
 //!
@@ -21,7 +23,7 @@ use iced_x86::{Instruction, Mnemonic as M, Register};
 
 use super::mxcsr::Mxcsr;
 use super::ops::address;
-use super::State;
+use super::{Cpu, State};
 use crate::image::AddressSpace;
 
 /// MXCSR in the legacy region, then MXCSR_MASK.
@@ -44,8 +46,8 @@ const SSE: u64 = 1 << 1;
 /// AVX state (component 2): the upper halves of ymm0–15.
 const AVX: u64 = 1 << 2;
 
-/// The components above the legacy region that hold tracked registers: the component, its
-/// offset in the standard format, and which registers' bytes it holds in order.
+/// The components above the legacy region that hold tracked registers: the component and
+/// which registers' bytes it holds in order (where it lies: [`super::ops::xsave_offset`]).
 #[derive(Debug, Clone, Copy)]
 enum Part {
     /// Bytes `from..from + len` of vector registers `regs`.
@@ -58,20 +60,18 @@ enum Part {
     Opmasks,
 }
 
-const PARTS: [(u32, u64, Part); 4] = [
+const PARTS: [(u32, Part); 4] = [
     (
         2,
-        576,
         Part::Vectors {
             regs: (0, 16),
             from: 16,
             len: 16,
         },
     ),
-    (5, 1088, Part::Opmasks),
+    (5, Part::Opmasks),
     (
         6,
-        1152,
         Part::Vectors {
             regs: (0, 16),
             from: 32,
@@ -80,7 +80,6 @@ const PARTS: [(u32, u64, Part); 4] = [
     ),
     (
         7,
-        1664,
         Part::Vectors {
             regs: (16, 32),
             from: 0,
@@ -89,16 +88,17 @@ const PARTS: [(u32, u64, Part); 4] = [
     ),
 ];
 
-/// Where component `c` starts: its standard offset, or in the compacted format (`xcomp_bv`
-/// with bit 63 set) the sum of the sizes of the components before it that `xcomp_bv` names.
-fn offset(c: u32, standard: u64, xcomp_bv: u64) -> Option<u64> {
+/// Where component `c` starts: in the standard format where the recording's CPU puts it, in
+/// the compacted one (`xcomp_bv` with bit 63 set) after the sizes of the components before it
+/// that `xcomp_bv` names.
+fn offset(c: u32, cpu: &Cpu, xcomp_bv: u64) -> Option<u64> {
     if xcomp_bv >> 63 == 0 {
-        return Some(standard);
+        return super::ops::xsave_offset(c, cpu);
     }
     let mut at = HEADER_END;
     for j in 2..c {
         if xcomp_bv & 1 << j != 0 {
-            at += super::ops::xsave_size(j)?;
+            at += super::ops::xsave_size(j, cpu)?;
         }
     }
     Some(at)
@@ -189,7 +189,7 @@ pub fn xsavec_area(st: &State, insn: &Instruction, space: &AddressSpace) -> Opti
         return None;
     }
     let a = address(&st.regs, insn, 0)?;
-    let len = super::ops::extent(&st.regs, insn, 0, st.cpu.xcr0)?;
+    let len = super::ops::extent(&st.regs, insn, 0, &st.cpu)?;
     Some((a, (0..len).map(|i| st.mem.read_byte(a + i, space)).collect()))
 }
 
@@ -221,7 +221,7 @@ pub fn xsavec_logged(st: &mut State, insn: &Instruction, header: u64, before: Op
         }
         for c in 2..63u32 {
             if written & 1 << c != 0 {
-                match (offset(c, 0, xcomp_bv), super::ops::xsave_size(c)) {
+                match (offset(c, &st.cpu, xcomp_bv), super::ops::xsave_size(c, &st.cpu)) {
                     (Some(o), Some(n)) => touched.push((o, n)),
                     // A component nobody sized: where it ends is not known.
                     _ => touched.push((HEADER_END, bytes.len() as u64)),
@@ -249,9 +249,9 @@ pub fn xsavec_logged(st: &mut State, insn: &Instruction, header: u64, before: Op
     if written & SSE != 0 {
         write_xmm(st, a + XMM);
     }
-    for (c, standard, part) in PARTS {
+    for (c, part) in PARTS {
         if written & 1 << c != 0 {
-            if let Some(at) = offset(c, standard, xcomp_bv) {
+            if let Some(at) = offset(c, &st.cpu, xcomp_bv) {
                 write_part(st, a + at, part);
             }
         }
@@ -279,13 +279,14 @@ fn xsave(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
         return false;
     };
     save_legacy(st, a, rfbm);
-    let bound = super::ops::extent(&st.regs, insn, 0, st.cpu.xcr0).unwrap_or(16 << 10);
+    let bound = super::ops::extent(&st.regs, insn, 0, &st.cpu).unwrap_or(16 << 10);
     if bound > AVX_END {
         st.mem.forget(a + AVX_END, bound - AVX_END);
     }
-    for (c, standard, part) in PARTS {
-        if rfbm & 1 << c != 0 {
-            write_part(st, a + standard, part);
+    for (c, part) in PARTS {
+        // A component whose place is not known stays forgotten (the bound covers it).
+        if let (true, Some(at)) = (rfbm & 1 << c != 0, super::ops::xsave_offset(c, &st.cpu)) {
+            write_part(st, a + at, part);
         }
     }
     // XSTATE_BV: XINUSE for the requested components, the other bits as they were.
@@ -436,14 +437,13 @@ fn restore(
     restore_mxcsr(st, a, rfbm, xcomp_bv.map(|x| x >> 63 != 0), in_use, space);
     let xmm = (
         1,
-        XMM,
         Part::Vectors {
             regs: (0, 16),
             from: 0,
             len: 16,
         },
     );
-    for (c, standard, part) in std::iter::once(xmm).chain(PARTS) {
+    for (c, part) in std::iter::once(xmm).chain(PARTS) {
         if rfbm & 1 << c == 0 {
             continue;
         }
@@ -454,8 +454,9 @@ fn restore(
         };
         // SSE lives in the legacy region and AVX first after the header in both formats.
         let at = match (c, xcomp_bv) {
-            (1 | 2, _) => Some(standard),
-            (_, Some(x)) => offset(c, standard, x),
+            (1, _) => Some(XMM),
+            (2, _) => Some(HEADER_END),
+            (_, Some(x)) => offset(c, &st.cpu, x),
             (_, None) => None,
         };
         for (off, slot) in bytes(part) {
