@@ -109,6 +109,10 @@ pub struct RecordArgs {
     /// Also write every retired instruction address (truth.bin) and sampled registers.
     #[arg(long)]
     truth: bool,
+    /// qemu backend: also run the unit model one instruction at a time beside the plugin's
+    /// fast path and fail if their packets differ anywhere (slower; a check).
+    #[arg(long)]
+    check_fast_path: bool,
     /// msr backend: the logical processor to trace on (the program and rtit are pinned to it).
     #[arg(long, value_name = "N", default_value_t = 0)]
     cpu: usize,
@@ -342,8 +346,12 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
             start,
             config,
             truth: args.truth,
+            check: args.check_fast_path,
             interrupted: interrupted.clone(),
         })?,
+        _ if args.check_fast_path => {
+            bail!("--check-fast-path checks the qemu backend's plugin; the {backend:?} backend has no fast path")
+        }
         _ => step::record(StepOptions {
             program: PathBuf::from(program),
             args: program_args.to_vec(),
@@ -398,6 +406,10 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
         manifest.trace_bytes,
         out.display()
     );
+    if args.check_fast_path {
+        // A difference would have failed the recording.
+        eprintln!("rtit: --check-fast-path: every byte is what the unit model wrote one instruction at a time");
+    }
     Ok(match &manifest.end {
         EndState::Exited { code } => *code as u8,
         EndState::Signaled { signal, .. } => 128 + *signal as u8,

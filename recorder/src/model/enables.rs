@@ -52,6 +52,15 @@ impl Ranges {
         }
     }
 
+    /// Whether [`Self::update`] for sequential flow leaves both ranges as they are, wherever
+    /// it goes: neither range has a base or limit to walk onto, and neither is entered.
+    pub fn still_when_sequential(&self, regs: &ConfigRegs) -> bool {
+        (0..2).all(|n| {
+            let (base, limit) = regs.range(n);
+            base >= limit && !self.inside[n]
+        })
+    }
+
     /// The value of an event ID (table 7).
     pub fn event(&self, id: EventId) -> bool {
         match id {

@@ -22,7 +22,7 @@ use rtit_replay_core::regs::ctl;
 use super::{Input, Retired, UnitModel};
 
 /// RTIT_CNTP is 22 bits wide and restarts at 0 when it overflows (§3.3.4).
-const CNTP_MASK: u32 = (1 << 22) - 1;
+pub(super) const CNTP_MASK: u32 = (1 << 22) - 1;
 /// The bit of RTIT_CNTP that asks for a FUP.PCC (§4.2.6).
 const CNTP_MSB: u32 = 1 << 21;
 

@@ -23,6 +23,7 @@ mod exec;
 mod input;
 mod output;
 mod regs;
+mod straight;
 
 pub use error::ModelError;
 pub use input::{Input, Retired};

@@ -49,6 +49,10 @@ pub struct Block {
     pub access: Access,
     /// The last instruction can fault without accessing memory (DIV, privileged ones).
     pub faults_without_memory: bool,
+    /// How many instructions from the first are not branches (QEMU ends a block at a
+    /// branch, so all but the last, unless an instruction it does not end blocks at is one):
+    /// a run of them retires at once ([`crate::model::UnitModel::retire_straight`]).
+    pub straight: usize,
 }
 
 /// Where the vsyscall page is (Linux x86-64 ABI); QEMU emulates calls into it.
@@ -111,7 +115,9 @@ impl Block {
             Cofi::Conditional | Cofi::DirectJump | Cofi::DirectCall => Some(insn.near_branch_target()),
             _ => None,
         };
+        let straight = out.iter().take_while(|i| i.cofi == Cofi::None).count();
         Ok(Self {
+            straight,
             insns: out.into_boxed_slice(),
             target,
             rep: is_rep_string(&insn),

@@ -9,6 +9,7 @@ use std::process::Command;
 use nix::sys::signal::Signal;
 use rtit_replay_core::recording::{EndState, MemoryRegion, TraceEndRecord};
 
+use super::engine::Checked;
 use super::gdbstub::StartPoint;
 use super::report::{files, Args, PluginEnd, Report};
 use super::stop::{StopError, StopPipe};
@@ -73,6 +74,12 @@ pub enum QemuError {
         /// Where tracing was to start.
         at: String,
     },
+    /// `--check-fast-path` found the fast path's packets differ from the unit model's.
+    #[error("--check-fast-path: the fast path and the unit model wrote different packets: {0}")]
+    FastPathDiffers(String),
+    /// `--check-fast-path` was asked for and the plugin did not check.
+    #[error("the plugin did not check its fast path (its report in {0} says nothing of it)")]
+    NotChecked(String),
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> QemuError + '_ {
@@ -94,6 +101,8 @@ pub struct QemuOptions {
     pub config: RtitConfig,
     /// Keep every retired instruction address.
     pub truth: bool,
+    /// Check the plugin's fast path against the unit model one instruction at a time.
+    pub check: bool,
     /// Set by a signal handler when recording was interrupted.
     pub interrupted: crate::interrupt::Interrupt,
 }
@@ -156,6 +165,7 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
         truth: opts.truth,
         argc: opts.args.len() as u64 + 1,
         stop: Some(pipe.fd()),
+        check: opts.check,
     };
     let option = format!("{},{}", plugin.display(), args.to_option());
     let mut cmd = Command::new(qemu);
@@ -230,6 +240,13 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
         path: report_path.display().to_string(),
         problem: e.to_string(),
     })?;
+    if opts.check {
+        match &report.check {
+            Some(Checked { mismatch: Some(m), .. }) => return Err(QemuError::FastPathDiffers(m.clone())),
+            Some(_) => {}
+            None => return Err(QemuError::NotChecked(dir.display().to_string())),
+        }
+    }
     let start_ip = report.start_ip.ok_or_else(|| {
         let at = match &opts.start {
             StartAt::Entry => "the entry point".to_string(),

@@ -78,6 +78,8 @@ pub struct Args {
     /// the signal it received when it wants the recording to end: QEMU passes rtit's signals
     /// on to no one, and the program may be blocked in a system call or ignore them.
     pub stop: Option<i32>,
+    /// Check the fast path against the unit model one instruction at a time (`check=on`).
+    pub check: bool,
 }
 
 impl Args {
@@ -100,6 +102,7 @@ impl Args {
                 "lip0" | "lip1" | "lip2" | "lip3" => out.lip[usize::from(key.as_bytes()[3] - b'0')] = hex()?,
                 "start" => out.start = Some(value.to_string()),
                 "truth" => out.truth = value == "on",
+                "check" => out.check = value == "on",
                 "argc" => out.argc = value.parse().map_err(|_| bad("not a number"))?,
                 "stop" => out.stop = Some(value.parse().map_err(|_| bad("not a descriptor number"))?),
                 _ => return Err(bad("unknown key")),
@@ -131,6 +134,9 @@ impl Args {
         }
         if let Some(fd) = self.stop {
             s.push_str(&format!(",stop={fd}"));
+        }
+        if self.check {
+            s.push_str(",check=on");
         }
         s
     }
@@ -203,6 +209,9 @@ pub struct Report {
     /// Processes the program created, which ran unrecorded.
     #[serde(default)]
     pub children: Vec<rtit_replay_core::recording::ChildProcess>,
+    /// With `check=on`: what comparing the fast path with the unit model found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<super::engine::Checked>,
 }
 
 #[cfg(test)]
@@ -222,6 +231,7 @@ mod tests {
             truth: true,
             argc: 3,
             stop: Some(1001),
+            check: true,
         };
         let option = args.to_option();
         assert_eq!(Args::parse(option.split(',')), Ok(args));

@@ -102,7 +102,7 @@ impl Plugin {
             }
             _ => Start::Entry,
         };
-        let engine = Engine::new(ModelOptions::default(), config, start, args.truth);
+        let engine = Engine::checked(ModelOptions::default(), config, start, args.truth, args.check);
         Ok(Self {
             engine,
             pid: std::process::id(),
@@ -415,6 +415,7 @@ impl Plugin {
             notes: std::mem::take(&mut self.notes),
             tnt_buff: self.start_ip.map(|_| self.engine.tnt_buff()),
             children: std::mem::take(&mut self.children),
+            check: self.engine.checked_so_far(),
         };
         let out = Path::new(&self.args.out);
         let tmp = out.join(format!("{}.tmp", files::REPORT));

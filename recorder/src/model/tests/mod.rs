@@ -8,7 +8,7 @@
 
 mod features;
 mod msr_access;
-mod props;
+pub(super) mod props;
 mod spec_examples;
 mod table19;
 

@@ -11,7 +11,7 @@ use rtit_replay_core::regs::{ctl, events, EventId};
 
 use super::*;
 
-fn event_id() -> impl Strategy<Value = EventId> {
+pub(in crate::model) fn event_id() -> impl Strategy<Value = EventId> {
     prop_oneof![
         Just(EventId::Range0),
         Just(EventId::Range1),
@@ -22,7 +22,7 @@ fn event_id() -> impl Strategy<Value = EventId> {
 }
 
 /// Addresses in a few regions, so that compression has something to work with.
-fn address() -> impl Strategy<Value = u64> {
+pub(in crate::model) fn address() -> impl Strategy<Value = u64> {
     prop_oneof![
         (0u64..0x4000).prop_map(|o| 0x40_0000 + o),
         (0u64..0x4000).prop_map(|o| 0x7fff_f7dd_0000 + o),
@@ -31,7 +31,7 @@ fn address() -> impl Strategy<Value = u64> {
     ]
 }
 
-fn config() -> impl Strategy<Value = RtitConfig> {
+pub(in crate::model) fn config() -> impl Strategy<Value = RtitConfig> {
     let optional = ctl::CYCLE_ACC
         | ctl::OS
         | ctl::USER
@@ -72,7 +72,7 @@ fn cofi() -> impl Strategy<Value = Cofi> {
     ]
 }
 
-fn input() -> impl Strategy<Value = Input> {
+pub(in crate::model) fn input() -> impl Strategy<Value = Input> {
     prop_oneof![
         20 => (address(), 1u8..16, cofi(), address(), any::<bool>(), 0u8..4).prop_map(
             |(ip, len, cofi, target, taken, cpl)| {

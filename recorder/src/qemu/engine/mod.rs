@@ -25,8 +25,12 @@ use super::block::{Access, Block, BlockInsn};
 use crate::model::{CpuState, Input, ModelError, ModelOptions, Retired, RtitConfig, UnitModel};
 use crate::sideband::nr;
 
+mod oracle;
 #[cfg(test)]
 mod tests;
+
+pub use oracle::Checked;
+use oracle::Oracle;
 
 /// Where the untraced kernel is, for the model's far transfers; no packet ever carries it
 /// under user-only tracing.
@@ -106,6 +110,9 @@ pub struct Engine {
     handlers: FxHashSet<u64>,
     ended: bool,
     last_fault: Option<u64>,
+    /// Whether to check the fast path against the unit model one instruction at a time.
+    check: bool,
+    oracle: Option<Oracle>,
     /// What it met.
     pub stats: Stats,
 }
@@ -113,6 +120,13 @@ pub struct Engine {
 impl Engine {
     /// An engine that starts tracing at `start` with `config` (RTIT_CR3_MATCH set already).
     pub fn new(options: ModelOptions, config: RtitConfig, start: Start, truth: bool) -> Self {
+        Self::checked(options, config, start, truth, false)
+    }
+
+    /// [`Self::new`], and with `check` an [`Oracle`] beside the model: the unit model fed one
+    /// instruction at a time, whose packets [`Self::take_trace`] compares with the fast
+    /// path's ([`Self::checked_so_far`]).
+    pub fn checked(options: ModelOptions, config: RtitConfig, start: Start, truth: bool, check: bool) -> Self {
         Self {
             blocks: Vec::new(),
             model: None,
@@ -126,6 +140,8 @@ impl Engine {
             handlers: FxHashSet::default(),
             ended: false,
             last_fault: None,
+            check,
+            oracle: None,
             stats: Stats::default(),
         }
     }
@@ -197,7 +213,23 @@ impl Engine {
 
     /// Takes the packet bytes written so far.
     pub fn take_trace(&mut self) -> Vec<u8> {
-        self.model.as_mut().map(UnitModel::take_output).unwrap_or_default()
+        let Some(model) = self.model.as_mut() else {
+            return Vec::new();
+        };
+        let bytes = model.take_output();
+        if let Some(o) = &mut self.oracle {
+            o.compare(&bytes, model.traced());
+        }
+        bytes
+    }
+
+    /// What the check of the fast path found in the bytes taken so far, if it is checked.
+    pub fn checked_so_far(&self) -> Option<Checked> {
+        match (&self.oracle, self.check) {
+            (Some(o), _) => Some(o.checked()),
+            (None, true) => Some(Checked::default()),
+            (None, false) => None,
+        }
     }
 
     /// Takes the truth recorded so far (with `truth`).
@@ -234,6 +266,9 @@ impl Engine {
         let ip = block.insns[first].ip;
         let mut model = UnitModel::new(CpuState::user(ip, self.config.cr3_match), self.options);
         model.program(&self.config)?;
+        if self.check {
+            self.oracle = Some(Oracle::new(model.clone()));
+        }
         self.model = Some(model);
         self.pending = Some(Pending { id, first });
         Ok(Some(ip))
@@ -248,16 +283,16 @@ impl Engine {
             self.stats.anomalies += 1;
             return SyscallAction::Continue;
         };
-        let block = self.block(p.id).clone();
+        let block = self.block(p.id);
         if block.is_vsyscall() {
             self.pending = Some(p);
             return SyscallAction::Continue;
         }
-        let last = block.last();
-        if last.cofi != Cofi::Far(FarKind::Syscall) || counts.started != block.kept() as u64 {
+        let (last, kept) = (block.last(), block.kept());
+        if last.cofi != Cofi::Far(FarKind::Syscall) || counts.started != kept as u64 {
             self.stats.anomalies += 1;
         }
-        self.retire_run(&block.insns[p.first.min(block.kept() - 1)..block.kept() - 1]);
+        self.retire_part(p.id, p.first.min(kept - 1), kept - 1);
         let stop = match number {
             nr::EXECVE | nr::EXECVEAT => Some("the program called execve; recording stops before it"),
             nr::CLONE | nr::CLONE3 if creates_thread => {
@@ -271,8 +306,12 @@ impl Engine {
             self.interrupt();
             return SyscallAction::Stop(reason.to_string());
         }
+        let before = self.position();
         self.retire(last, KERNEL, Some(0));
-        self.last_syscall = Some((self.position() - 1, last.ip));
+        // Only a call the trace holds has a position (an IP filter may leave it out).
+        if self.position() > before {
+            self.last_syscall = Some((before, last.ip));
+        }
         if matches!(number, nr::EXIT | nr::EXIT_GROUP) {
             self.ended = true;
         } else {
@@ -343,12 +382,10 @@ impl Engine {
             self.stats.anomalies += 1;
             return;
         }
-        let insns: Box<[BlockInsn]> = block.insns[p.first..started].into();
-        let (done, last) = insns.split_at(insns.len() - 1);
-        let last = last[0];
+        let last = block.insns[started - 1];
         let (target, rep, access, faults_without_memory) =
             (block.target, block.rep, block.access, block.faults_without_memory);
-        self.retire_run(done);
+        self.retire_part(p.id, p.first, started - 1);
         if started < n {
             // It did not complete: re-run from it after a store into the block, or a fault.
             if next == Some(last.ip) {
@@ -434,10 +471,45 @@ impl Engine {
         self.model.as_mut().expect("tracing")
     }
 
-    fn retire_run(&mut self, insns: &[BlockInsn]) {
-        for (i, insn) in insns.iter().enumerate() {
+    /// Retires instructions `from..to` of block `id`, each followed by the next (the last
+    /// by its NLIP): at once where they are not branches and the model can take them so
+    /// (nearly always), else one by one. Nothing is copied: a copy of each block's
+    /// instructions cost an allocation per executed block.
+    fn retire_part(&mut self, id: u32, from: usize, to: usize) {
+        if from >= to {
+            return;
+        }
+        let block = &self.blocks[id as usize];
+        let insns = &block.insns[from..to];
+        let model = self.model.as_mut().expect("tracing");
+        let one_by_one = |insn: &BlockInsn, i: usize| {
             let next = insns.get(i + 1).map_or_else(|| insn.nlip(), |n| n.ip);
-            self.retire(*insn, next, None);
+            Retired::new(insn.ip, insn.len, insn.cofi, next)
+        };
+        if to <= block.straight && model.retire_straight(insns.len() as u64, insns[insns.len() - 1].nlip()) {
+            // PacketEn was set throughout: the truth holds them all.
+            if let Some(t) = &mut self.truth {
+                t.extend(insns.iter().map(|i| i.ip));
+            }
+            if let Some(o) = &mut self.oracle {
+                insns
+                    .iter()
+                    .enumerate()
+                    .for_each(|(i, insn)| o.retire(&one_by_one(insn, i)));
+            }
+            return;
+        }
+        for (i, insn) in insns.iter().enumerate() {
+            if let Some(t) = &mut self.truth {
+                if model.packet_en() {
+                    t.push(insn.ip);
+                }
+            }
+            let r = one_by_one(insn, i);
+            model.retire(&r);
+            if let Some(o) = &mut self.oracle {
+                o.retire(&r);
+            }
         }
     }
 
@@ -453,13 +525,24 @@ impl Engine {
             r = r.to_cpl(cpl);
         }
         model.retire(&r);
+        if let Some(o) = &mut self.oracle {
+            o.retire(&r);
+        }
+    }
+
+    /// Feeds an event (or a kernel instruction) to the model, and to the oracle.
+    fn apply(&mut self, input: Input) {
+        self.model().apply(&input);
+        if let Some(o) = &mut self.oracle {
+            o.apply(&input);
+        }
     }
 
     fn fault(&mut self) {
         self.stats.faults += 1;
         let ip = self.model().cpu().ip;
         self.last_fault = Some(ip);
-        self.model().apply(&Input::Fault {
+        self.apply(Input::Fault {
             handler: KERNEL,
             cpl: 0,
         });
@@ -468,7 +551,7 @@ impl Engine {
 
     fn interrupt(&mut self) {
         self.stats.interrupts += 1;
-        self.model().apply(&Input::Interrupt {
+        self.apply(Input::Interrupt {
             handler: KERNEL,
             cpl: 0,
         });
@@ -479,17 +562,17 @@ impl Engine {
     /// its packets are lost in an overflow that ends at the handler (FUP.BuffOvf, §4.2.5).
     fn gap(&mut self, last: BlockInsn, handler: u64) {
         self.stats.gaps += 1;
-        self.model().apply(&Input::Overflow { instructions: 0 });
+        self.apply(Input::Overflow { instructions: 0 });
         self.retire(last, handler, None);
     }
 
     fn sysret(&mut self, to: u64) {
         let r = Retired::new(KERNEL + 0x40, 3, Cofi::Far(FarKind::Sysret), to).to_cpl(3);
-        self.model().apply(&Input::Retire(r));
+        self.apply(Input::Retire(r));
     }
 
     fn iret(&mut self, to: u64) {
         let r = Retired::new(KERNEL + 0x40, 3, Cofi::Far(FarKind::Iret), to).to_cpl(3);
-        self.model().apply(&Input::Retire(r));
+        self.apply(Input::Retire(r));
     }
 }
