@@ -1,8 +1,9 @@
 //! rtit's QEMU user-mode plugin (plugin API version 1, qemu-user 7.2): at translation time it
-//! classifies each block once; at execution time it hands the executed block sequence, with
+//! classifies each block once; at execution time it notes the executed block sequence, with
 //! two inline counters (instructions started, memory accesses of the last instruction
-//! completed), to the retirement engine of `rtit_recorder::qemu`, which drives the RTIT unit
-//! model. System calls keep the guest's memory map. At the end it writes the trace and a
+//! completed), in a ring (`ring`) from which the feeder thread (`feeder`) hands it to the
+//! retirement engine of `rtit_recorder::qemu`, which drives the RTIT unit model, on another
+//! core. System calls keep the guest's memory map. At the end it writes the trace and a
 //! report into the directory `rtit record` named; `rtit record --backend qemu` runs it.
 //!
 //! Threads are refused: the plugin stops recording at the first `clone` that creates one.
@@ -11,7 +12,9 @@
 //! plugin through a pipe, and the plugin ends the recording where the program is.
 #![allow(unsafe_code)]
 
+mod feeder;
 mod ffi;
+mod ring;
 mod shared;
 mod state;
 mod stop;
@@ -20,31 +23,60 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::atomic::Ordering;
 
 use ffi::{say, PluginId, QemuInfo, Tb};
+use ring::Started;
 use rtit_recorder::qemu::block::{Access, Block};
 use rtit_recorder::qemu::report::Args;
-use shared::{counts, inert, with_plugin, ACCESSED, PLUGIN, POSITION, STARTED, STOP};
+use shared::{inert, with_plugin, ACCESSED, PLUGIN, POSITION, STARTED, STARTED_BASE, STOP, TRACING};
 use state::Plugin;
 
 /// The plugin API version this plugin was written against (QEMU_PLUGIN_VERSION of 7.2).
 #[no_mangle]
 pub static qemu_plugin_version: c_int = 1;
 
+/// How long the vCPU spins on a full ring that the feeder does not empty before it takes
+/// blocks itself (a spin is a few nanoseconds; the feeder makes room every 64 blocks, about a
+/// microsecond, when it runs).
+const STALLED_SPINS: u32 = 1 << 18;
+
 extern "C" fn tb_exec(_vcpu: c_uint, userdata: *mut c_void) {
     if inert() {
         return;
     }
-    let counts = counts(true);
-    let id = userdata as usize as u32;
+    let block = Started {
+        id: userdata as usize as u32,
+        started: STARTED.load(Ordering::Relaxed),
+        accessed: ACCESSED.load(Ordering::Relaxed),
+    };
     match STOP.load(Ordering::Relaxed) {
+        0 if !TRACING.load(Ordering::Relaxed) => {
+            with_plugin(|p| p.take_now(block));
+        }
         0 => {
-            let at = with_plugin(|p| {
-                p.executed(id, counts);
-                p.sample_position()
-            });
-            POSITION.store(at.unwrap_or(u64::MAX), Ordering::Relaxed);
+            let (mut spins, mut taken) = (0u32, ring::taken());
+            while !ring::push(block) {
+                // Full: the feeder makes room as it goes (a lock here would make the two
+                // threads wake each other through the kernel at every batch). If it makes
+                // none for a while (it got no core), the vCPU takes a batch itself, unless the
+                // plugin finished.
+                std::hint::spin_loop();
+                match ring::taken() {
+                    now if now != taken => (spins, taken) = (0, now),
+                    _ if spins < STALLED_SPINS => spins += 1,
+                    _ => {
+                        if with_plugin(|p| p.take_blocks(feeder::BATCH)).is_none() {
+                            return;
+                        }
+                        spins = 0;
+                    }
+                }
+            }
         }
         signal => {
-            with_plugin(|p| p.interrupt_before(id, counts, signal));
+            with_plugin(|p| {
+                p.take_blocks(usize::MAX);
+                let counts = p.running(block.started, block.accessed);
+                p.interrupt_before(block.id, counts, signal)
+            });
         }
     }
 }
@@ -113,8 +145,12 @@ extern "C" fn syscall(
     if inert() {
         return;
     }
-    let counts = counts(false);
-    with_plugin(|p| p.syscall(num as u64, [a1, a2, a3, a4, a5, a6], counts));
+    let (started, accessed) = (STARTED.load(Ordering::Relaxed), ACCESSED.load(Ordering::Relaxed));
+    with_plugin(|p| {
+        p.take_blocks(usize::MAX);
+        let counts = p.running(started, accessed);
+        p.syscall(num as u64, [a1, a2, a3, a4, a5, a6], counts)
+    });
 }
 
 extern "C" fn syscall_ret(_id: PluginId, _vcpu: c_uint, num: i64, ret: i64) {
@@ -128,9 +164,11 @@ extern "C" fn atexit(_id: PluginId, _userdata: *mut c_void) {
     if inert() {
         return;
     }
-    let counts = counts(true);
+    let (started, accessed) = (STARTED.load(Ordering::Relaxed), ACCESSED.load(Ordering::Relaxed));
     let mut guard = PLUGIN.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(mut p) = guard.take() {
+        p.take_blocks(usize::MAX);
+        let counts = p.running(started, accessed);
         p.finish(counts);
     }
 }
@@ -202,6 +240,10 @@ pub unsafe extern "C" fn qemu_plugin_install(
         }
     }
     drop(guard);
+    if let Err(e) = feeder::start() {
+        say(&e);
+        return -1;
+    }
     ffi::qemu_plugin_register_vcpu_tb_trans_cb(id, tb_trans);
     ffi::qemu_plugin_register_vcpu_syscall_cb(id, syscall);
     ffi::qemu_plugin_register_vcpu_syscall_ret_cb(id, syscall_ret);
@@ -215,6 +257,9 @@ fn write_counters(out: &str) -> Result<(), String> {
     let counters = rtit_recorder::qemu::report::Counters {
         position: POSITION.as_ptr() as u64,
         started: STARTED.as_ptr() as u64,
+        started_base: Some(STARTED_BASE.as_ptr() as u64),
+        pushed: Some(ring::PUSHED.as_ptr() as u64),
+        taken: Some(ring::TAKEN.as_ptr() as u64),
         handlers: shared::HANDLERS.as_ptr() as u64,
     };
     let path = std::path::Path::new(out).join(rtit_recorder::qemu::report::files::COUNTERS);

@@ -5,20 +5,43 @@
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use rtit_recorder::qemu::engine::Counts;
-
 use crate::state::Plugin;
 
-/// Instructions of the running block that started (an inline add before each).
-pub static STARTED: AtomicU64 = AtomicU64::new(0);
-/// Completed memory accesses of the running block's last instruction (an inline add after
-/// each).
-pub static ACCESSED: AtomicU64 = AtomicU64::new(0);
+/// A value on cache lines of its own: the vCPU's translated code adds to the counters at
+/// every instruction, and the feeder thread writes the position on another core; sharing a
+/// line made each wait for the other (128 bytes: a line and the one the prefetcher pairs
+/// with it).
+#[repr(align(128))]
+pub struct Line<T>(pub T);
 
-/// The position before the running block while tracing, else `u64::MAX`: `rtit record
-/// --truth` reads it (with [`STARTED`]) from outside while QEMU's gdbstub holds the program
-/// between two blocks, to place a register sample.
-pub static POSITION: AtomicU64 = AtomicU64::new(u64::MAX);
+impl<T> std::ops::Deref for Line<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+/// Instructions that started since QEMU started (an inline add before each instruction of
+/// every block). Only ever added to: the callbacks read it and take differences, as a swap
+/// per block (a locked instruction on a line the translated code had just written) cost a
+/// tenth of a recording.
+pub static STARTED: Line<AtomicU64> = Line(AtomicU64::new(0));
+/// Completed memory accesses of blocks' last instructions since QEMU started (an inline add
+/// after each).
+pub static ACCESSED: Line<AtomicU64> = Line(AtomicU64::new(0));
+
+/// The position before the running block while tracing, else `u64::MAX`, with the engine up
+/// to date (the ring empty, `ring::PUSHED` = `ring::TAKEN`): `rtit record --truth` and the
+/// signal-handler log read it (with [`STARTED`] and [`STARTED_BASE`]) from outside while
+/// QEMU's gdbstub holds the program between two blocks, to place what they read.
+pub static POSITION: Line<AtomicU64> = Line(AtomicU64::new(u64::MAX));
+/// Whether the engine traces: until it does, each block goes to it at once on the vCPU
+/// (`Plugin::take_now`), not through the ring.
+pub static TRACING: AtomicBool = AtomicBool::new(false);
+
+/// [`STARTED`] when the running block started: the running block's started instructions
+/// are `STARTED - STARTED_BASE`.
+pub static STARTED_BASE: AtomicU64 = AtomicU64::new(0);
 
 /// The handler the program installed for each signal (0: default, 1: ignored), as its
 /// successful `rt_sigaction` calls set them: `rtit record` reads it from outside when QEMU's
@@ -41,21 +64,6 @@ pub static INERT: AtomicBool = AtomicBool::new(false);
 pub fn with_plugin<R>(f: impl FnOnce(&mut Plugin) -> R) -> Option<R> {
     let mut guard = PLUGIN.lock().unwrap_or_else(|e| e.into_inner());
     guard.as_mut().map(f)
-}
-
-/// The running block's counters; `reset` starts the next block's.
-pub fn counts(reset: bool) -> Counts {
-    if reset {
-        Counts {
-            started: STARTED.swap(0, Ordering::Relaxed),
-            accessed: ACCESSED.swap(0, Ordering::Relaxed),
-        }
-    } else {
-        Counts {
-            started: STARTED.load(Ordering::Relaxed),
-            accessed: ACCESSED.load(Ordering::Relaxed),
-        }
-    }
 }
 
 /// In a forked child, before anything else runs there (`pthread_atfork`): no callback of

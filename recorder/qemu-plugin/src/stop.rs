@@ -62,6 +62,8 @@ fn wait(pipe: OwnedFd) {
                 return;
             };
             if plugin.in_syscall() || !plugin.tracing() || Instant::now() >= deadline {
+                // What ran until now, then the end.
+                plugin.take_blocks(usize::MAX);
                 plugin.interrupt_now(signal);
             }
         }

@@ -53,6 +53,7 @@ struct Step {
 impl UnitModel {
     /// Feeds one input.
     pub fn apply(&mut self, input: &Input) {
+        self.exact.forget();
         let here = self.cpu.ip;
         let cpl = self.cpu.cpl;
         let far = |fup_ip, next_ip, next_cpl, host| Step {
@@ -130,6 +131,7 @@ impl UnitModel {
     }
 
     fn step(&mut self, s: Step) {
+        self.exact.forget();
         let trigger = self.trigger_en();
         let ctx_before = self.context_en();
         let pe_before = trigger && ctx_before && self.filter_en;

@@ -139,6 +139,9 @@ pub struct UnitModel {
     /// Instructions retired with PacketEn set outside a buffer overflow: those a decoder
     /// reconstructs from the trace (a recording's instruction count).
     traced: u64,
+    /// Whether runs retire at once, as last found (`straight`); forgotten by anything that
+    /// may change it (an operation one at a time, an MSR write).
+    exact: straight::Exact,
 }
 
 impl UnitModel {
@@ -157,6 +160,7 @@ impl UnitModel {
             clock: Clock::new(options.tsc, options.cycles_per_op),
             options,
             traced: 0,
+            exact: straight::Exact::default(),
         }
     }
 
@@ -266,6 +270,7 @@ impl UnitModel {
     /// 0 → 1, FUP.PGE/FUP.PGD when PacketEn changes (§3.3.2), a PSB when Pkt_Cnt is written
     /// past its monitored bit (§3.3.9).
     pub fn wrmsr(&mut self, addr: u32, value: u64) -> Result<(), ModelError> {
+        self.exact.forget();
         if msr::name(addr).is_none() {
             return Err(ModelError::UnknownMsr(addr));
         }

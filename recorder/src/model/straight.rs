@@ -13,10 +13,14 @@
 //! by the run's total. The unit model stays the oracle: [`tests`] compares the two on random
 //! runs under random configurations, byte for byte and register for register.
 
+use std::cell::Cell;
+
+use rtit_replay_core::cofi::Cofi;
+use rtit_replay_core::ip::LIP_MASK;
 use rtit_replay_core::regs::ctl;
 
 use super::exec::CNTP_MASK;
-use super::UnitModel;
+use super::{Retired, UnitModel};
 
 impl UnitModel {
     /// Retires `count` instructions that are not branches, after which `next_ip` executes
@@ -37,8 +41,62 @@ impl UnitModel {
         true
     }
 
-    /// Whether a run of non-branch instructions changes nothing but counts (see the module).
+    /// Retires one instruction that is not a far transfer (a near branch, or none), as
+    /// [`UnitModel::retire`] would, where nothing but its own packets can come of it (the
+    /// conditions of a straight run, which a taken branch does not change either: with no
+    /// IP filter range, landing anywhere enters none); false, with nothing done, elsewhere.
+    pub fn retire_near(&mut self, r: &Retired) -> bool {
+        let near = matches!(
+            r.cofi,
+            Cofi::None
+                | Cofi::Conditional
+                | Cofi::DirectJump
+                | Cofi::DirectCall
+                | Cofi::IndirectJump
+                | Cofi::IndirectCall
+                | Cofi::Return
+        );
+        if !near || r.next_cpl.is_some() || !self.straight_is_exact() {
+            return false;
+        }
+        self.traced += 1;
+        self.clock.skip(1, self.regs.mtc_range());
+        self.out.cntp = (self.out.cntp + self.clock.cycles_per_op) & CNTP_MASK;
+        // Table 19, a near branch with PacketEn set before and after: its own packets alone.
+        let compress = self.regs.has(ctl::CMPRS_RET);
+        match r.cofi {
+            Cofi::Conditional => self.out.tnt_bit(r.taken),
+            Cofi::Return if compress && self.out.last_call_nlip == Some(r.next_ip & LIP_MASK) => self.out.tnt_bit(true),
+            Cofi::Return | Cofi::IndirectJump | Cofi::IndirectCall => self.out.tip(r.next_ip),
+            _ => {}
+        }
+        if compress && r.cofi.is_near_call() {
+            self.out.last_call_nlip = Some(r.nlip() & LIP_MASK);
+        }
+        self.cpu.ip = r.next_ip;
+        true
+    }
+
+    /// Whether runs of non-branch instructions, and near branches, retire at once now
+    /// ([`Self::retire_straight`], [`Self::retire_near`]); neither changes that.
+    pub fn takes_runs(&self) -> bool {
+        self.straight_is_exact()
+    }
+
+    /// Whether a run of non-branch instructions changes nothing but counts (see the module),
+    /// found once until something may change it: the fast paths themselves change none of it.
     fn straight_is_exact(&self) -> bool {
+        match self.exact.0.get() {
+            Some(exact) => exact,
+            None => {
+                let exact = self.find_exact();
+                self.exact.0.set(Some(exact));
+                exact
+            }
+        }
+    }
+
+    fn find_exact(&self) -> bool {
         self.overflow.is_none()
             && self.packet_en()
             && !self.out.cycle_accurate
@@ -46,6 +104,24 @@ impl UnitModel {
             && self.ranges.still_when_sequential(&self.regs)
             && self.ranges.event(self.regs.filter_event())
             && !self.ranges.event(self.regs.stop_event())
+    }
+}
+
+/// [`UnitModel::straight_is_exact`] as last found. Not part of the model's state: its
+/// `Debug` says nothing, so a model compares equal (as text) however often it was asked.
+#[derive(Clone, Default)]
+pub(super) struct Exact(Cell<Option<bool>>);
+
+impl Exact {
+    /// Forgets what was found.
+    pub(super) fn forget(&self) {
+        self.0.set(None);
+    }
+}
+
+impl std::fmt::Debug for Exact {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("_")
     }
 }
 

@@ -55,6 +55,31 @@ pub struct Block {
     pub straight: usize,
 }
 
+/// What the engine needs of a block at every execution, kept in one small record per block
+/// (a table of these is read at each executed block; the instructions themselves, behind a
+/// pointer of their own, only where something unusual happened).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Summary {
+    /// Its first address.
+    pub start: u64,
+    /// Its last instruction.
+    pub last: BlockInsn,
+    /// See [`Block::target`].
+    pub target: Option<u64>,
+    /// How many instructions it keeps.
+    pub kept: u32,
+    /// See [`Block::straight`].
+    pub straight: u32,
+    /// See [`Block::rep`].
+    pub rep: bool,
+    /// See [`Block::access`].
+    pub access: Access,
+    /// See [`Block::faults_without_memory`].
+    pub faults_without_memory: bool,
+    /// See [`Block::is_vsyscall`].
+    pub vsyscall: bool,
+}
+
 /// Where the vsyscall page is (Linux x86-64 ABI); QEMU emulates calls into it.
 pub const VSYSCALL_PAGE: u64 = 0xffff_ffff_ff60_0000;
 
@@ -124,6 +149,21 @@ impl Block {
             access: access(&insn),
             faults_without_memory: faults_without_memory(&insn),
         })
+    }
+
+    /// What the engine needs of it at every execution.
+    pub fn summary(&self) -> Summary {
+        Summary {
+            start: self.start(),
+            last: self.last(),
+            target: self.target,
+            kept: self.kept() as u32,
+            straight: self.straight as u32,
+            rep: self.rep,
+            access: self.access,
+            faults_without_memory: self.faults_without_memory,
+            vsyscall: self.is_vsyscall(),
+        }
     }
 
     /// How many instructions the block keeps.

@@ -25,14 +25,26 @@ pub mod files {
 
 /// Where, in QEMU's process, the plugin keeps what `rtit record` reads while the program is
 /// stopped in QEMU's gdbstub (see `crate::qemu::gdbstub`): the position before the running
-/// block (`u64::MAX` while not tracing) and how many of that block's instructions started
-/// (`u64`s), and the handler of each signal (65 `u64`s, 0 default, 1 ignored).
+/// block (`u64::MAX` while not tracing), the started-instruction counts that say how many of
+/// that block's instructions started, the counts that say whether the position is up to
+/// date (`u64`s), and the handler of each signal (65 `u64`s, 0 default, 1 ignored).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Counters {
     /// The address of the position.
     pub position: u64,
-    /// The address of the running block's started-instruction count.
+    /// The address of the count of started instructions (since QEMU started, or, from a
+    /// plugin without `started_base`, in the running block).
     pub started: u64,
+    /// The address of the started count when the running block started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_base: Option<u64>,
+    /// The addresses of the counts of blocks the vCPU noted and the engine took: the
+    /// position is up to date when they are equal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pushed: Option<u64>,
+    /// See `pushed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taken: Option<u64>,
     /// The address of the table of signal handlers.
     pub handlers: u64,
 }

@@ -9,6 +9,7 @@ use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 
 use nix::fcntl::{fcntl, FcntlArg};
 use rtit_recorder::model::{ModelOptions, RtitConfig};
@@ -76,6 +77,8 @@ pub struct Plugin {
     children: Vec<ChildProcess>,
     notes: Vec<String>,
     flush_check: u32,
+    /// The inline counters' totals when the running block started.
+    last: (u64, u64),
 }
 
 impl Plugin {
@@ -128,6 +131,7 @@ impl Plugin {
             children: Vec::new(),
             notes: Vec::new(),
             flush_check: 0,
+            last: (0, 0),
             args,
         })
     }
@@ -329,10 +333,43 @@ impl Plugin {
         self.syscall.is_some()
     }
 
-    /// The position of the running block's first instruction while tracing, else
-    /// `u64::MAX` (see `shared::POSITION`).
-    pub fn sample_position(&self) -> u64 {
-        self.engine.block_base().unwrap_or(u64::MAX)
+    /// Feeds the engine up to `max` blocks from the ring, then publishes where it is (see
+    /// `shared::POSITION`).
+    pub fn take_blocks(&mut self, max: usize) {
+        crate::ring::take(max, |b| self.block(b));
+        self.publish();
+    }
+
+    /// Feeds the engine one block that started, now, on the vCPU: before tracing starts,
+    /// where what the engine does then (the memory map at the first block, the start
+    /// snapshot where tracing starts, QEMU's name of the program) must see the program as it
+    /// is at that block, and QEMU's API answers on a vCPU only.
+    pub fn take_now(&mut self, b: crate::ring::Started) {
+        self.take_blocks(usize::MAX);
+        self.block(b);
+        self.publish();
+    }
+
+    fn block(&mut self, b: crate::ring::Started) {
+        let counts = self.running(b.started, b.accessed);
+        self.last = (b.started, b.accessed);
+        self.executed(b.id, counts);
+    }
+
+    /// Publishes where the engine is (see `shared::POSITION`) and whether it traces.
+    fn publish(&self) {
+        crate::shared::TRACING.store(self.engine.tracing(), Ordering::Relaxed);
+        let position = self.engine.block_base().unwrap_or(u64::MAX);
+        crate::shared::POSITION.store(position, Ordering::Relaxed);
+        crate::shared::STARTED_BASE.store(self.last.0, Ordering::Relaxed);
+    }
+
+    /// The running block's counts, from the inline counters' totals now.
+    pub fn running(&self, started: u64, accessed: u64) -> Counts {
+        Counts {
+            started: started.wrapping_sub(self.last.0),
+            accessed: accessed.wrapping_sub(self.last.1),
+        }
     }
 
     /// Whether tracing has started.

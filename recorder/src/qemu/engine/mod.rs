@@ -21,10 +21,11 @@
 use rtit_replay_core::cofi::{Cofi, FarKind};
 use rustc_hash::FxHashSet;
 
-use super::block::{Access, Block, BlockInsn};
-use crate::model::{CpuState, Input, ModelError, ModelOptions, Retired, RtitConfig, UnitModel};
+use super::block::{Access, Block, Summary};
+use crate::model::{CpuState, ModelError, ModelOptions, Retired, RtitConfig, UnitModel};
 use crate::sideband::nr;
 
+mod feed;
 mod oracle;
 #[cfg(test)]
 mod tests;
@@ -99,6 +100,8 @@ struct Pending {
 /// The engine.
 pub struct Engine {
     blocks: Vec<Block>,
+    /// What each execution of a block needs of it, by id ([`Summary`]).
+    summaries: Vec<Summary>,
     model: Option<UnitModel>,
     options: ModelOptions,
     config: RtitConfig,
@@ -129,6 +132,7 @@ impl Engine {
     pub fn checked(options: ModelOptions, config: RtitConfig, start: Start, truth: bool, check: bool) -> Self {
         Self {
             blocks: Vec::new(),
+            summaries: Vec::new(),
             model: None,
             options,
             config,
@@ -148,6 +152,7 @@ impl Engine {
 
     /// Keeps a translated block; returns its id for the execution callback.
     pub fn add_block(&mut self, block: Block) -> u32 {
+        self.summaries.push(block.summary());
         self.blocks.push(block);
         (self.blocks.len() - 1) as u32
     }
@@ -247,7 +252,13 @@ impl Engine {
             return self.maybe_begin(id);
         }
         self.stats.blocks += 1;
-        let next = self.block(id).start();
+        let next = self.summaries[id as usize].start;
+        if let Some(p) = self.pending {
+            if self.settle_common(p, counts, next) {
+                self.pending = Some(Pending { id, first: 0 });
+                return Ok(None);
+            }
+        }
         if let Some(p) = self.pending.take() {
             self.resolve(p, counts, Some(next));
         }
@@ -367,24 +378,70 @@ impl Engine {
         (self.stats.faults > before).then_some(self.last_fault).flatten()
     }
 
+    /// Settles the previous block `p` the way nearly every block is settled, if it is such a
+    /// one: it ran whole from its first instruction, in user mode with nothing of the kernel
+    /// between, and went on where its last instruction can go (not a REP string instruction
+    /// running again, nor a signal handler); the model takes it without a look at each
+    /// instruction (issue 20: this is the feeder's work at every block). False, with nothing
+    /// done, for everything else, which [`Self::resolve`] settles.
+    #[inline]
+    fn settle_common(&mut self, p: Pending, counts: Counts, next: u64) -> bool {
+        let s = &self.summaries[p.id as usize];
+        let last = s.last;
+        let ordinary = matches!(self.kernel, Kernel::User)
+            && p.first == 0
+            && counts.started == u64::from(s.kept)
+            && !s.vsyscall
+            && self.truth.is_none()
+            && self.oracle.is_none()
+            && s.straight + 1 >= s.kept
+            && !(next == last.ip && (s.rep || s.target != Some(next)));
+        if !ordinary {
+            return false;
+        }
+        let legal = match last.cofi {
+            Cofi::None => next == last.nlip(),
+            Cofi::Conditional => Some(next) == s.target || next == last.nlip(),
+            Cofi::DirectJump | Cofi::DirectCall => Some(next) == s.target,
+            Cofi::IndirectJump | Cofi::IndirectCall | Cofi::Return => {
+                self.handlers.is_empty() || !self.handlers.contains(&next)
+            }
+            Cofi::Far(_) | Cofi::Exception => false,
+        };
+        let Some(model) = self.model.as_mut() else {
+            return false;
+        };
+        if !legal || !model.takes_runs() {
+            return false;
+        }
+        // Where the model takes runs at once it takes both parts (`legal` left only near
+        // branches), and neither changes that.
+        let straight = model.retire_straight(u64::from(s.kept) - 1, last.ip);
+        let near = model.retire_near(&Retired::new(last.ip, last.len, last.cofi, next));
+        debug_assert!(straight && near, "a model that takes runs took a block's");
+        true
+    }
+
     /// Settles the previous block `p` now that execution went on at `next` (`None`: the
     /// process died).
     fn resolve(&mut self, p: Pending, counts: Counts, next: Option<u64>) {
-        let block = &self.blocks[p.id as usize];
-        if block.is_vsyscall() {
+        let s = self.summaries[p.id as usize];
+        if s.vsyscall {
             // The emulated call: a fault at the vsyscall address, then back to the caller.
             self.fault();
             return;
         }
-        let n = block.kept();
+        let n = s.kept as usize;
         let started = (counts.started as usize).min(n);
         if started <= p.first {
             self.stats.anomalies += 1;
             return;
         }
-        let last = block.insns[started - 1];
-        let (target, rep, access, faults_without_memory) =
-            (block.target, block.rep, block.access, block.faults_without_memory);
+        let last = match started == n {
+            true => s.last,
+            false => self.blocks[p.id as usize].insns[started - 1],
+        };
+        let (target, rep, access, faults_without_memory) = (s.target, s.rep, s.access, s.faults_without_memory);
         self.retire_part(p.id, p.first, started - 1);
         if started < n {
             // It did not complete: re-run from it after a store into the block, or a fault.
@@ -465,114 +522,5 @@ impl Engine {
             }
             Kernel::Delivering => self.iret(next),
         }
-    }
-
-    fn model(&mut self) -> &mut UnitModel {
-        self.model.as_mut().expect("tracing")
-    }
-
-    /// Retires instructions `from..to` of block `id`, each followed by the next (the last
-    /// by its NLIP): at once where they are not branches and the model can take them so
-    /// (nearly always), else one by one. Nothing is copied: a copy of each block's
-    /// instructions cost an allocation per executed block.
-    fn retire_part(&mut self, id: u32, from: usize, to: usize) {
-        if from >= to {
-            return;
-        }
-        let block = &self.blocks[id as usize];
-        let insns = &block.insns[from..to];
-        let model = self.model.as_mut().expect("tracing");
-        let one_by_one = |insn: &BlockInsn, i: usize| {
-            let next = insns.get(i + 1).map_or_else(|| insn.nlip(), |n| n.ip);
-            Retired::new(insn.ip, insn.len, insn.cofi, next)
-        };
-        if to <= block.straight && model.retire_straight(insns.len() as u64, insns[insns.len() - 1].nlip()) {
-            // PacketEn was set throughout: the truth holds them all.
-            if let Some(t) = &mut self.truth {
-                t.extend(insns.iter().map(|i| i.ip));
-            }
-            if let Some(o) = &mut self.oracle {
-                insns
-                    .iter()
-                    .enumerate()
-                    .for_each(|(i, insn)| o.retire(&one_by_one(insn, i)));
-            }
-            return;
-        }
-        for (i, insn) in insns.iter().enumerate() {
-            if let Some(t) = &mut self.truth {
-                if model.packet_en() {
-                    t.push(insn.ip);
-                }
-            }
-            let r = one_by_one(insn, i);
-            model.retire(&r);
-            if let Some(o) = &mut self.oracle {
-                o.retire(&r);
-            }
-        }
-    }
-
-    fn retire(&mut self, insn: BlockInsn, next: u64, cpl: Option<u8>) {
-        let model = self.model.as_mut().expect("tracing");
-        if let Some(t) = &mut self.truth {
-            if model.packet_en() {
-                t.push(insn.ip);
-            }
-        }
-        let mut r = Retired::new(insn.ip, insn.len, insn.cofi, next);
-        if let Some(cpl) = cpl {
-            r = r.to_cpl(cpl);
-        }
-        model.retire(&r);
-        if let Some(o) = &mut self.oracle {
-            o.retire(&r);
-        }
-    }
-
-    /// Feeds an event (or a kernel instruction) to the model, and to the oracle.
-    fn apply(&mut self, input: Input) {
-        self.model().apply(&input);
-        if let Some(o) = &mut self.oracle {
-            o.apply(&input);
-        }
-    }
-
-    fn fault(&mut self) {
-        self.stats.faults += 1;
-        let ip = self.model().cpu().ip;
-        self.last_fault = Some(ip);
-        self.apply(Input::Fault {
-            handler: KERNEL,
-            cpl: 0,
-        });
-        self.kernel = Kernel::Delivering;
-    }
-
-    fn interrupt(&mut self) {
-        self.stats.interrupts += 1;
-        self.apply(Input::Interrupt {
-            handler: KERNEL,
-            cpl: 0,
-        });
-        self.kernel = Kernel::Delivering;
-    }
-
-    /// `last` retired and a signal was delivered after it, but where `last` went is unknown:
-    /// its packets are lost in an overflow that ends at the handler (FUP.BuffOvf, §4.2.5).
-    fn gap(&mut self, last: BlockInsn, handler: u64) {
-        self.stats.gaps += 1;
-        self.apply(Input::Overflow { instructions: 0 });
-        self.retire(last, handler, None);
-    }
-
-    fn sysret(&mut self, to: u64) {
-        let r = Retired::new(KERNEL + 0x40, 3, Cofi::Far(FarKind::Sysret), to).to_cpl(3);
-        self.apply(Input::Retire(r));
-    }
-
-    fn iret(&mut self, to: u64) {
-        let r = Retired::new(KERNEL + 0x40, 3, Cofi::Far(FarKind::Iret), to).to_cpl(3);
-        self.apply(Input::Retire(r));
     }
 }

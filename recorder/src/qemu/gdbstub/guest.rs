@@ -3,6 +3,7 @@
 //! position counters are (`counters.json`).
 
 use std::io::IoSliceMut;
+use std::time::{Duration, Instant};
 
 use nix::sys::uio::{process_vm_readv, RemoteIoVec};
 use nix::unistd::Pid;
@@ -28,26 +29,52 @@ pub(super) fn read(pid: Pid, at: u64, len: usize) -> Vec<u8> {
     buf
 }
 
-/// The position of the instruction the program stopped before: the running block's base
-/// plus its started instructions (the stop is between blocks). `None` while not tracing.
-pub(super) fn position(pid: Pid, counters: Counters) -> Option<u64> {
-    let mut base = [0u8; 8];
-    let mut started = [0u8; 8];
-    let remote = [
-        RemoteIoVec {
-            base: counters.position as usize,
+/// Reads `u64`s of QEMU's memory at `at`, all or none.
+fn words<const N: usize>(pid: Pid, at: [u64; N]) -> Option<[u64; N]> {
+    let mut bufs = [[0u8; 8]; N];
+    let remote: Vec<RemoteIoVec> = at
+        .iter()
+        .map(|&a| RemoteIoVec {
+            base: a as usize,
             len: 8,
-        },
-        RemoteIoVec {
-            base: counters.started as usize,
-            len: 8,
-        },
-    ];
-    let mut local = [IoSliceMut::new(&mut base), IoSliceMut::new(&mut started)];
+        })
+        .collect();
+    let mut local: Vec<IoSliceMut<'_>> = bufs.iter_mut().map(|b| IoSliceMut::new(b)).collect();
     let n = process_vm_readv(pid, &mut local, &remote).ok()?;
-    if n != 16 {
-        return None;
+    (n == 8 * N).then(|| bufs.map(u64::from_le_bytes))
+}
+
+/// How long the plugin's feeder thread may take to catch up with the vCPU, which is stopped.
+const CATCH_UP: Duration = Duration::from_secs(5);
+
+/// The position of the instruction the program stopped before: the running block's base
+/// plus its started instructions (the stop is between blocks). `None` while not tracing, or
+/// if the plugin's engine does not catch up with the blocks the vCPU noted.
+pub(super) fn position(pid: Pid, counters: Counters) -> Option<u64> {
+    if let (Some(pushed), Some(taken)) = (counters.pushed, counters.taken) {
+        // The engine runs behind the vCPU on a thread of its own: wait until it has taken
+        // every block noted before the stop.
+        let deadline = Instant::now() + CATCH_UP;
+        loop {
+            let [p, t] = words(pid, [pushed, taken])?;
+            if p == t {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
     }
-    let base = u64::from_le_bytes(base);
-    (base != u64::MAX).then(|| base.wrapping_add(u64::from_le_bytes(started)))
+    let (base, started) = match counters.started_base {
+        Some(at) => {
+            let [base, now, then] = words(pid, [counters.position, counters.started, at])?;
+            (base, now.wrapping_sub(then))
+        }
+        None => {
+            let [base, started] = words(pid, [counters.position, counters.started])?;
+            (base, started)
+        }
+    };
+    (base != u64::MAX).then(|| base.wrapping_add(started))
 }
