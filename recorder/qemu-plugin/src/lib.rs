@@ -23,10 +23,9 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::atomic::Ordering;
 
 use ffi::{say, PluginId, QemuInfo, Tb};
-use ring::Started;
 use rtit_recorder::qemu::block::{Access, Block};
 use rtit_recorder::qemu::report::Args;
-use shared::{inert, with_plugin, ACCESSED, PLUGIN, POSITION, STARTED, STARTED_BASE, STOP, TRACING};
+use shared::{inert, with_plugin, ACCESSED, PLUGIN, POSITION, STARTED, STOP, TRACING};
 use state::Plugin;
 
 /// The plugin API version this plugin was written against (QEMU_PLUGIN_VERSION of 7.2).
@@ -42,16 +41,15 @@ extern "C" fn tb_exec(_vcpu: c_uint, userdata: *mut c_void) {
     if inert() {
         return;
     }
-    let block = Started {
-        id: userdata as usize as u32,
-        started: STARTED.load(Ordering::Relaxed),
-        accessed: ACCESSED.load(Ordering::Relaxed),
-    };
+    let block = ring::starts(userdata as usize as u32);
     match STOP.load(Ordering::Relaxed) {
         0 if !TRACING.load(Ordering::Relaxed) => {
             with_plugin(|p| p.take_now(block));
         }
         0 => {
+            if ring::push(block) {
+                return;
+            }
             let (mut spins, mut taken) = (0u32, ring::taken());
             while !ring::push(block) {
                 // Full: the feeder makes room as it goes (a lock here would make the two
@@ -74,8 +72,8 @@ extern "C" fn tb_exec(_vcpu: c_uint, userdata: *mut c_void) {
         signal => {
             with_plugin(|p| {
                 p.take_blocks(usize::MAX);
-                let counts = p.running(block.started, block.accessed);
-                p.interrupt_before(block.id, counts, signal)
+                // The block that starts now is left out: the trace ends before it.
+                p.interrupt_before(block.id, block.before, signal)
             });
         }
     }
@@ -145,10 +143,9 @@ extern "C" fn syscall(
     if inert() {
         return;
     }
-    let (started, accessed) = (STARTED.load(Ordering::Relaxed), ACCESSED.load(Ordering::Relaxed));
+    let counts = ring::running();
     with_plugin(|p| {
         p.take_blocks(usize::MAX);
-        let counts = p.running(started, accessed);
         p.syscall(num as u64, [a1, a2, a3, a4, a5, a6], counts)
     });
 }
@@ -164,11 +161,10 @@ extern "C" fn atexit(_id: PluginId, _userdata: *mut c_void) {
     if inert() {
         return;
     }
-    let (started, accessed) = (STARTED.load(Ordering::Relaxed), ACCESSED.load(Ordering::Relaxed));
+    let counts = ring::running();
     let mut guard = PLUGIN.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(mut p) = guard.take() {
         p.take_blocks(usize::MAX);
-        let counts = p.running(started, accessed);
         p.finish(counts);
     }
 }
@@ -257,7 +253,7 @@ fn write_counters(out: &str) -> Result<(), String> {
     let counters = rtit_recorder::qemu::report::Counters {
         position: POSITION.as_ptr() as u64,
         started: STARTED.as_ptr() as u64,
-        started_base: Some(STARTED_BASE.as_ptr() as u64),
+        started_base: Some(ring::BLOCK_STARTED.as_ptr() as u64),
         pushed: Some(ring::PUSHED.as_ptr() as u64),
         taken: Some(ring::TAKEN.as_ptr() as u64),
         handlers: shared::HANDLERS.as_ptr() as u64,

@@ -8,9 +8,10 @@ use std::sync::Mutex;
 use crate::state::Plugin;
 
 /// A value on cache lines of its own: the vCPU's translated code adds to the counters at
-/// every instruction, and the feeder thread writes the position on another core; sharing a
-/// line made each wait for the other (128 bytes: a line and the one the prefetcher pairs
-/// with it).
+/// every instruction and its callback reads the flags at every block, while the feeder
+/// thread writes the plugin's state (which lives in [`PLUGIN`]) and the position on another
+/// core; sharing a line made each wait for the other (a flag beside the plugin's state took
+/// half the vCPU's callback). 128 bytes: a line and the one the prefetcher pairs with it.
 #[repr(align(128))]
 pub struct Line<T>(pub T);
 
@@ -32,16 +33,12 @@ pub static ACCESSED: Line<AtomicU64> = Line(AtomicU64::new(0));
 
 /// The position before the running block while tracing, else `u64::MAX`, with the engine up
 /// to date (the ring empty, `ring::PUSHED` = `ring::TAKEN`): `rtit record --truth` and the
-/// signal-handler log read it (with [`STARTED`] and [`STARTED_BASE`]) from outside while
+/// signal-handler log read it (with [`STARTED`] and `ring::BLOCK_STARTED`) from outside while
 /// QEMU's gdbstub holds the program between two blocks, to place what they read.
 pub static POSITION: Line<AtomicU64> = Line(AtomicU64::new(u64::MAX));
 /// Whether the engine traces: until it does, each block goes to it at once on the vCPU
 /// (`Plugin::take_now`), not through the ring.
-pub static TRACING: AtomicBool = AtomicBool::new(false);
-
-/// [`STARTED`] when the running block started: the running block's started instructions
-/// are `STARTED - STARTED_BASE`.
-pub static STARTED_BASE: AtomicU64 = AtomicU64::new(0);
+pub static TRACING: Line<AtomicBool> = Line(AtomicBool::new(false));
 
 /// The handler the program installed for each signal (0: default, 1: ignored), as its
 /// successful `rt_sigaction` calls set them: `rtit record` reads it from outside when QEMU's
@@ -49,16 +46,16 @@ pub static STARTED_BASE: AtomicU64 = AtomicU64::new(0);
 pub static HANDLERS: [AtomicU64; 65] = [const { AtomicU64::new(0) }; 65];
 
 /// The plugin; `None` once it has finished.
-pub static PLUGIN: Mutex<Option<Plugin>> = Mutex::new(None);
+pub static PLUGIN: Line<Mutex<Option<Plugin>>> = Line(Mutex::new(None));
 
 /// The signal `rtit record` received, once it asks the recording to stop (0: it has not).
 /// The vCPU reads it at every block, before taking the lock.
-pub static STOP: AtomicI32 = AtomicI32::new(0);
+pub static STOP: Line<AtomicI32> = Line(AtomicI32::new(0));
 
 /// Set in a child the program forked (QEMU forks itself for the guest's fork): the child
 /// runs unrecorded and must write nothing into the parent's files. Read before taking the
 /// lock, which the child may have inherited held.
-pub static INERT: AtomicBool = AtomicBool::new(false);
+pub static INERT: Line<AtomicBool> = Line(AtomicBool::new(false));
 
 /// Runs `f` on the plugin, if it has not finished.
 pub fn with_plugin<R>(f: impl FnOnce(&mut Plugin) -> R) -> Option<R> {

@@ -33,12 +33,14 @@ impl Clock {
     /// Advances by `n` operations at once, and takes the watched TSC bits as seen at the
     /// end, as `n` ticks each followed by [`Self::mtc_change`] would (the value they leave
     /// is the last one's, whatever changed in between).
+    #[inline]
     pub fn skip(&mut self, n: u64, range: u8) {
         self.tsc += n * u64::from(self.cycles_per_op);
         self.last_mtc = self.mtc_value(range);
     }
 
     /// The 8 TSC bits an MTC with this range carries: TSC[14+2r:7+2r].
+    #[inline]
     pub fn mtc_value(&self, range: u8) -> u8 {
         (self.tsc >> (7 + 2 * u32::from(range))) as u8
     }

@@ -157,6 +157,7 @@ impl Output {
     }
 
     /// Adds a TNT bit; a sixth bit sends the full packet (§4.2.2).
+    #[inline]
     pub fn tnt_bit(&mut self, taken: bool) {
         self.tnt_buff = (self.tnt_buff << 1) | u8::from(taken);
         if self.tnt_buff & 0x40 != 0 {
@@ -165,6 +166,7 @@ impl Output {
     }
 
     /// Sends the partial TNT packet, if any bits are buffered: before every FUP, TIP and PIP.
+    #[inline]
     pub fn flush_tnt(&mut self) {
         if let Some(tnt) = Tnt::from_header(self.tnt_buff) {
             self.tnt_buff = 1;
@@ -173,6 +175,7 @@ impl Output {
     }
 
     /// A TIP to `ip`, compressed against LAST_LIP, which it updates.
+    #[inline]
     pub fn tip(&mut self, ip: u64) {
         self.flush_tnt();
         self.next_packet();

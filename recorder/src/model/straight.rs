@@ -41,24 +41,37 @@ impl UnitModel {
         true
     }
 
+    /// Retires a block: `plain` instructions that are not branches, then `last`, which is
+    /// not a far transfer, as [`Self::retire_straight`] then [`Self::retire_near`] would (the
+    /// same conditions, each checked once); false, with nothing done, where they would not.
+    #[inline]
+    pub fn retire_block(&mut self, plain: u64, last: &Retired) -> bool {
+        if !near(last) || !self.straight_is_exact() {
+            return false;
+        }
+        self.traced += plain;
+        self.clock.skip(plain, self.regs.mtc_range());
+        let cycles = u64::from(self.clock.cycles_per_op) * plain;
+        self.out.cntp = ((u64::from(self.out.cntp) + cycles) & u64::from(CNTP_MASK)) as u32;
+        self.near_now(last);
+        true
+    }
+
     /// Retires one instruction that is not a far transfer (a near branch, or none), as
     /// [`UnitModel::retire`] would, where nothing but its own packets can come of it (the
     /// conditions of a straight run, which a taken branch does not change either: with no
     /// IP filter range, landing anywhere enters none); false, with nothing done, elsewhere.
     pub fn retire_near(&mut self, r: &Retired) -> bool {
-        let near = matches!(
-            r.cofi,
-            Cofi::None
-                | Cofi::Conditional
-                | Cofi::DirectJump
-                | Cofi::DirectCall
-                | Cofi::IndirectJump
-                | Cofi::IndirectCall
-                | Cofi::Return
-        );
-        if !near || r.next_cpl.is_some() || !self.straight_is_exact() {
+        if !near(r) || !self.straight_is_exact() {
             return false;
         }
+        self.near_now(r);
+        true
+    }
+
+    /// [`Self::retire_near`] once its conditions hold.
+    #[inline]
+    fn near_now(&mut self, r: &Retired) {
         self.traced += 1;
         self.clock.skip(1, self.regs.mtc_range());
         self.out.cntp = (self.out.cntp + self.clock.cycles_per_op) & CNTP_MASK;
@@ -74,7 +87,6 @@ impl UnitModel {
             self.out.last_call_nlip = Some(r.nlip() & LIP_MASK);
         }
         self.cpu.ip = r.next_ip;
-        true
     }
 
     /// Whether runs of non-branch instructions, and near branches, retire at once now
@@ -85,6 +97,7 @@ impl UnitModel {
 
     /// Whether a run of non-branch instructions changes nothing but counts (see the module),
     /// found once until something may change it: the fast paths themselves change none of it.
+    #[inline]
     fn straight_is_exact(&self) -> bool {
         match self.exact.0.get() {
             Some(exact) => exact,
@@ -105,6 +118,22 @@ impl UnitModel {
             && self.ranges.event(self.regs.filter_event())
             && !self.ranges.event(self.regs.stop_event())
     }
+}
+
+/// Whether `r` is an instruction the fast paths take: not a far transfer, and no change of
+/// privilege.
+fn near(r: &Retired) -> bool {
+    let near = matches!(
+        r.cofi,
+        Cofi::None
+            | Cofi::Conditional
+            | Cofi::DirectJump
+            | Cofi::DirectCall
+            | Cofi::IndirectJump
+            | Cofi::IndirectCall
+            | Cofi::Return
+    );
+    near && r.next_cpl.is_none()
 }
 
 /// [`UnitModel::straight_is_exact`] as last found. Not part of the model's state: its

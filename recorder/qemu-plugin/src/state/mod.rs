@@ -15,7 +15,7 @@ use nix::fcntl::{fcntl, FcntlArg};
 use rtit_recorder::model::{ModelOptions, RtitConfig};
 use rtit_recorder::outcome::RegisterMap;
 use rtit_recorder::qemu::block::Block;
-use rtit_recorder::qemu::engine::{Counts, Engine, Start};
+use rtit_recorder::qemu::engine::{Counts, Engine, Start, Started};
 use rtit_recorder::qemu::guest_maps::GuestMaps;
 use rtit_recorder::qemu::initial::{find_initial_rsp, guest_mappings, name_stack, with_elf_perms};
 use rtit_recorder::qemu::report::{files, Args, PluginEnd, Report, HIGH_FD};
@@ -77,8 +77,6 @@ pub struct Plugin {
     children: Vec<ChildProcess>,
     notes: Vec<String>,
     flush_check: u32,
-    /// The inline counters' totals when the running block started.
-    last: (u64, u64),
 }
 
 impl Plugin {
@@ -131,7 +129,6 @@ impl Plugin {
             children: Vec::new(),
             notes: Vec::new(),
             flush_check: 0,
-            last: (0, 0),
             args,
         })
     }
@@ -336,7 +333,27 @@ impl Plugin {
     /// Feeds the engine up to `max` blocks from the ring, then publishes where it is (see
     /// `shared::POSITION`).
     pub fn take_blocks(&mut self, max: usize) {
-        crate::ring::take(max, |b| self.block(b));
+        let mut taken = 0u32;
+        if !self.engine.tracing() {
+            crate::ring::take(max, |blocks| {
+                for b in blocks {
+                    taken += 1;
+                    self.executed(b.id, b.before);
+                }
+            });
+        } else {
+            // The feeder's loop: the engine settles a batch at a time.
+            let engine = &mut self.engine;
+            crate::ring::take(max, |blocks| {
+                taken += blocks.len() as u32;
+                engine.executed_all(blocks.map(|b| (b.id, b.before)));
+            });
+            // The trace goes to its file every 4096 blocks or so.
+            if (self.flush_check & 0xfff) + taken > 0xfff {
+                self.flush();
+            }
+            self.flush_check = self.flush_check.wrapping_add(taken);
+        }
         self.publish();
     }
 
@@ -344,32 +361,20 @@ impl Plugin {
     /// where what the engine does then (the memory map at the first block, the start
     /// snapshot where tracing starts, QEMU's name of the program) must see the program as it
     /// is at that block, and QEMU's API answers on a vCPU only.
-    pub fn take_now(&mut self, b: crate::ring::Started) {
+    pub fn take_now(&mut self, b: Started) {
         self.take_blocks(usize::MAX);
-        self.block(b);
+        self.executed(b.id, b.before);
         self.publish();
-    }
-
-    fn block(&mut self, b: crate::ring::Started) {
-        let counts = self.running(b.started, b.accessed);
-        self.last = (b.started, b.accessed);
-        self.executed(b.id, counts);
     }
 
     /// Publishes where the engine is (see `shared::POSITION`) and whether it traces.
     fn publish(&self) {
-        crate::shared::TRACING.store(self.engine.tracing(), Ordering::Relaxed);
+        // Written only when it changes: the vCPU reads it at every block.
+        if crate::shared::TRACING.load(Ordering::Relaxed) != self.engine.tracing() {
+            crate::shared::TRACING.store(self.engine.tracing(), Ordering::Relaxed);
+        }
         let position = self.engine.block_base().unwrap_or(u64::MAX);
         crate::shared::POSITION.store(position, Ordering::Relaxed);
-        crate::shared::STARTED_BASE.store(self.last.0, Ordering::Relaxed);
-    }
-
-    /// The running block's counts, from the inline counters' totals now.
-    pub fn running(&self, started: u64, accessed: u64) -> Counts {
-        Counts {
-            started: started.wrapping_sub(self.last.0),
-            accessed: accessed.wrapping_sub(self.last.1),
-        }
     }
 
     /// Whether tracing has started.
@@ -400,6 +405,7 @@ impl Plugin {
         exit_for(signal)
     }
 
+    /// The program ended: settles the last block, writes the trace, the end snapshot and the
     /// The program ended: settles the last block, writes the trace, the end snapshot and the
     /// report.
     pub fn finish(&mut self, counts: Counts) {

@@ -9,16 +9,20 @@ use rtit_replay_core::regs::{ctl, events, EventId};
 use super::super::tests::props::{address, config, input};
 use super::super::{CpuState, Input, ModelOptions, Retired, RtitConfig, UnitModel};
 
-/// What a test feeds: a run of consecutive non-branch instructions, or any other input.
+/// What a test feeds: a run of consecutive non-branch instructions, a block (such a run and
+/// an instruction after it), or any other input.
 #[derive(Debug, Clone)]
 enum Part {
     Run { ip: u64, lens: Vec<u8> },
+    Block { ip: u64, lens: Vec<u8>, last: Input },
     Other(Input),
 }
 
 fn part() -> impl Strategy<Value = Part> {
     prop_oneof![
         3 => (address(), prop::collection::vec(1u8..16, 0..24)).prop_map(|(ip, lens)| Part::Run { ip, lens }),
+        2 => (address(), prop::collection::vec(1u8..16, 0..24), input())
+            .prop_map(|(ip, lens, last)| Part::Block { ip, lens, last }),
         2 => input().prop_map(Part::Other),
     ]
 }
@@ -68,6 +72,17 @@ fn compare(config: &RtitConfig, start: u64, options: ModelOptions, parts: &[Part
                     at_once += u64::from(!lens.is_empty());
                 } else {
                     one_by_one(&mut fast, *ip, lens);
+                }
+            }
+            Part::Block { ip, lens, last } => {
+                one_by_one(&mut oracle, *ip, lens);
+                oracle.apply(last);
+                match last {
+                    Input::Retire(r) if fast.retire_block(lens.len() as u64, r) => at_once += 1,
+                    _ => {
+                        one_by_one(&mut fast, *ip, lens);
+                        fast.apply(last);
+                    }
                 }
             }
             Part::Other(input) => {

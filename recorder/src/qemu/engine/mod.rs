@@ -19,7 +19,6 @@
 //!   it through a page fault at that address, so the model sees a fault there and a return.
 
 use rtit_replay_core::cofi::{Cofi, FarKind};
-use rustc_hash::FxHashSet;
 
 use super::block::{Access, Block, Summary};
 use crate::model::{CpuState, ModelError, ModelOptions, Retired, RtitConfig, UnitModel};
@@ -27,11 +26,13 @@ use crate::sideband::nr;
 
 mod feed;
 mod oracle;
+mod started;
 #[cfg(test)]
 mod tests;
 
 pub use oracle::Checked;
 use oracle::Oracle;
+pub use started::Started;
 
 /// Where the untraced kernel is, for the model's far transfers; no packet ever carries it
 /// under user-only tracing.
@@ -110,7 +111,9 @@ pub struct Engine {
     kernel: Kernel,
     last_syscall: Option<(u64, u64)>,
     truth: Option<Vec<u64>>,
-    handlers: FxHashSet<u64>,
+    /// Signal handlers' addresses, sorted (a few: a search per indirect branch, where a hash
+    /// lookup cost more than the rest of settling a block).
+    handlers: Vec<u64>,
     ended: bool,
     last_fault: Option<u64>,
     /// Whether to check the fast path against the unit model one instruction at a time.
@@ -141,7 +144,7 @@ impl Engine {
             kernel: Kernel::User,
             last_syscall: None,
             truth: truth.then(Vec::new),
-            handlers: FxHashSet::default(),
+            handlers: Vec::new(),
             ended: false,
             last_fault: None,
             check,
@@ -169,7 +172,9 @@ impl Engine {
 
     /// Notes a signal handler's address (from `rt_sigaction`).
     pub fn note_handler(&mut self, address: u64) {
-        self.handlers.insert(address);
+        if let Err(at) = self.handlers.binary_search(&address) {
+            self.handlers.insert(at, address);
+        }
     }
 
     /// Instructions the trace holds so far (retired with PacketEn set, not lost to an
@@ -265,6 +270,24 @@ impl Engine {
         self.leave_kernel(next);
         self.pending = Some(Pending { id, first: 0 });
         Ok(None)
+    }
+
+    /// Blocks that started one after another, each with the counts of the block before it,
+    /// while tracing ([`Self::executed`] for each, which can neither begin tracing nor fail
+    /// then): the feeder thread's loop, with the common settling inlined.
+    pub fn executed_all(&mut self, blocks: impl IntoIterator<Item = (u32, Counts)>) {
+        for (id, counts) in blocks {
+            if let (false, Some(p)) = (self.ended, self.pending) {
+                let next = self.summaries[id as usize].start;
+                if self.settle_common(p, counts, next) {
+                    self.stats.blocks += 1;
+                    self.pending = Some(Pending { id, first: 0 });
+                    continue;
+                }
+            }
+            let began = self.executed(id, counts);
+            debug_assert!(matches!(began, Ok(None)), "tracing began twice");
+        }
     }
 
     fn maybe_begin(&mut self, id: u32) -> Result<Option<u64>, ModelError> {
@@ -384,7 +407,7 @@ impl Engine {
     /// running again, nor a signal handler); the model takes it without a look at each
     /// instruction (issue 20: this is the feeder's work at every block). False, with nothing
     /// done, for everything else, which [`Self::resolve`] settles.
-    #[inline]
+    #[inline(always)]
     fn settle_common(&mut self, p: Pending, counts: Counts, next: u64) -> bool {
         let s = &self.summaries[p.id as usize];
         let last = s.last;
@@ -403,23 +426,19 @@ impl Engine {
             Cofi::None => next == last.nlip(),
             Cofi::Conditional => Some(next) == s.target || next == last.nlip(),
             Cofi::DirectJump | Cofi::DirectCall => Some(next) == s.target,
-            Cofi::IndirectJump | Cofi::IndirectCall | Cofi::Return => {
-                self.handlers.is_empty() || !self.handlers.contains(&next)
-            }
+            Cofi::IndirectJump | Cofi::IndirectCall | Cofi::Return => !self.is_handler(next),
             Cofi::Far(_) | Cofi::Exception => false,
         };
         let Some(model) = self.model.as_mut() else {
             return false;
         };
-        if !legal || !model.takes_runs() {
-            return false;
-        }
-        // Where the model takes runs at once it takes both parts (`legal` left only near
-        // branches), and neither changes that.
-        let straight = model.retire_straight(u64::from(s.kept) - 1, last.ip);
-        let near = model.retire_near(&Retired::new(last.ip, last.len, last.cofi, next));
-        debug_assert!(straight && near, "a model that takes runs took a block's");
-        true
+        legal && model.retire_block(u64::from(s.kept) - 1, &Retired::new(last.ip, last.len, last.cofi, next))
+    }
+
+    /// Whether `ip` is a signal handler's address.
+    #[inline]
+    fn is_handler(&self, ip: u64) -> bool {
+        !self.handlers.is_empty() && self.handlers.binary_search(&ip).is_ok()
     }
 
     /// Settles the previous block `p` now that execution went on at `next` (`None`: the
@@ -481,7 +500,7 @@ impl Engine {
                     self.stats.restarts += 1;
                 }
             }
-            (_, Some(to)) if legal(to) && !(last.cofi.is_indirect() && self.handlers.contains(&to)) => {
+            (_, Some(to)) if legal(to) && !(last.cofi.is_indirect() && self.is_handler(to)) => {
                 self.retire(last, to, None)
             }
             _ if !completed => self.fault(),

@@ -37,18 +37,31 @@ fn handler(pid: Pid, counters: &Counters, s: u8) -> Option<u64> {
     (h > 1).then_some(h)
 }
 
+/// What [`deliver`] passes on and logs, besides the signal itself.
+pub struct Delivery<'a> {
+    /// `rtit record`'s own sampling signal (GDB's number), never the program's: when it
+    /// comes while a handler is being reached, it is withheld and `withheld` set.
+    pub withhold: Option<u8>,
+    /// Whether the sampling signal was withheld.
+    pub withheld: bool,
+    /// Where the handlers' entries go.
+    pub entries: &'a mut Vec<SignalEntry>,
+    /// No user code runs untraced (no IP filter).
+    pub only_kernel: bool,
+}
+
 /// Lets the program have signal `s` (as reported by a stop); if it handles it, runs it to
-/// the handler's entry and logs it into `entries` (`only_kernel`: no user code runs untraced).
-/// Returns false if the program ended meanwhile (or `done` says rtit stopped waiting).
+/// the handler's entry and logs it (see [`Delivery`]). Returns false if the program ended
+/// meanwhile (or `done` says rtit stopped waiting).
 pub fn deliver(
     remote: &mut Remote,
     pid: Pid,
     counters: &Counters,
     s: u8,
-    only_kernel: bool,
-    entries: &mut Vec<SignalEntry>,
+    d: &mut Delivery<'_>,
     done: &dyn Fn() -> bool,
 ) -> Result<bool, GdbstubError> {
+    let only_kernel = d.only_kernel;
     let Some(at) = handler(pid, counters, s) else {
         remote.send(&format!("C{s:02x}"))?;
         return Ok(true);
@@ -79,7 +92,7 @@ pub fn deliver(
                     .get("rsp")
                     .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok());
                 if let (Some(position), Some(rsp)) = (super::guest::position(pid, *counters), rsp) {
-                    entries.push(SignalEntry {
+                    d.entries.push(SignalEntry {
                         position,
                         ip: at,
                         frame: MemoryWrite::new(rsp, &super::guest::read(pid, rsp, FRAME)),
@@ -88,6 +101,12 @@ pub fn deliver(
                     });
                 }
                 break false;
+            }
+            // rtit's own sampling signal, sent just as the program's came: withheld (a
+            // program without a handler for it died of it).
+            Stop::Signal(other) if Some(other) == d.withhold => {
+                d.withheld = true;
+                remote.send("c")?;
             }
             // Another signal before the handler ran: it is delivered too (unlogged).
             Stop::Signal(other) => remote.send(&format!("C{other:02x}"))?,

@@ -135,21 +135,26 @@ struct Program {
     counters: Counters,
     only_kernel: bool,
     signals: Vec<SignalEntry>,
+    /// Whether rtit sends the sampling signal.
+    sampling: bool,
+    /// Whether a sampling signal was withheld while a handler was being reached.
+    withheld: bool,
 }
 
 impl Program {
     /// Passes signal `s` on (logging its delivery to a handler); false if the program ended.
+    /// While sampling, a sampling signal that comes meanwhile is withheld; the result says so.
     fn pass(&mut self, remote: &mut Remote, s: u8, done: &AtomicBool) -> Result<bool, GdbstubError> {
         let done = || done.load(Ordering::Relaxed);
-        super::signals::deliver(
-            remote,
-            self.pid,
-            &self.counters,
-            s,
-            self.only_kernel,
-            &mut self.signals,
-            &done,
-        )
+        let mut d = super::signals::Delivery {
+            withhold: self.sampling.then_some(GDB_SAMPLE_SIGNAL),
+            withheld: false,
+            entries: &mut self.signals,
+            only_kernel: self.only_kernel,
+        };
+        let running = super::signals::deliver(remote, self.pid, &self.counters, s, &mut d, &done)?;
+        self.withheld |= d.withheld;
+        Ok(running)
     }
 }
 
@@ -181,6 +186,8 @@ fn watch(
         counters,
         only_kernel: plan.only_kernel,
         signals: Vec::new(),
+        sampling: plan.sample,
+        withheld: false,
     };
     if plan.sample {
         sample(&mut remote, &mut program, done, &mut watched.samples)?;
@@ -229,6 +236,8 @@ fn sample(
                     if !program.pass(remote, s, done)? {
                         return Ok(());
                     }
+                    // No sampling signal is pending here: none can have been withheld.
+                    program.withheld = false;
                 }
             },
             Received::TimedOut => {
@@ -237,7 +246,9 @@ fn sample(
                 }
                 match our_stop(remote, program, done)? {
                     None => return Ok(()),
-                    Some(()) => {
+                    // It came while the program's own signal was being delivered: no sample.
+                    Some(false) => {}
+                    Some(true) => {
                         let at = super::guest::position(pid, program.counters);
                         let regs = registers(&remote.request("g")?)?;
                         if let Some(at) = at {
@@ -251,9 +262,10 @@ fn sample(
     }
 }
 
-/// Waits for the stop the sample signal causes, passing the program's own signals on;
+/// Waits for the stop the sample signal causes, passing the program's own signals on: true
+/// at it, false if it was withheld while one of those was delivered (the program runs on);
 /// `None` if the program ended first.
-fn our_stop(remote: &mut Remote, program: &mut Program, done: &AtomicBool) -> Result<Option<()>, GdbstubError> {
+fn our_stop(remote: &mut Remote, program: &mut Program, done: &AtomicBool) -> Result<Option<bool>, GdbstubError> {
     loop {
         match remote.receive(Some(POLL))? {
             Received::Closed => return Ok(None),
@@ -261,10 +273,13 @@ fn our_stop(remote: &mut Remote, program: &mut Program, done: &AtomicBool) -> Re
             Received::TimedOut => {}
             Received::Packet(reply) => match stop(&reply)? {
                 Stop::Ended => return Ok(None),
-                Stop::Signal(GDB_SAMPLE_SIGNAL) => return Ok(Some(())),
+                Stop::Signal(GDB_SAMPLE_SIGNAL) => return Ok(Some(true)),
                 Stop::Signal(s) => {
                     if !program.pass(remote, s, done)? {
                         return Ok(None);
+                    }
+                    if std::mem::take(&mut program.withheld) {
+                        return Ok(Some(false));
                     }
                 }
             },
