@@ -348,6 +348,18 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
             truth: args.truth,
             check: args.check_fast_path,
             interrupted: interrupted.clone(),
+            progress: std::io::stderr().is_terminal().then(|| {
+                let started = Instant::now();
+                Box::new(move |n: u64, bytes: u64| {
+                    let seconds = started.elapsed().as_secs_f64();
+                    eprint!(
+                        "\rrtit: {n} instructions traced, {:.1} MB of trace, {seconds:.0} s ({:.0} M/s)   ",
+                        bytes as f64 / 1e6,
+                        n as f64 / seconds.max(1e-3) / 1e6
+                    );
+                    let _ = std::io::stderr().flush();
+                }) as Box<dyn FnMut(u64, u64)>
+            }),
         })?,
         _ if args.check_fast_path => {
             bail!("--check-fast-path checks the qemu backend's plugin; the {backend:?} backend has no fast path")

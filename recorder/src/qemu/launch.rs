@@ -5,6 +5,7 @@ use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use rtit_replay_core::recording::{EndState, MemoryRegion, TraceEndRecord};
@@ -82,6 +83,35 @@ pub enum QemuError {
     NotChecked(String),
 }
 
+/// What [`record`] calls while QEMU runs: after the first second, every half second, the
+/// plugin's position (read from QEMU's memory, where `counters.json` says) and the size of
+/// the trace it has written so far, handed to `progress`.
+fn progress_tick(dir: &Path, pid: u32, progress: Option<Box<dyn FnMut(u64, u64)>>) -> impl FnMut() + '_ {
+    let started = std::time::Instant::now();
+    let mut last = started;
+    let mut counters: Option<super::report::Counters> = None;
+    let mut progress = progress;
+    move || {
+        let Some(report) = progress.as_mut() else { return };
+        let now = std::time::Instant::now();
+        if now - started < Duration::from_secs(1) || now - last < Duration::from_millis(500) {
+            return;
+        }
+        last = now;
+        if counters.is_none() {
+            counters = std::fs::read(dir.join(files::COUNTERS))
+                .ok()
+                .and_then(|t| serde_json::from_slice(&t).ok());
+        }
+        let Some(c) = counters else { return };
+        let position = super::gdbstub::guest::word(nix::unistd::Pid::from_raw(pid as i32), c.position);
+        let bytes = std::fs::metadata(dir.join(files::TRACE)).map_or(0, |m| m.len());
+        if let Some(at) = position.filter(|&p| p != u64::MAX) {
+            report(at, bytes);
+        }
+    }
+}
+
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> QemuError + '_ {
     move |source| QemuError::Io {
         path: path.display().to_string(),
@@ -103,6 +133,9 @@ pub struct QemuOptions {
     pub truth: bool,
     /// Check the plugin's fast path against the unit model one instruction at a time.
     pub check: bool,
+    /// Told now and then, once recording has gone on for a second, how many instructions
+    /// the trace holds and how many bytes it has (a progress line).
+    pub progress: Option<Box<dyn FnMut(u64, u64)>>,
     /// Set by a signal handler when recording was interrupted.
     pub interrupted: crate::interrupt::Interrupt,
 }
@@ -130,7 +163,7 @@ pub fn find_plugin() -> Option<PathBuf> {
 }
 
 /// Records a program under QEMU with the plugin.
-pub fn record(opts: QemuOptions) -> Result<Outcome, QemuError> {
+pub fn record(mut opts: QemuOptions) -> Result<Outcome, QemuError> {
     let qemu = find_qemu().ok_or(QemuError::NoQemu)?;
     let plugin = find_plugin().ok_or(QemuError::NoPlugin)?;
     let program = resolve(&opts.program)?;
@@ -138,12 +171,20 @@ pub fn record(opts: QemuOptions) -> Result<Outcome, QemuError> {
     let dir = std::env::temp_dir().join(format!("rtit-qemu-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(io(&dir))?;
-    let result = run(&qemu, &plugin, &program, &opts, &dir);
+    let progress = opts.progress.take();
+    let result = run(&qemu, &plugin, &program, &opts, &dir, progress);
     let _ = std::fs::remove_dir_all(&dir);
     result.map(|outcome| Outcome { warnings, ..outcome })
 }
 
-fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Path) -> Result<Outcome, QemuError> {
+fn run(
+    qemu: &Path,
+    plugin: &Path,
+    program: &Path,
+    opts: &QemuOptions,
+    dir: &Path,
+    progress: Option<Box<dyn FnMut(u64, u64)>>,
+) -> Result<Outcome, QemuError> {
     let cr3 = (u64::from(std::process::id()) << 12) & ((1 << 36) - 1);
     let pipe = StopPipe::new()?;
     let config = RtitConfig {
@@ -228,7 +269,9 @@ fn run(qemu: &Path, plugin: &Path, program: &Path, opts: &QemuOptions, dir: &Pat
             return Err(e.into());
         }
     };
-    let status = pipe.wait(&mut child, &opts.interrupted, super::stop::GRACE)?;
+    let mut tick = progress_tick(dir, child.id(), progress);
+    let status = pipe.wait(&mut child, &opts.interrupted, super::stop::GRACE, &mut tick)?;
+    drop(tick);
     let watched = watch.finish()?;
     let samples = watched.samples;
     let report_path = dir.join(files::REPORT);

@@ -66,16 +66,24 @@ impl StopPipe {
             .map_err(std::io::Error::from)
     }
 
-    /// Waits for QEMU to end. When `interrupted` is raised, writes the signal's number to the
-    /// plugin once (a second signal asks nothing more, so the recording under way is not
-    /// lost), and kills QEMU if it is still running `grace` later ([`GRACE`]).
-    pub fn wait(self, child: &mut Child, interrupted: &Interrupt, grace: Duration) -> Result<ExitStatus, StopError> {
+    /// Waits for QEMU to end, calling `tick` every few milliseconds meanwhile (a progress
+    /// line). When `interrupted` is raised, writes the signal's number to the plugin once (a
+    /// second signal asks nothing more, so the recording under way is not lost), and kills
+    /// QEMU if it is still running `grace` later ([`GRACE`]).
+    pub fn wait(
+        self,
+        child: &mut Child,
+        interrupted: &Interrupt,
+        grace: Duration,
+        tick: &mut dyn FnMut(),
+    ) -> Result<ExitStatus, StopError> {
         drop(self.read);
         let mut asked: Option<(Instant, i32)> = None;
         loop {
             if let Some(status) = child.try_wait()? {
                 return Ok(status);
             }
+            tick();
             match (asked, interrupted.signal()) {
                 (None, Some(signal)) => {
                     // A plugin that has gone already closed its end: EPIPE, nothing to do.
@@ -130,7 +138,7 @@ mod tests {
         let interrupted = Interrupt::new();
         interrupted.raise(15);
         let status = pipe
-            .wait(&mut child, &interrupted, Duration::from_secs(30))
+            .wait(&mut child, &interrupted, Duration::from_secs(30), &mut || {})
             .expect("the child ends by itself");
         assert!(status.success(), "{status}");
         let mut out = String::new();
@@ -151,7 +159,7 @@ mod tests {
         let interrupted = Interrupt::new();
         interrupted.raise(2);
         let err = pipe
-            .wait(&mut child, &interrupted, Duration::from_millis(200))
+            .wait(&mut child, &interrupted, Duration::from_millis(200), &mut || {})
             .expect_err("it never stops by itself");
         assert!(
             matches!(&err, StopError::Killed { signal, .. } if signal == "SIGINT"),
@@ -167,7 +175,7 @@ mod tests {
         let pipe = StopPipe::new().expect("pipe");
         let mut child = spawn(&pipe, "exit 7");
         let status = pipe
-            .wait(&mut child, &Interrupt::new(), Duration::from_millis(1))
+            .wait(&mut child, &Interrupt::new(), Duration::from_millis(1), &mut || {})
             .expect("ends");
         assert_eq!(status.code(), Some(7));
     }

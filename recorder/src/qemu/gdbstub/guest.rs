@@ -29,6 +29,11 @@ pub(super) fn read(pid: Pid, at: u64, len: usize) -> Vec<u8> {
     buf
 }
 
+/// Reads one `u64` of QEMU's memory at `at`.
+pub(crate) fn word(pid: Pid, at: u64) -> Option<u64> {
+    words(pid, [at]).map(|[w]| w)
+}
+
 /// Reads `u64`s of QEMU's memory at `at`, all or none.
 fn words<const N: usize>(pid: Pid, at: [u64; N]) -> Option<[u64; N]> {
     let mut bufs = [[0u8; 8]; N];

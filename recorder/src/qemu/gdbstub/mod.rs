@@ -18,7 +18,7 @@
 //!
 //! So QEMU always runs with its gdbstub.
 
-mod guest;
+pub(crate) mod guest;
 mod remote;
 mod signals;
 mod start;
