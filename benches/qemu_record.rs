@@ -1,83 +1,152 @@
-//! Recording throughput of the qemu backend on a real workload (GNU sort on 1 MB of text),
-//! against the same workload under plain `qemu-x86_64` (no plugin) and natively, and the flow
-//! decoder on the recording. Throughput is in instructions as the recording counts them (the
-//! native run executes a different stream: glibc picks routines for the real CPU).
+//! Recording with the qemu backend against QEMU alone (issue 20), side by side in one run:
+//! for each workload (Debian's `sort`, `gzip` and `python3` on generated inputs), the time of
+//! plain `qemu-x86_64` running it and of `rtit record --backend qemu` recording it, three runs
+//! each, interleaved; the ratio of the medians, the recorded instructions per second, and
+//! the trace's bytes per instruction. Each workload's instructions are what the recording
+//! counts (the same program and input under plain QEMU runs the same ones).
 //!
-//! Needs qemu-x86_64 and a release build of the plugin (`cargo build --release`).
+//! Needs qemu-x86_64 and a release build of the plugin (`cargo build --release`). Run with
+//! `cargo bench --bench qemu_record`; `RTIT_QEMU_BENCH=sort,gzip` picks workloads.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::Instant;
 
-use criterion::{criterion_main, Criterion, Throughput};
-use rtit_replay_core::flow::{FlowDecoder, FlowItem};
 use rtit_replay_core::recording::Recording;
 
-fn workload(dir: &Path) -> PathBuf {
-    let input = dir.join("input.txt");
+/// Runs each.
+const RUNS: usize = 3;
+
+/// A workload: a name, the program and its arguments.
+struct Workload {
+    name: &'static str,
+    program: &'static str,
+    args: Vec<String>,
+}
+
+/// Pseudo-random text of `bytes` bytes in lines (a linear congruential generator:
+/// reproducible).
+fn text(path: &Path, bytes: usize) {
     let mut x: u64 = 12345;
-    let mut text = String::new();
-    while text.len() < 1 << 20 {
+    let mut s = String::with_capacity(bytes + 64);
+    while s.len() < bytes {
         x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        text.push_str(&format!("{:016x} {:08x} line\n", x >> 11, x >> 40));
+        s.push_str(&format!("{:016x} {:08x} line\n", x >> 11, x >> 40));
     }
-    std::fs::write(&input, text).expect("input");
-    input
+    std::fs::write(path, s).expect("input");
 }
 
-fn run(cmd: &mut Command) {
-    let status = cmd.stdout(Stdio::null()).status().expect("run");
-    assert!(status.success());
+fn workloads(dir: &Path) -> Vec<Workload> {
+    let sort_in = dir.join("sort-1mb.txt");
+    text(&sort_in, 1 << 20);
+    let numbers = dir.join("numbers.txt");
+    let n: String = (0..400_000u64)
+        .map(|i| format!("{}\n", i.wrapping_mul(2654435761) % 1_000_003))
+        .collect();
+    std::fs::write(&numbers, n).expect("input");
+    let gzip_in = dir.join("gzip-8mb.txt");
+    text(&gzip_in, 8 << 20);
+    let s = |p: &PathBuf| p.display().to_string();
+    let json = |passes: u32| {
+        format!(
+            "import json\ns = 0\nfor i in range({passes}): s += len(json.dumps({{'a': i, 'b': [i, i * 2]}}))\nprint(s)"
+        )
+    };
+    vec![
+        Workload {
+            name: "sort 1 MB",
+            program: "/usr/bin/sort",
+            args: vec![s(&sort_in)],
+        },
+        Workload {
+            name: "sort -n 400,000 numbers",
+            program: "/usr/bin/sort",
+            args: vec!["-n".into(), "--parallel=1".into(), s(&numbers)],
+        },
+        Workload {
+            name: "gzip -c 8 MB",
+            program: "/usr/bin/gzip",
+            args: vec!["-c".into(), s(&gzip_in)],
+        },
+        Workload {
+            name: "python3 startup",
+            program: "/usr/bin/python3",
+            args: vec!["-c".into(), "print(sum(range(10)))".into()],
+        },
+        Workload {
+            name: "python3 json loop",
+            program: "/usr/bin/python3",
+            args: vec!["-c".into(), json(20_000)],
+        },
+    ]
 }
 
-fn record(plugin: &Path, input: &Path, out: &Path) {
-    let _ = std::fs::remove_dir_all(out);
-    run(Command::new(env!("CARGO_BIN_EXE_rtit"))
-        .env("RTIT_QEMU_PLUGIN", plugin)
-        .args(["record", "--backend", "qemu", "--out"])
-        .arg(out)
-        .args(["--", "/usr/bin/sort"])
-        .arg(input)
-        .stderr(Stdio::null()));
+/// Seconds `cmd` takes, which must succeed.
+fn time(cmd: &mut Command) -> f64 {
+    let started = Instant::now();
+    let status = cmd.stdout(Stdio::null()).stderr(Stdio::null()).status().expect("run");
+    assert!(status.success(), "{cmd:?}: {status}");
+    started.elapsed().as_secs_f64()
 }
 
-fn bench(c: &mut Criterion) {
+fn range(v: &[f64]) -> String {
+    let (lo, hi) = (
+        v.iter().copied().fold(f64::MAX, f64::min),
+        v.iter().copied().fold(0.0, f64::max),
+    );
+    if hi - lo < 0.005 {
+        format!("{lo:.2} s")
+    } else {
+        format!("{lo:.2}–{hi:.2} s")
+    }
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("qemu_record");
     std::fs::create_dir_all(&dir).expect("dir");
     let plugin = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/librtit_qemu_plugin.so");
     assert!(plugin.is_file(), "build the plugin first: cargo build --release");
-    let input = workload(&dir);
-    let out = dir.join("rec");
-    record(&plugin, &input, &out);
-    let rec = Recording::open(&out).expect("recording");
-    let instructions = rec.manifest.instructions;
-    eprintln!(
-        "sort 1 MB: {instructions} instructions, {} bytes of trace ({:.3} bytes/instruction)",
-        rec.manifest.trace_bytes,
-        rec.manifest.trace_bytes as f64 / instructions as f64
-    );
-
-    let mut g = c.benchmark_group("sort_1mb");
-    g.sample_size(10);
-    g.throughput(Throughput::Elements(instructions));
-    g.bench_function("native", |b| b.iter(|| run(Command::new("/usr/bin/sort").arg(&input))));
-    g.bench_function("qemu_plain", |b| {
-        b.iter(|| run(Command::new("qemu-x86_64").arg("/usr/bin/sort").arg(&input)))
-    });
-    g.bench_function("rtit_record_qemu", |b| b.iter(|| record(&plugin, &input, &out)));
-    let space = rec.address_space().expect("images");
-    let trace = rec.trace().expect("trace");
-    g.bench_function("flow_decode", |b| {
-        b.iter(|| {
-            let mut items: Vec<FlowItem> = Vec::new();
-            FlowDecoder::new(&trace, rec.flow_config(), &space).decode(&mut items);
-            items.len()
-        })
-    });
-    g.finish();
+    let chosen = std::env::var("RTIT_QEMU_BENCH").ok();
+    println!("| workload | instructions | plain qemu-x86_64 | rtit record --backend qemu | ratio | recorded | trace |");
+    println!("|---|---|---|---|---|---|---|");
+    for w in workloads(&dir) {
+        if chosen
+            .as_deref()
+            .is_some_and(|c| !c.split(',').any(|k| w.name.starts_with(k)))
+        {
+            continue;
+        }
+        let out = dir.join("rec");
+        let (mut plain, mut rtit) = (Vec::new(), Vec::new());
+        for _ in 0..RUNS {
+            plain.push(time(Command::new("qemu-x86_64").arg(w.program).args(&w.args)));
+            let _ = std::fs::remove_dir_all(&out);
+            rtit.push(time(
+                Command::new(env!("CARGO_BIN_EXE_rtit"))
+                    .env("RTIT_QEMU_PLUGIN", &plugin)
+                    .args(["record", "--backend", "qemu", "--out"])
+                    .arg(&out)
+                    .arg("--")
+                    .arg(w.program)
+                    .args(&w.args),
+            ));
+        }
+        let rec = Recording::open(&out).expect("the recording");
+        let n = rec.manifest.instructions;
+        println!(
+            "| {} | {n} | {} | {} | {:.1}× | {:.0} M/s | {:.2} B/insn |",
+            w.name,
+            range(&plain),
+            range(&rtit),
+            median(&rtit) / median(&plain),
+            n as f64 / median(&rtit) / 1e6,
+            rec.manifest.trace_bytes as f64 / n as f64
+        );
+    }
 }
-
-#[allow(missing_docs)]
-mod group {
-    criterion::criterion_group!(benches, super::bench);
-}
-criterion_main!(group::benches);
