@@ -9,7 +9,7 @@ use std::time::Duration;
 use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow};
 
 use crate::ring;
-use crate::shared::{inert, PLUGIN};
+use crate::shared::inert;
 
 /// Blocks taken per hold of the lock: the vCPU, waiting for it at a system call, waits for
 /// at most this many (a few tens of microseconds).
@@ -54,7 +54,7 @@ fn run() {
             std::thread::sleep(NAP);
             continue;
         }
-        let mut guard = PLUGIN.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = crate::shared::lock();
         let Some(plugin) = guard.as_mut() else {
             // The plugin finished: nothing more to feed.
             return;

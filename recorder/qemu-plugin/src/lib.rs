@@ -25,7 +25,7 @@ use std::sync::atomic::Ordering;
 use ffi::{say, PluginId, QemuInfo, Tb};
 use rtit_recorder::qemu::block::{Access, Block};
 use rtit_recorder::qemu::report::Args;
-use shared::{inert, with_plugin, ACCESSED, PLUGIN, POSITION, STARTED, STOP, TRACING};
+use shared::{inert, lock, with_plugin, ACCESSED, POSITION, STARTED, STOP, TRACING};
 use state::Plugin;
 
 /// The plugin API version this plugin was written against (QEMU_PLUGIN_VERSION of 7.2).
@@ -162,7 +162,7 @@ extern "C" fn atexit(_id: PluginId, _userdata: *mut c_void) {
         return;
     }
     let counts = ring::running();
-    let mut guard = PLUGIN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut guard = lock();
     if let Some(mut p) = guard.take() {
         p.take_blocks(usize::MAX);
         p.finish(counts);
@@ -217,7 +217,7 @@ pub unsafe extern "C" fn qemu_plugin_install(
     // The stop thread starts before `Plugin::new` notes QEMU's own memory map (its stack is
     // QEMU's, not the program's), and waits on the lock held here until the plugin is in
     // place: from then on, no plugin means a finished one.
-    let mut guard = PLUGIN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut guard = lock();
     if let Some(fd) = args.stop {
         if let Err(e) = stop::start(fd) {
             say(&e);

@@ -56,7 +56,7 @@ fn wait(pipe: OwnedFd) {
     let deadline = Instant::now() + VCPU_GRACE;
     loop {
         {
-            let mut guard = crate::shared::PLUGIN.lock().unwrap_or_else(|e| e.into_inner());
+            let mut guard = crate::shared::lock();
             let Some(plugin) = guard.as_mut() else {
                 // The program ended meanwhile and the plugin finished.
                 return;
