@@ -225,7 +225,25 @@ fn news(h: &History<'_>, dir: &std::path::Path, quiet: bool) {
             "rtit: working out values over the {} positions in the background; until then some show as <unavailable> (`monitor info` says how far)",
             h.len()
         );
+        if let Some(progress) = h.values_progress() {
+            announce_final(progress);
+        }
     }
+}
+
+/// Says when the values are final, from a thread of its own that looks every half second
+/// (a user serving `--no-gdb` otherwise learns it only from `monitor info`).
+fn announce_final(progress: rtit_replay_core::state::ValuesProgress) {
+    let started = Instant::now();
+    std::thread::spawn(move || {
+        while !progress.done() {
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        eprintln!(
+            "rtit: the values are final everywhere ({:.0} s after the history was there)",
+            started.elapsed().as_secs_f64()
+        );
+    });
 }
 
 /// The commands the launched gdb runs first (`-ix`), in a file of their own, removed when

@@ -46,6 +46,12 @@ impl History<'_> {
         &self.0.origin
     }
 
+    /// How far the values are being worked out in the background (none if they need no
+    /// background work).
+    pub fn values_progress(&self) -> Option<crate::state::ValuesProgress> {
+        self.0.values.progress()
+    }
+
     /// Whether the timeline is being stored next to the recording.
     pub fn storing(&self) -> bool {
         self.0.storing.is_some()

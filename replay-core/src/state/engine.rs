@@ -134,6 +134,25 @@ pub struct ValuesStats {
     pub walked: (u64, u64),
 }
 
+/// How far the background chains are ([`Values::progress`]).
+#[derive(Debug, Clone)]
+pub struct ValuesProgress {
+    walked: Arc<std::sync::atomic::AtomicU64>,
+    total: u64,
+}
+
+impl ValuesProgress {
+    /// Positions walked so far, and in all.
+    pub fn walked(&self) -> (u64, u64) {
+        (self.walked.load(Ordering::Relaxed).min(self.total), self.total)
+    }
+
+    /// Whether the values are final everywhere.
+    pub fn done(&self) -> bool {
+        self.walked.load(Ordering::Relaxed) >= self.total
+    }
+}
+
 /// What a walk to a question started from: the checkpoint's position and which chains'
 /// states it merged. A kept state is reused only while the same sources are the best.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -291,6 +310,15 @@ impl Values {
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// A handle on how far the chains are, for another thread to watch (none once complete,
+    /// or while held back).
+    pub fn progress(&self) -> Option<ValuesProgress> {
+        self.chains.as_ref().map(|c| ValuesProgress {
+            walked: c.walked.clone(),
+            total: c.total,
+        })
     }
 
     /// Whether the chains are complete: every answer from now on is the final one.

@@ -49,7 +49,7 @@ pub mod why;
 mod writes;
 mod xsave;
 
-pub use engine::{interval, Inputs, Values, ValuesStats, INTERVAL, WAIT_BELOW};
+pub use engine::{interval, Inputs, Values, ValuesProgress, ValuesStats, INTERVAL, WAIT_BELOW};
 pub use known::{Conflict, Known, KnownPrefix};
 pub use reg::Reg;
 pub use transition::set_named;
