@@ -6,10 +6,8 @@
 
 use std::time::Duration;
 
-use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow};
-
+use crate::published::inert;
 use crate::ring;
-use crate::shared::inert;
 
 /// Blocks taken per hold of the lock: the vCPU, waiting for it at a system call, waits for
 /// at most this many (a few tens of microseconds).
@@ -23,20 +21,9 @@ const MIN_BATCH: u64 = 256;
 /// [`MIN_BATCH`] blocks came).
 const NAP: Duration = Duration::from_micros(20);
 
-/// Starts the thread. Like QEMU's own threads it blocks every signal: QEMU's handlers
-/// assume they run on a vCPU thread.
+/// Starts the thread.
 pub fn start() -> Result<(), String> {
-    let mut old = SigSet::empty();
-    pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::all()), Some(&mut old))
-        .map_err(|e| format!("pthread_sigmask: {e}"))?;
-    let spawned = std::thread::Builder::new()
-        .name("rtit-feeder".into())
-        .stack_size(1 << 20)
-        .spawn(run);
-    let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
-    spawned
-        .map(drop)
-        .map_err(|e| format!("cannot start the feeder thread: {e}"))
+    crate::shared::spawn_quiet("rtit-feeder", 1 << 20, run)
 }
 
 fn run() {

@@ -14,6 +14,7 @@
 
 mod feeder;
 mod ffi;
+mod published;
 mod ring;
 mod shared;
 mod state;
@@ -23,9 +24,10 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::atomic::Ordering;
 
 use ffi::{say, PluginId, QemuInfo, Tb};
+use published::{inert, ACCESSED, POSITION, STARTED, STOP, TRACING};
 use rtit_recorder::qemu::block::{Access, Block};
 use rtit_recorder::qemu::report::Args;
-use shared::{inert, lock, with_plugin, ACCESSED, POSITION, STARTED, STOP, TRACING};
+use shared::{lock, with_plugin};
 use state::Plugin;
 
 /// The plugin API version this plugin was written against (QEMU_PLUGIN_VERSION of 7.2).
@@ -210,7 +212,7 @@ pub unsafe extern "C" fn qemu_plugin_install(
     };
     // SAFETY: registers a plain function that only stores to an atomic, as a fork child
     // handler may.
-    if unsafe { nix::libc::pthread_atfork(None, None, Some(shared::forked_child)) } != 0 {
+    if unsafe { nix::libc::pthread_atfork(None, None, Some(published::forked_child)) } != 0 {
         say("pthread_atfork failed");
         return -1;
     }
@@ -256,7 +258,7 @@ fn write_counters(out: &str) -> Result<(), String> {
         started_base: Some(ring::BLOCK_STARTED.as_ptr() as u64),
         pushed: Some(ring::PUSHED.as_ptr() as u64),
         taken: Some(ring::TAKEN.as_ptr() as u64),
-        handlers: shared::HANDLERS.as_ptr() as u64,
+        handlers: published::HANDLERS.as_ptr() as u64,
     };
     let path = std::path::Path::new(out).join(rtit_recorder::qemu::report::files::COUNTERS);
     let text = serde_json::to_vec(&counters).map_err(|e| e.to_string())?;

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rtit_recorder::qemu::engine::{Counts, Started};
 
-use crate::shared::{Line, ACCESSED, STARTED};
+use crate::published::{Line, ACCESSED, STARTED};
 
 /// Entries the ring holds: 1 M blocks (8 MB), some seven million instructions: on a smaller
 /// ring the two cores passed its lines back and forth often enough to stall both (sort, 106 M
@@ -40,7 +40,7 @@ static TAKEN_SEEN: Line<AtomicU64> = Line(AtomicU64::new(0));
 
 /// The inline counters when the running block started (the vCPU's own): the running block's
 /// counts are the counters now less these. `rtit record` reads the first, with
-/// `shared::STARTED`, to place a sample.
+/// `published::STARTED`, to place a sample.
 pub static BLOCK_STARTED: Line<AtomicU64> = Line(AtomicU64::new(0));
 static BLOCK_ACCESSED: Line<AtomicU64> = Line(AtomicU64::new(0));
 

@@ -8,9 +8,7 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow};
-
-use crate::shared::STOP;
+use crate::published::STOP;
 
 /// How long the vCPU has to reach a block before this thread ends the recording itself
 /// (within `rtit_recorder::qemu::stop::GRACE`, after which rtit kills QEMU).
@@ -26,19 +24,7 @@ pub fn start(fd: RawFd) -> Result<(), String> {
     let pipe = unsafe { OwnedFd::from_raw_fd(fd) };
     nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC))
         .map_err(|e| format!("stop={fd}: {e}"))?;
-    // QEMU's signal handlers assume they run on a vCPU thread: like QEMU's own threads, this
-    // one blocks every signal (it inherits the mask it is created with).
-    let mut old = SigSet::empty();
-    pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::all()), Some(&mut old))
-        .map_err(|e| format!("pthread_sigmask: {e}"))?;
-    let spawned = std::thread::Builder::new()
-        .name("rtit-stop".into())
-        .stack_size(64 << 10)
-        .spawn(move || wait(pipe));
-    let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
-    spawned
-        .map(drop)
-        .map_err(|e| format!("cannot start the stop thread: {e}"))
+    crate::shared::spawn_quiet("rtit-stop", 64 << 10, move || wait(pipe))
 }
 
 fn wait(pipe: OwnedFd) {

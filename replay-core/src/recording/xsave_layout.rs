@@ -126,6 +126,20 @@ impl<'de> Deserialize<'de> for XsaveLayout {
     }
 }
 
+/// What CPUID leaf 0DH says on an AMD EPYC of the Zen 4 generation: AVX-512 without MPX, so
+/// the opmasks follow AVX at 832 (for tests).
+#[cfg(test)]
+pub(crate) fn zen4() -> XsaveLayout {
+    XsaveLayout::from_cpuid(|c| match c {
+        2 => Some((256, 576)),
+        5 => Some((64, 832)),
+        6 => Some((512, 896)),
+        7 => Some((1024, 1408)),
+        9 => Some((8, 2432)),
+        _ => Some((0, 0)),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,15 +149,7 @@ mod tests {
         let intel = XsaveLayout::intel();
         assert_eq!(intel.offset(7), Some(1664));
         assert_eq!(intel.end(6), Some(1664));
-        // CPUID leaf 0DH of an AMD EPYC (Zen 4): no MPX, opmask right after AVX.
-        let zen4 = XsaveLayout::from_cpuid(|c| match c {
-            2 => Some((256, 576)),
-            5 => Some((64, 832)),
-            6 => Some((512, 896)),
-            7 => Some((1024, 1408)),
-            9 => Some((8, 2432)),
-            _ => Some((0, 0)),
-        });
+        let zen4 = zen4();
         assert_eq!(zen4.offset(5), Some(832));
         assert_eq!(zen4.offset(3), None);
         assert_eq!(zen4.end(7), Some(2432));

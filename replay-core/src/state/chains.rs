@@ -90,6 +90,14 @@ impl Chains {
         }
     }
 
+    /// A handle on how far the final chains are.
+    pub(super) fn progress(&self) -> ValuesProgress {
+        ValuesProgress {
+            walked: self.walked.clone(),
+            total: self.total,
+        }
+    }
+
     /// About how long until a forward chain makes a checkpoint at `at`.
     pub(super) fn forward_eta(&self, at: u64) -> Duration {
         let front = self.front.load(Ordering::Relaxed);
@@ -99,6 +107,25 @@ impl Chains {
             r => r,
         };
         Duration::from_secs_f64(at.saturating_sub(front) as f64 / rate as f64)
+    }
+}
+
+/// How far the background chains are ([`super::Values::progress`]).
+#[derive(Debug, Clone)]
+pub struct ValuesProgress {
+    walked: Arc<AtomicU64>,
+    total: u64,
+}
+
+impl ValuesProgress {
+    /// Positions walked so far, and in all.
+    pub fn walked(&self) -> (u64, u64) {
+        (self.walked.load(Ordering::Relaxed).min(self.total), self.total)
+    }
+
+    /// Whether the values are final everywhere.
+    pub fn done(&self) -> bool {
+        self.walked.load(Ordering::Relaxed) >= self.total
     }
 }
 

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
-use super::chains::{Chains, Made, Plan};
+use super::chains::{Chains, Made, Plan, ValuesProgress};
 use super::known::Known;
 use super::maps::MapEffect;
 use super::memory::Footprint;
@@ -132,25 +132,6 @@ pub struct ValuesStats {
     pub interval: u64,
     /// Positions the chains walked so far, and in all.
     pub walked: (u64, u64),
-}
-
-/// How far the background chains are ([`Values::progress`]).
-#[derive(Debug, Clone)]
-pub struct ValuesProgress {
-    walked: Arc<std::sync::atomic::AtomicU64>,
-    total: u64,
-}
-
-impl ValuesProgress {
-    /// Positions walked so far, and in all.
-    pub fn walked(&self) -> (u64, u64) {
-        (self.walked.load(Ordering::Relaxed).min(self.total), self.total)
-    }
-
-    /// Whether the values are final everywhere.
-    pub fn done(&self) -> bool {
-        self.walked.load(Ordering::Relaxed) >= self.total
-    }
 }
 
 /// What a walk to a question started from: the checkpoint's position and which chains'
@@ -315,10 +296,7 @@ impl Values {
     /// A handle on how far the chains are, for another thread to watch (none once complete,
     /// or while held back).
     pub fn progress(&self) -> Option<ValuesProgress> {
-        self.chains.as_ref().map(|c| ValuesProgress {
-            walked: c.walked.clone(),
-            total: c.total,
-        })
+        self.chains.as_ref().map(Chains::progress)
     }
 
     /// Whether the chains are complete: every answer from now on is the final one.

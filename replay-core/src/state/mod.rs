@@ -49,7 +49,8 @@ pub mod why;
 mod writes;
 mod xsave;
 
-pub use engine::{interval, Inputs, Values, ValuesProgress, ValuesStats, INTERVAL, WAIT_BELOW};
+pub use chains::ValuesProgress;
+pub use engine::{interval, Inputs, Values, ValuesStats, INTERVAL, WAIT_BELOW};
 pub use known::{Conflict, Known, KnownPrefix};
 pub use reg::Reg;
 pub use transition::set_named;
@@ -95,7 +96,7 @@ pub struct Cpu {
     pub xsave_all_in_use: bool,
     /// Where XSAVE's standard format puts each component on the recording's CPU; unknown:
     /// only the AVX component's place (576, the same on every processor) is known.
-    pub xsave: Option<crate::recording::XsaveLayout>,
+    pub xsave: Option<crate::recording::xsave_layout::XsaveLayout>,
 }
 
 impl Cpu {

@@ -142,7 +142,7 @@ pub fn xsave_size(c: u32, cpu: &Cpu) -> Option<u64> {
 
 /// Where component `c` starts in XSAVE's standard format on the recording's CPU, if known:
 /// AVX (2) right after the header on every processor, the later ones where CPUID leaf 0DH
-/// put them ([`crate::recording::XsaveLayout`]).
+/// put them ([`crate::recording::xsave_layout::XsaveLayout`]).
 pub fn xsave_offset(c: u32, cpu: &Cpu) -> Option<u64> {
     match c {
         2 => Some(576),

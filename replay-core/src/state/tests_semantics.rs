@@ -377,17 +377,9 @@ fn xsave_writes_only_what_xcr0_enables() {
     assert_eq!(k.memory(0x10000 + 4095, 1), Ok(None));
 }
 
-/// What CPUID leaf 0DH says on an AMD EPYC of the Zen 4 generation: AVX-512 without MPX, so
-/// the opmasks follow AVX at 832.
+/// What CPUID leaf 0DH says on an AMD EPYC of the Zen 4 generation.
 pub(super) fn zen4_layout() -> crate::recording::XsaveLayout {
-    crate::recording::XsaveLayout::from_cpuid(|c| match c {
-        2 => Some((256, 576)),
-        5 => Some((64, 832)),
-        6 => Some((512, 896)),
-        7 => Some((1024, 1408)),
-        9 => Some((8, 2432)),
-        _ => Some((0, 0)),
-    })
+    crate::recording::xsave_layout::zen4()
 }
 
 #[test]

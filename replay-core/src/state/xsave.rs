@@ -8,7 +8,7 @@
 //! XSTATE_BV at 512, XCOMP_BV at 520; in the standard format each later component at the
 //! offset CPUID leaf 0DH gives on the recording's CPU (AVX at 576 everywhere; opmask,
 //! ZMM_Hi256 and Hi16_ZMM at 1088, 1152, 1664 on Intel's, at 832, 896, 1408 on AMD's Zen 4:
-//! [`crate::recording::XsaveLayout`]; where the recording does not say, those components'
+//! [`crate::recording::xsave_layout::XsaveLayout`]; where the recording does not say, those components'
 //! bytes are unknown); in the compacted one the components XCOMP_BV names follow the header
 //! in order from 576, each at the end of the one before (every size up to Hi16_ZMM is a
 //! multiple of 64, so 64-byte alignment moves none of them).

@@ -331,7 +331,7 @@ impl Plugin {
     }
 
     /// Feeds the engine up to `max` blocks from the ring, then publishes where it is (see
-    /// `shared::POSITION`).
+    /// `published::POSITION`).
     pub fn take_blocks(&mut self, max: usize) {
         let mut taken = 0u32;
         if !self.engine.tracing() {
@@ -367,14 +367,14 @@ impl Plugin {
         self.publish();
     }
 
-    /// Publishes where the engine is (see `shared::POSITION`) and whether it traces.
+    /// Publishes where the engine is (see `published::POSITION`) and whether it traces.
     fn publish(&self) {
         // Written only when it changes: the vCPU reads it at every block.
-        if crate::shared::TRACING.load(Ordering::Relaxed) != self.engine.tracing() {
-            crate::shared::TRACING.store(self.engine.tracing(), Ordering::Relaxed);
+        if crate::published::TRACING.load(Ordering::Relaxed) != self.engine.tracing() {
+            crate::published::TRACING.store(self.engine.tracing(), Ordering::Relaxed);
         }
         let position = self.engine.block_base().unwrap_or(u64::MAX);
-        crate::shared::POSITION.store(position, Ordering::Relaxed);
+        crate::published::POSITION.store(position, Ordering::Relaxed);
     }
 
     /// Whether tracing has started.

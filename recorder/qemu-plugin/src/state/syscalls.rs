@@ -72,10 +72,10 @@ impl Plugin {
 
     /// A system call returned `ret`: completes its log entry, notes a process it created,
     /// follows the map. (In the child a fork returns 0 in, nothing runs: it went inert as it
-    /// was forked, see `shared::forked_child`.)
+    /// was forked, see `published::forked_child`.)
     pub fn syscall_ret(&mut self, number: u64, ret: i64) {
         if let Some((signal, handler)) = self.new_action.take().filter(|_| number == RT_SIGACTION && ret == 0) {
-            if let Some(slot) = crate::shared::HANDLERS.get(signal as usize) {
+            if let Some(slot) = crate::published::HANDLERS.get(signal as usize) {
                 slot.store(handler, std::sync::atomic::Ordering::Relaxed);
             }
         }
