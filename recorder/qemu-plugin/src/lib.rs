@@ -259,6 +259,7 @@ fn write_counters(out: &str) -> Result<(), String> {
         pushed: Some(ring::PUSHED.as_ptr() as u64),
         taken: Some(ring::TAKEN.as_ptr() as u64),
         handlers: published::HANDLERS.as_ptr() as u64,
+        delivered: Some(published::DELIVERED.as_ptr() as u64),
     };
     let path = std::path::Path::new(out).join(rtit_recorder::qemu::report::files::COUNTERS);
     let text = serde_json::to_vec(&counters).map_err(|e| e.to_string())?;

@@ -1,7 +1,7 @@
 //! What is read and written without the plugin's lock, each on cache lines of its own: the
 //! inline counters QEMU's translated code adds to, the flags the vCPU's callback reads at
 //! every block, the position and the handler table `rtit record` reads from outside, the
-//! request to stop, and whether this process is a child the program forked.
+//! signal delivery it writes from outside, the request to stop, and whether this process is a child the program forked.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
@@ -42,6 +42,13 @@ pub static TRACING: Line<AtomicBool> = Line(AtomicBool::new(false));
 /// successful `rt_sigaction` calls set them: `rtit record` reads it from outside when QEMU's
 /// gdbstub reports a signal, to stop the program at the handler's entry and log it.
 pub static HANDLERS: [AtomicU64; 65] = [const { AtomicU64::new(0) }; 65];
+
+/// A signal delivery `rtit record` saw at a handler's entry, while QEMU's gdbstub held the
+/// program there with the engine up to date: the handler's address, then where the
+/// interrupted code resumes (the signal frame's saved RIP); 0 in the first word once the
+/// engine has it. Written from outside, between two blocks; the engine takes it before the
+/// handler's block (`Engine::signal_delivered`), the next one pushed.
+pub static DELIVERED: Line<[AtomicU64; 2]> = Line([AtomicU64::new(0), AtomicU64::new(0)]);
 
 /// The signal `rtit record` received, once it asks the recording to stop (0: it has not).
 /// The vCPU reads it at every block, before taking the lock.

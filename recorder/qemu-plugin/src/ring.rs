@@ -138,7 +138,8 @@ impl Iterator for Entries {
         }
         self.next += 1;
         let word = ENTRIES[k as usize % SIZE].load(Ordering::Relaxed);
-        if self.next % PUBLISH == 0 {
+        // Not the batch's last: [`take`] publishes it once the caller has done with it.
+        if self.next % PUBLISH == 0 && self.next != self.end {
             TAKEN.store(self.next, Ordering::Release);
         }
         Some(Started::from_word(word))

@@ -47,6 +47,10 @@ pub struct Counters {
     pub taken: Option<u64>,
     /// The address of the table of signal handlers.
     pub handlers: u64,
+    /// The address of the two words where `rtit record` writes a signal delivery it saw at
+    /// a handler's entry: the handler, and where the interrupted code resumes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivered: Option<u64>,
 }
 
 /// The lowest descriptor number the plugin keeps open (its output files, and the pipe on

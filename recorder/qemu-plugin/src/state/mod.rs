@@ -330,31 +330,44 @@ impl Plugin {
         self.syscall.is_some()
     }
 
-    /// Feeds the engine up to `max` blocks from the ring, then publishes where it is (see
-    /// `published::POSITION`).
+    /// Feeds the engine up to `max` blocks from the ring, with a signal delivery `rtit
+    /// record` wrote (see `published::DELIVERED`), then publishes where it is (see
+    /// `published::POSITION`) before the ring says the blocks are taken: `rtit record` reads
+    /// the position once they all are.
     pub fn take_blocks(&mut self, max: usize) {
         let mut taken = 0u32;
-        if !self.engine.tracing() {
-            crate::ring::take(max, |blocks| {
+        crate::ring::take(max, |blocks| {
+            self.take_delivered();
+            if !self.engine.tracing() {
                 for b in blocks {
-                    taken += 1;
                     self.executed(b.id, b.before);
                 }
-            });
-        } else {
-            // The feeder's loop: the engine settles a batch at a time.
-            let engine = &mut self.engine;
-            crate::ring::take(max, |blocks| {
+            } else {
+                // The feeder's loop: the engine settles a batch at a time.
                 taken += blocks.len() as u32;
-                engine.executed_all(blocks.map(|b| (b.id, b.before)));
-            });
+                self.engine.executed_all(blocks.map(|b| (b.id, b.before)));
+            }
+            self.publish();
+        });
+        if self.engine.tracing() {
             // The trace goes to its file every 4096 blocks or so.
             if (self.flush_check & 0xfff) + taken > 0xfff {
                 self.flush();
             }
             self.flush_check = self.flush_check.wrapping_add(taken);
         }
-        self.publish();
+    }
+
+    /// Hands the engine the signal delivery `rtit record` wrote, if it wrote one. Read after
+    /// the ring's entries (which it wrote before the program went on to push the handler's
+    /// block); one load per batch otherwise.
+    fn take_delivered(&mut self) {
+        let [handler, resume] = &crate::published::DELIVERED.0;
+        let at = handler.load(Ordering::Acquire);
+        if at != 0 {
+            self.engine.signal_delivered(at, resume.load(Ordering::Relaxed));
+            handler.store(0, Ordering::Relaxed);
+        }
     }
 
     /// Feeds the engine one block that started, now, on the vCPU: before tracing starts,

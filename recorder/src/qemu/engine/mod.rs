@@ -12,9 +12,11 @@
 //!   starts at the instruction itself it has not retired (one retirement, as on hardware);
 //! - the next block is not a successor the last instruction can have: a signal was delivered.
 //!   The last instruction faulted if it needed memory and its access never completed; else it
-//!   retired and the signal interrupted after it. When its successor cannot be known (a
-//!   conditional branch, or an indirect one whose target is a signal handler), the trace says
-//!   so with an overflow (§4.2.5): a gap, never a guess;
+//!   retired and the signal interrupted after it. Its successor, where the blocks cannot
+//!   tell (a conditional branch, or an indirect one), is where the signal frame returns to,
+//!   which `rtit record` reads at the handler's entry ([`Engine::signal_delivered`]); without
+//!   that (a signal rtit does not log) the trace says so with an overflow (§4.2.5): a gap,
+//!   never a guess;
 //! - a call into the vsyscall page runs as a one-instruction block there: the kernel emulates
 //!   it through a page fault at that address, so the model sees a fault there and a return.
 
@@ -114,6 +116,10 @@ pub struct Engine {
     /// Signal handlers' addresses, sorted (a few: a search per indirect branch, where a hash
     /// lookup cost more than the rest of settling a block).
     handlers: Vec<u64>,
+    /// The signal delivery `rtit record` saw at a handler's entry, for the block that comes
+    /// next: the handler's address and where the interrupted code resumes (see
+    /// [`Self::signal_delivered`]).
+    delivered: Option<(u64, u64)>,
     ended: bool,
     last_fault: Option<u64>,
     /// Whether to check the fast path against the unit model one instruction at a time.
@@ -145,6 +151,7 @@ impl Engine {
             last_syscall: None,
             truth: truth.then(Vec::new),
             handlers: Vec::new(),
+            delivered: None,
             ended: false,
             last_fault: None,
             check,
@@ -175,6 +182,16 @@ impl Engine {
         if let Err(at) = self.handlers.binary_search(&address) {
             self.handlers.insert(at, address);
         }
+    }
+
+    /// A signal is being delivered to `handler` (the next block), interrupting code that
+    /// resumes at `resume`: `rtit record` read it from the signal frame at the handler's entry
+    /// (the frame's saved RIP), while QEMU's gdbstub held the program there and this engine
+    /// had settled every block before. Where the interrupted block's last instruction went
+    /// would be unknown from the blocks alone (a conditional branch, or an indirect one): it
+    /// went to `resume`, where the frame returns to. Good for the next block only.
+    pub fn signal_delivered(&mut self, handler: u64, resume: u64) {
+        self.delivered = Some((handler, resume));
     }
 
     /// Instructions the trace holds so far (retired with PacketEn set, not lost to an
@@ -268,6 +285,7 @@ impl Engine {
             self.resolve(p, counts, Some(next));
         }
         self.leave_kernel(next);
+        self.delivered = None;
         self.pending = Some(Pending { id, first: 0 });
         Ok(None)
     }
@@ -510,7 +528,11 @@ impl Engine {
                     Cofi::DirectJump | Cofi::DirectCall => target,
                     _ => None,
                 };
-                match (known, next) {
+                let delivered = match (self.delivered, next) {
+                    (Some((at, resume)), Some(handler)) if at == handler && legal(resume) => Some(resume),
+                    _ => None,
+                };
+                match (known.or(delivered), next) {
                     (Some(to), _) => {
                         self.retire(last, to, None);
                         self.interrupt();

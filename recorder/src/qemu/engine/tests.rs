@@ -153,6 +153,58 @@ fn an_unknown_branch_outcome_before_a_signal_is_a_gap_not_a_guess() {
     );
 }
 
+#[test]
+fn the_signal_frame_tells_where_an_unknown_branch_went() {
+    // jne +2 at 0x1000: 0x1002 or 0x1004. The frame at the handler's entry says the
+    // interrupted code resumes at 0x1004: the branch was taken, then the signal came.
+    let run = |delivered: Option<(u64, u64)>| {
+        let mut e = engine();
+        let a = e.add_block(block(&[(0x1000, &[0x75, 0x02])]));
+        let handler = e.add_block(block(&[(0x5000, NOP)]));
+        e.executed(a, Counts::default()).expect("starts");
+        if let Some((at, resume)) = delivered {
+            e.signal_delivered(at, resume);
+        }
+        e.executed(handler, full(1)).expect("handler");
+        e
+    };
+    let mut e = run(Some((0x5000, 0x1004)));
+    assert_eq!((e.stats.gaps, e.stats.interrupts), (0, 1));
+    assert_eq!(e.take_truth(), [0x1000]);
+    let written = packets(&e.take_trace());
+    assert!(written.iter().any(|(p, _)| matches!(p, Packet::Tnt(_))), "{written:?}");
+    assert!(
+        written
+            .iter()
+            .any(|(p, ip)| matches!(p, Packet::Fup(FupEvent::PacketGenDisable, _)) && *ip == Some(0x1004)),
+        "the interrupt's FUP.PGD carries where the code resumes: {written:?}"
+    );
+    assert!(
+        !written
+            .iter()
+            .any(|(p, _)| matches!(p, Packet::Fup(FupEvent::BufferOverflow, _))),
+        "{written:?}"
+    );
+    // A resume address the branch cannot go to, or a delivery to another handler, is no
+    // answer: a gap, as without one.
+    assert_eq!(run(Some((0x5000, 0x1003))).stats.gaps, 1);
+    assert_eq!(run(Some((0x6000, 0x1004))).stats.gaps, 1);
+}
+
+#[test]
+fn a_signal_delivery_is_good_for_the_next_block_only() {
+    let mut e = engine();
+    let a = e.add_block(block(&[(0x1000, &[0x75, 0x02])]));
+    let b = e.add_block(block(&[(0x1004, NOP), (0x1005, &[0xeb, 0xf9])]));
+    let handler = e.add_block(block(&[(0x5000, NOP)]));
+    e.executed(a, Counts::default()).expect("starts");
+    e.signal_delivered(0x5000, 0x1004);
+    e.executed(b, full(1)).expect("taken, no signal after all");
+    e.executed(a, full(2)).expect("again");
+    e.executed(handler, full(1)).expect("a signal rtit did not log");
+    assert_eq!(e.stats.gaps, 1);
+}
+
 /// The packets of a trace with their (decompressed) IPs.
 fn packets(trace: &[u8]) -> Vec<(Packet, Option<u64>)> {
     PacketDecoder::new(trace, DecoderConfig::default())

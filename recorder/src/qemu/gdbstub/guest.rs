@@ -1,11 +1,11 @@
-//! QEMU's memory as the recorder reads it (`process_vm_readv`): QEMU user mode keeps the
+//! QEMU's memory as the recorder reads it (`process_vm_readv`) and, for the plugin, writes it: QEMU user mode keeps the
 //! program's memory at the program's own addresses, and the plugin publishes where its
 //! position counters are (`counters.json`).
 
-use std::io::IoSliceMut;
+use std::io::{IoSlice, IoSliceMut};
 use std::time::{Duration, Instant};
 
-use nix::sys::uio::{process_vm_readv, RemoteIoVec};
+use nix::sys::uio::{process_vm_readv, process_vm_writev, RemoteIoVec};
 use nix::unistd::Pid;
 
 use crate::qemu::report::Counters;
@@ -27,6 +27,17 @@ pub(super) fn read(pid: Pid, at: u64, len: usize) -> Vec<u8> {
     }
     buf.truncate(done);
     buf
+}
+
+/// Writes `u64`s into QEMU's memory at `at` (consecutive words), all or none; false if it
+/// could not.
+pub(super) fn write_words(pid: Pid, at: u64, words: &[u64]) -> bool {
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let remote = [RemoteIoVec {
+        base: at as usize,
+        len: bytes.len(),
+    }];
+    process_vm_writev(pid, &[IoSlice::new(&bytes)], &remote).is_ok_and(|n| n == bytes.len())
 }
 
 /// Reads one `u64` of QEMU's memory at `at`.

@@ -21,6 +21,11 @@ use crate::qemu::report::Counters;
 const GDB_SIGTRAP: u8 = 5;
 /// Bytes of stack logged at a handler's entry (as the step backend logs).
 const FRAME: usize = 16 << 10;
+/// Where the interrupted code's RIP is in the frame at a handler's entry, from the stack
+/// pointer (Linux's x86-64 `struct rt_sigframe`, which QEMU writes as the kernel does: the
+/// return address to `__restore_rt`, 8 bytes; the `ucontext`, whose `uc_mcontext` is 40 bytes
+/// in; its `rip`, 128 bytes into that).
+const FRAME_RIP: usize = 8 + 40 + 128;
 /// Linux's signal numbers for GDB's (`gdb/signals.def`, which QEMU's gdbstub speaks):
 /// `LINUX[gdb]`, 0 where Linux has none. Real-time signals are not listed: they are passed on
 /// unlogged.
@@ -35,6 +40,22 @@ fn handler(pid: Pid, counters: &Counters, s: u8) -> Option<u64> {
     let bytes = super::guest::read(pid, counters.handlers + 8 * u64::from(linux), 8);
     let h = u64::from_le_bytes(bytes.try_into().ok()?);
     (h > 1).then_some(h)
+}
+
+/// Tells the plugin's engine, which is up to date and waits for the handler's block, that
+/// the signal interrupted code that resumes where the frame at the handler's entry says:
+/// where the interrupted block's last branch went, which the blocks alone do not tell
+/// (`Engine::signal_delivered`). Nothing if the frame is short or the plugin has no place
+/// for it (the engine then writes a gap, as without it).
+fn tell_delivery(pid: Pid, counters: &Counters, handler: u64, frame: &[u8]) {
+    let resume = frame
+        .get(FRAME_RIP..FRAME_RIP + 8)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_le_bytes);
+    if let (Some(at), Some(resume)) = (counters.delivered, resume) {
+        // The resume address first: the plugin reads the handler's word, then it.
+        let _ = super::guest::write_words(pid, at + 8, &[resume]) && super::guest::write_words(pid, at, &[handler]);
+    }
 }
 
 /// What [`deliver`] passes on and logs, besides the signal itself.
@@ -92,10 +113,12 @@ pub fn deliver(
                     .get("rsp")
                     .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok());
                 if let (Some(position), Some(rsp)) = (super::guest::position(pid, *counters), rsp) {
+                    let frame = super::guest::read(pid, rsp, FRAME);
+                    tell_delivery(pid, counters, at, &frame);
                     d.entries.push(SignalEntry {
                         position,
                         ip: at,
-                        frame: MemoryWrite::new(rsp, &super::guest::read(pid, rsp, FRAME)),
+                        frame: MemoryWrite::new(rsp, &frame),
                         registers: regs,
                         only_kernel,
                     });
