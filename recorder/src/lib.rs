@@ -22,5 +22,6 @@ pub mod qemu;
 pub mod script;
 pub mod sideband;
 pub mod step;
+pub mod trace_bytes;
 pub mod writer;
 pub mod xstate;

@@ -38,7 +38,7 @@ pub struct Module {
 /// What a recording run produced.
 pub struct Outcome {
     /// The packet bytes.
-    pub trace: Vec<u8>,
+    pub trace: crate::trace_bytes::TraceBytes,
     /// Instructions retired while tracing.
     pub instructions: u64,
     /// With `truth`: what ran.

@@ -226,7 +226,7 @@ pub fn write(dir: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, Wri
 fn write_into(tmp: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, WriteError> {
     std::fs::create_dir_all(tmp.join(files::IMAGES)).map_err(io(tmp))?;
     let trace = tmp.join(files::TRACE);
-    std::fs::write(&trace, &outcome.trace).map_err(io(&trace))?;
+    outcome.trace.place(&trace).map_err(io(&trace))?;
     let maps = tmp.join(files::MAPS);
     let text = serde_json::to_vec_pretty(&outcome.maps).map_err(|e| io(&maps)(e.into()))?;
     std::fs::write(&maps, text).map_err(io(&maps))?;
@@ -337,7 +337,7 @@ fn write_into(tmp: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, Wr
         cr3: outcome.cr3,
         aslr: meta.aslr,
         start_ip: outcome.start_ip,
-        trace_bytes: outcome.trace.len() as u64,
+        trace_bytes: outcome.trace.len(),
         gaps: outcome.gaps.clone(),
         instructions: outcome.instructions,
         kernel_text: outcome.kernel_text,

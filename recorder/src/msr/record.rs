@@ -97,7 +97,7 @@ pub fn record(mut opts: MsrOptions) -> Result<Outcome, String> {
         trace_end: None,
         children: Vec::new(),
         warnings: target.warnings.clone(),
-        trace: traced.trace,
+        trace: traced.trace.into(),
         // The writer counts them by decoding (`from_trace`).
         instructions: 0,
         truth: None,

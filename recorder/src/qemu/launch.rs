@@ -18,6 +18,7 @@ use crate::model::RtitConfig;
 use crate::outcome::{Outcome, RegisterMap, Truth};
 use crate::sideband::{Images, Snapshot};
 use crate::step::{check_executable, resolve, StartAt};
+use crate::trace_bytes::{ScratchDir, TraceBytes};
 
 /// The plugin library's file name.
 pub const PLUGIN_FILE: &str = "librtit_qemu_plugin.so";
@@ -169,12 +170,11 @@ pub fn record(mut opts: QemuOptions) -> Result<Outcome, QemuError> {
     let program = resolve(&opts.program)?;
     let warnings = check_executable(&program)?;
     let dir = std::env::temp_dir().join(format!("rtit-qemu-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+    let scratch = ScratchDir::create(dir.clone()).map_err(io(&dir))?;
     let progress = opts.progress.take();
-    let result = run(&qemu, &plugin, &program, &opts, &dir, progress);
-    let _ = std::fs::remove_dir_all(&dir);
-    result.map(|outcome| Outcome { warnings, ..outcome })
+    // The trace file stays in the scratch directory, which the outcome owns from here: the
+    // writer moves it into the recording.
+    run(&qemu, &plugin, &program, &opts, scratch, progress).map(|outcome| Outcome { warnings, ..outcome })
 }
 
 fn run(
@@ -182,9 +182,10 @@ fn run(
     plugin: &Path,
     program: &Path,
     opts: &QemuOptions,
-    dir: &Path,
+    scratch: ScratchDir,
     progress: Option<Box<dyn FnMut(u64, u64)>>,
 ) -> Result<Outcome, QemuError> {
+    let dir = scratch.path();
     let cr3 = (u64::from(std::process::id()) << 12) & ((1 << 36) - 1);
     let pipe = StopPipe::new()?;
     let config = RtitConfig {
@@ -302,7 +303,10 @@ fn run(
         }
     })?;
     let read = |name: &str| std::fs::read(dir.join(name)).map_err(io(Path::new(name)));
-    let trace = read(files::TRACE)?;
+    let trace_path = dir.join(files::TRACE);
+    let len = std::fs::metadata(&trace_path)
+        .map_err(io(Path::new(files::TRACE)))?
+        .len();
     let mut warnings = Vec::new();
     let cpuid = super::cpuid::probe(qemu, dir).unwrap_or_else(|e| {
         warnings.push(format!("{e}: CPUID's results stay unknown in replay"));
@@ -381,7 +385,11 @@ fn run(
         gaps: Vec::new(),
         from_trace: None,
         kernel_text: None,
-        trace,
+        trace: TraceBytes::File {
+            path: trace_path,
+            len,
+            scratch,
+        },
         instructions: report.instructions,
         truth,
         memory_start,

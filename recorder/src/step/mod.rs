@@ -572,7 +572,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
         children,
         warnings,
         instructions: model.traced(),
-        trace: model.take_output(),
+        trace: model.take_output().into(),
         truth,
         memory_start,
         memory_end,

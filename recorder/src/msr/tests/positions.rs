@@ -173,7 +173,7 @@ fn the_writer_counts_the_instructions_and_places_the_map_changes_by_decoding() {
         only_kernel: true,
     };
     let outcome = Outcome {
-        trace: t.trace.clone(),
+        trace: t.trace.clone().into(),
         instructions: 0,
         truth: None,
         memory_start: Default::default(),
