@@ -8,6 +8,7 @@ mod history;
 pub mod info;
 pub mod insns;
 pub mod ls;
+mod progress;
 pub mod record;
 mod recordings;
 pub mod replay;

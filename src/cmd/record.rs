@@ -270,8 +270,10 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
     let progress: Option<Box<dyn FnMut(u64)>> = std::io::stderr().is_terminal().then(|| {
         let started = Instant::now();
         Box::new(move |n: u64| {
-            let rate = n as f64 / started.elapsed().as_secs_f64().max(1e-3);
-            eprint!("\rrtit: {n} instructions traced ({rate:.0}/s)   ");
+            eprint!(
+                "\r{}   ",
+                super::progress::step_line(n, started.elapsed().as_secs_f64())
+            );
             let _ = std::io::stderr().flush();
         }) as Box<dyn FnMut(u64)>
     });
@@ -352,17 +354,16 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
                 let started = Instant::now();
                 Box::new(move |n: u64, bytes: u64| {
                     let seconds = started.elapsed().as_secs_f64();
-                    eprint!(
-                        "\rrtit: {n} instructions traced, {:.1} MB of trace, {seconds:.0} s ({:.0} M/s)   ",
-                        bytes as f64 / 1e6,
-                        n as f64 / seconds.max(1e-3) / 1e6
-                    );
+                    eprint!("\r{}   ", super::progress::qemu_line(n, bytes, seconds));
                     let _ = std::io::stderr().flush();
                 }) as Box<dyn FnMut(u64, u64)>
             }),
         })?,
         _ if args.check_fast_path => {
-            bail!("--check-fast-path checks the qemu backend's plugin; the {backend:?} backend has no fast path")
+            bail!(
+                "--check-fast-path checks the qemu backend's plugin; the {} backend has no fast path",
+                format!("{backend:?}").to_lowercase()
+            )
         }
         _ => step::record(StepOptions {
             program: PathBuf::from(program),
