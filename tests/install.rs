@@ -1,4 +1,4 @@
-//! The README's install command, `cargo install --path .`, gives an `rtit` whose default
+//! The README's install command, `cargo install --locked --path .`, gives an `rtit` whose default
 //! backend works: installed into a temporary root with no plugin library next to it, it
 //! records with the qemu backend from the plugin its release build carries.
 
