@@ -2,7 +2,8 @@
 //! decodes exactly to the plugin's truth; the step and qemu backends record the same
 //! instructions (and the same packets) for a program whose instruction stream does not depend
 //! on the CPU model; a program from the distribution records and decodes with no error; a
-//! program interrupted by a timer's signals wherever it is records completely.
+//! program interrupted by a timer's signals wherever it is records completely, and one that
+//! dies on a block's last instruction ends with that instruction's fault.
 //!
 //! Needs `qemu-x86_64` (package qemu-user; `.ci/run` installs it) and gcc. The plugin library
 //! is built here (cargo does not build a cdylib for tests).
@@ -151,6 +152,35 @@ fn a_crash_ends_with_the_signal_and_the_faulting_instruction() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn a_crash_on_a_blocks_last_instruction_is_that_instructions_fault() {
+    // `call *0x8(%rax)` with rax 0 reads memory and ends its block: nothing but the signal
+    // the process died of tells that it faulted rather than retired.
+    use object::{Object, ObjectSection};
+    let dir = common::scratch("qemu_backend", "crash_call");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/crash_call.c");
+    let exe = compile(&src, &["-static"], &dir);
+    let (rec, status, stderr) = record("qemu", &exe, &dir.join("rec"), &[], &[]);
+    assert_eq!(status, 139, "{stderr}");
+    let EndState::Signaled { name, ip, .. } = &rec.manifest.end else {
+        panic!("{:?}", rec.manifest.end)
+    };
+    assert_eq!(name, "SIGSEGV");
+    let ip = u64::from_str_radix(ip.as_deref().expect("an ip").trim_start_matches("0x"), 16).expect("hex");
+    let elf = std::fs::read(&exe).expect("the program");
+    let file = object::File::parse(&*elf).expect("ELF");
+    let text = file
+        .sections()
+        .find(|s| (s.address()..s.address() + s.size()).contains(&ip))
+        .expect("ip in a section");
+    let data = text.data().expect("section bytes");
+    let at = (ip - text.address()) as usize;
+    assert_eq!(&data[at..at + 3], [0xff, 0x50, 0x08], "call *0x8(%rax) at {ip:#x}");
+    let truth = rec.truth().expect("truth").expect("truth");
+    assert_ne!(truth.last(), Some(&ip), "the call did not retire");
+    check_truth(&rec, "crash_call");
 }
 
 #[test]

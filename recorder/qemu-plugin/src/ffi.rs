@@ -28,10 +28,6 @@ pub struct Insn {
 
 /// `enum qemu_plugin_cb_flags`.
 pub const CB_NO_REGS: c_int = 0;
-/// `enum qemu_plugin_mem_rw`: reads.
-pub const MEM_R: c_int = 1;
-/// Writes.
-pub const MEM_W: c_int = 2;
 /// `enum qemu_plugin_op`.
 pub const INLINE_ADD_U64: c_int = 0;
 
@@ -57,7 +53,6 @@ extern "C" {
     pub fn qemu_plugin_register_vcpu_tb_trans_cb(id: PluginId, cb: TbTransCb);
     pub fn qemu_plugin_register_vcpu_tb_exec_cb(tb: *mut Tb, cb: VcpuUdataCb, flags: c_int, userdata: *mut c_void);
     pub fn qemu_plugin_register_vcpu_insn_exec_inline(insn: *mut Insn, op: c_int, ptr: *mut c_void, imm: u64);
-    pub fn qemu_plugin_register_vcpu_mem_inline(insn: *mut Insn, rw: c_int, op: c_int, ptr: *mut c_void, imm: u64);
     pub fn qemu_plugin_register_vcpu_syscall_cb(id: PluginId, cb: SyscallCb);
     pub fn qemu_plugin_register_vcpu_syscall_ret_cb(id: PluginId, cb: SyscallRetCb);
     pub fn qemu_plugin_register_atexit_cb(id: PluginId, cb: UdataCb, userdata: *mut c_void);

@@ -24,8 +24,8 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::atomic::Ordering;
 
 use ffi::{say, PluginId, QemuInfo, Tb};
-use published::{inert, ACCESSED, POSITION, STARTED, STOP, TRACING};
-use rtit_recorder::qemu::block::{Access, Block};
+use published::{inert, POSITION, STARTED, STOP, TRACING};
+use rtit_recorder::qemu::block::Block;
 use rtit_recorder::qemu::report::Args;
 use shared::{lock, with_plugin};
 use state::Plugin;
@@ -107,7 +107,6 @@ extern "C" fn tb_trans(_id: PluginId, tb: *mut Tb) {
             return;
         };
         let kept = block.kept();
-        let access = block.access;
         let Some(id) = with_plugin(|p| p.add_block(block)) else {
             return;
         };
@@ -115,15 +114,10 @@ extern "C" fn tb_trans(_id: PluginId, tb: *mut Tb) {
             let insn = ffi::qemu_plugin_tb_get_insn(tb, i);
             ffi::qemu_plugin_register_vcpu_insn_exec_inline(insn, ffi::INLINE_ADD_U64, STARTED.as_ptr().cast(), 1);
         }
-        let rw = match access {
-            Access::None => None,
-            Access::Read => Some(ffi::MEM_R),
-            Access::Write => Some(ffi::MEM_W),
-        };
-        if let Some(rw) = rw {
-            let last = ffi::qemu_plugin_tb_get_insn(tb, kept - 1);
-            ffi::qemu_plugin_register_vcpu_mem_inline(last, rw, ffi::INLINE_ADD_U64, ACCESSED.as_ptr().cast(), 1);
-        }
+        // No memory callback: QEMU 7.2 can leave one armed after a block whose last
+        // instruction calls a helper and ends it (ld.so's lazy binding, `xrstor`), then run it
+        // from freed memory once its blocks are flushed (a crash in `qemu_plugin_vcpu_mem_cb`).
+        // Whether a last instruction faulted comes from the signal frame instead.
         ffi::qemu_plugin_register_vcpu_tb_exec_cb(tb, tb_exec, ffi::CB_NO_REGS, id as usize as *mut c_void);
     }
 }
@@ -160,6 +154,11 @@ extern "C" fn syscall_ret(_id: PluginId, _vcpu: c_uint, num: i64, ret: i64) {
 }
 
 extern "C" fn atexit(_id: PluginId, _userdata: *mut c_void) {
+    end(None);
+}
+
+/// The program ends: by its exit system call, or of the signal `fatal`.
+fn end(fatal: Option<i32>) {
     if inert() {
         return;
     }
@@ -167,7 +166,7 @@ extern "C" fn atexit(_id: PluginId, _userdata: *mut c_void) {
     let mut guard = lock();
     if let Some(mut p) = guard.take() {
         p.take_blocks(usize::MAX);
-        p.finish(counts);
+        p.finish(counts, fatal);
     }
 }
 
@@ -178,7 +177,7 @@ extern "C" fn atexit(_id: PluginId, _userdata: *mut c_void) {
 #[no_mangle]
 pub extern "C" fn kill(pid: nix::libc::pid_t, sig: c_int) -> c_int {
     if pid == std::process::id() as nix::libc::pid_t {
-        atexit(0, std::ptr::null_mut());
+        end(Some(sig));
     }
     // SAFETY: the kill system call with plain integer arguments.
     unsafe { nix::libc::syscall(nix::libc::SYS_kill, pid, sig) as c_int }

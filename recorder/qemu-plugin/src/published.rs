@@ -25,9 +25,6 @@ impl<T> std::ops::Deref for Line<T> {
 /// per block (a locked instruction on a line the translated code had just written) cost a
 /// tenth of a recording.
 pub static STARTED: Line<AtomicU64> = Line(AtomicU64::new(0));
-/// Completed memory accesses of blocks' last instructions since QEMU started (an inline add
-/// after each).
-pub static ACCESSED: Line<AtomicU64> = Line(AtomicU64::new(0));
 
 /// The position before the running block while tracing, else `u64::MAX`, with the engine up
 /// to date (the ring empty, `ring::PUSHED` = `ring::TAKEN`): `rtit record --truth` and the

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rtit_recorder::qemu::engine::{Counts, Started};
 
-use crate::published::{Line, ACCESSED, STARTED};
+use crate::published::{Line, STARTED};
 
 /// Entries the ring holds: 1 M blocks (8 MB), some seven million instructions: on a smaller
 /// ring the two cores passed its lines back and forth often enough to stall both (sort, 106 M
@@ -38,29 +38,25 @@ pub static TAKEN: Line<AtomicU64> = Line(AtomicU64::new(0));
 /// says the ring is full.
 static TAKEN_SEEN: Line<AtomicU64> = Line(AtomicU64::new(0));
 
-/// The inline counters when the running block started (the vCPU's own): the running block's
-/// counts are the counters now less these. `rtit record` reads the first, with
-/// `published::STARTED`, to place a sample.
+/// The inline counter when the running block started (the vCPU's own): the running block's
+/// count is the counter now less this. `rtit record` reads it, with `published::STARTED`,
+/// to place a sample.
 pub static BLOCK_STARTED: Line<AtomicU64> = Line(AtomicU64::new(0));
-static BLOCK_ACCESSED: Line<AtomicU64> = Line(AtomicU64::new(0));
 
 /// The counts of the block running on the vCPU (which it alone calls).
 pub fn running() -> Counts {
     Counts {
         started: STARTED.load(Ordering::Relaxed) - BLOCK_STARTED.load(Ordering::Relaxed),
-        accessed: ACCESSED.load(Ordering::Relaxed) - BLOCK_ACCESSED.load(Ordering::Relaxed),
     }
 }
 
 /// Block `id` starts on the vCPU: the entry for it, the running block's counts now final.
 pub fn starts(id: u32) -> Started {
-    let (started, accessed) = (STARTED.load(Ordering::Relaxed), ACCESSED.load(Ordering::Relaxed));
+    let started = STARTED.load(Ordering::Relaxed);
     let before = Counts {
         started: started - BLOCK_STARTED.load(Ordering::Relaxed),
-        accessed: accessed - BLOCK_ACCESSED.load(Ordering::Relaxed),
     };
     BLOCK_STARTED.store(started, Ordering::Relaxed);
-    BLOCK_ACCESSED.store(accessed, Ordering::Relaxed);
     Started { id, before }
 }
 

@@ -318,7 +318,7 @@ impl Plugin {
     /// Ends the recording now and the program with it.
     fn stop_now(&mut self, counts: Counts, reason: String) -> ! {
         self.stop = Some(reason);
-        self.finish(counts);
+        self.finish(counts, None);
         // SAFETY: _exit ends the process without running QEMU's exit paths, which would
         // call back into the plugin.
         unsafe { nix::libc::_exit(1) }
@@ -401,7 +401,7 @@ impl Plugin {
     pub fn interrupt_before(&mut self, id: u32, counts: Counts, signal: i32) -> ! {
         self.engine.stop_before(id, counts);
         self.interrupted = Some(signal);
-        self.finish(Counts::default());
+        self.finish(Counts::default(), None);
         exit_for(signal)
     }
 
@@ -414,19 +414,18 @@ impl Plugin {
         // A call under way never returned within the recording: no log entry for it.
         self.syscall_record = None;
         self.interrupted = Some(signal);
-        self.finish(Counts::default());
+        self.finish(Counts::default(), None);
         exit_for(signal)
     }
 
-    /// The program ended: settles the last block, writes the trace, the end snapshot and the
-    /// The program ended: settles the last block, writes the trace, the end snapshot and the
-    /// report.
-    pub fn finish(&mut self, counts: Counts) {
+    /// The program ended (of the signal `fatal`, where QEMU said which): settles the last
+    /// block, writes the trace, the end snapshot and the report.
+    pub fn finish(&mut self, counts: Counts, fatal: Option<i32>) {
         if std::process::id() != self.pid {
             // A child the program forked: only the parent is traced (its CR3).
             return;
         }
-        let fault = self.engine.finish(counts);
+        let fault = self.engine.finish(counts, fatal);
         self.flush();
         let maps = self.maps.as_ref().map(|m| m.current().to_vec()).unwrap_or_default();
         let snap = snapshot_with(&maps, |a, b| self.read(a, b));

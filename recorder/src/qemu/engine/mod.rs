@@ -1,8 +1,8 @@
 //! The retirement engine: turns the blocks QEMU executes into the instructions that retired,
 //! in order, and feeds them to the unit model. It sees what the plugin sees: a callback at the
 //! start of every executed block, how many of the previous block's instructions started
-//! (an inline counter before each instruction) and how many of its last instruction's memory
-//! accesses completed (an inline counter after each), system calls, and the end.
+//! (an inline counter before each instruction), system calls, the end, and at a signal
+//! handler's entry the frame `rtit record` reads there.
 //!
 //! A block's branch outcome is the next block's start. The cases QEMU 7.2 makes special:
 //! - fewer instructions started than the block holds: the last one that started faulted
@@ -11,12 +11,16 @@
 //! - a REP string instruction runs one iteration per block execution: while the next block
 //!   starts at the instruction itself it has not retired (one retirement, as on hardware);
 //! - the next block is not a successor the last instruction can have: a signal was delivered.
-//!   The last instruction faulted if it needed memory and its access never completed; else it
-//!   retired and the signal interrupted after it. Its successor, where the blocks cannot
-//!   tell (a conditional branch, or an indirect one), is where the signal frame returns to,
-//!   which `rtit record` reads at the handler's entry ([`Engine::signal_delivered`]); without
-//!   that (a signal rtit does not log) the trace says so with an overflow (§4.2.5): a gap,
-//!   never a guess;
+//!   Where the interrupted code resumes is in the signal frame, which `rtit record` reads at
+//!   the handler's entry ([`Engine::signal_delivered`]): at the last instruction itself if it
+//!   faulted (nothing retired), else where it went, which the blocks alone cannot tell for a
+//!   conditional or indirect branch (an instruction that can go to itself and resumes there
+//!   says neither). Without the frame (a signal rtit does not log) an instruction that
+//!   touches memory may have faulted or retired, and a branch may have gone either way: the
+//!   trace says so with an overflow (§4.2.5), a gap, never a guess. When the process dies of
+//!   SIGSEGV or SIGBUS, a last instruction that touches memory faulted. (Counting its
+//!   completed accesses with an inline memory callback is not safe under QEMU 7.2: the
+//!   callback can stay armed past the block and run from freed memory.)
 //! - a call into the vsyscall page runs as a one-instruction block there: the kernel emulates
 //!   it through a page fault at that address, so the model sees a fault there and a return.
 
@@ -40,13 +44,15 @@ pub use started::Started;
 /// under user-only tracing.
 const KERNEL: u64 = 0xffff_ffff_8100_0000;
 
+/// The signals a memory access that cannot complete raises (Linux's numbers).
+const SIGBUS: i32 = 7;
+const SIGSEGV: i32 = 11;
+
 /// The plugin's inline counters for the block that just ran.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
     /// Instructions of it that started.
     pub started: u64,
-    /// Completed memory accesses of its last instruction (of the kind [`Access`] names).
-    pub accessed: u64,
 }
 
 /// Where tracing starts.
@@ -120,6 +126,8 @@ pub struct Engine {
     /// next: the handler's address and where the interrupted code resumes (see
     /// [`Self::signal_delivered`]).
     delivered: Option<(u64, u64)>,
+    /// The signal the process is dying of, once the plugin says so ([`Self::finish`]).
+    fatal: Option<i32>,
     ended: bool,
     last_fault: Option<u64>,
     /// Whether to check the fast path against the unit model one instruction at a time.
@@ -152,6 +160,7 @@ impl Engine {
             truth: truth.then(Vec::new),
             handlers: Vec::new(),
             delivered: None,
+            fatal: None,
             ended: false,
             last_fault: None,
             check,
@@ -400,13 +409,15 @@ impl Engine {
         self.ended = true;
     }
 
-    /// The process ends without an exit system call (a fatal signal); `counts` are the running
-    /// block's. Returns the faulting instruction's address if it ended on a fault.
-    pub fn finish(&mut self, counts: Counts) -> Option<u64> {
+    /// The process ends without an exit system call (a fatal signal: `fatal`, where QEMU said
+    /// which); `counts` are the running block's. Returns the faulting instruction's address if
+    /// it ended on a fault.
+    pub fn finish(&mut self, counts: Counts, fatal: Option<i32>) -> Option<u64> {
         if self.ended || self.model.is_none() {
             return None;
         }
         self.ended = true;
+        self.fatal = fatal;
         let before = self.stats.faults;
         if let Some(p) = self.pending.take() {
             self.resolve(p, counts, None);
@@ -496,9 +507,20 @@ impl Engine {
             Cofi::IndirectJump | Cofi::IndirectCall | Cofi::Return => true,
             Cofi::Far(_) | Cofi::Exception => false,
         };
-        let completed = match access {
-            Access::None => !faults_without_memory,
-            Access::Read | Access::Write => counts.accessed > 0,
+        // Whether the last instruction retired, where it did not go on to a successor.
+        let frame = match (self.delivered, next) {
+            (Some((at, resume)), Some(handler)) if at == handler => Some(resume),
+            _ => None,
+        };
+        let completed = match (access, frame, next) {
+            (Access::None, _, _) => Some(!faults_without_memory),
+            // It resumes at itself: it faulted, unless it can go to itself.
+            (_, Some(resume), _) if resume == last.ip => {
+                (target != Some(resume) && !last.cofi.is_indirect()).then_some(false)
+            }
+            (_, Some(_), _) => Some(true),
+            (_, None, None) => self.fatal.map(|signal| !matches!(signal, SIGSEGV | SIGBUS)),
+            (_, None, Some(_)) => None,
         };
         match (last.cofi, next) {
             (Cofi::Far(FarKind::Syscall), _) => {
@@ -521,18 +543,15 @@ impl Engine {
             (_, Some(to)) if legal(to) && !(last.cofi.is_indirect() && self.is_handler(to)) => {
                 self.retire(last, to, None)
             }
-            _ if !completed => self.fault(),
+            _ if completed == Some(false) => self.fault(),
             (cofi, next) => {
                 let known = match cofi {
+                    _ if completed.is_none() => None,
                     Cofi::None => Some(last.nlip()),
                     Cofi::DirectJump | Cofi::DirectCall => target,
                     _ => None,
                 };
-                let delivered = match (self.delivered, next) {
-                    (Some((at, resume)), Some(handler)) if at == handler && legal(resume) => Some(resume),
-                    _ => None,
-                };
-                match (known.or(delivered), next) {
+                match (known.or(frame.filter(|&to| legal(to))), next) {
                     (Some(to), _) => {
                         self.retire(last, to, None);
                         self.interrupt();

@@ -19,10 +19,7 @@ fn engine() -> Engine {
 }
 
 fn full(n: u64) -> Counts {
-    Counts {
-        started: n,
-        accessed: 1,
-    }
+    Counts { started: n }
 }
 
 const NOP: &[u8] = &[0x90];
@@ -52,14 +49,7 @@ fn a_fault_in_the_middle_of_a_block_retires_what_came_before() {
     let a = e.add_block(block(&[(0x1000, NOP), (0x1001, STORE), (0x1003, NOP)]));
     let handler = e.add_block(block(&[(0x5000, NOP)]));
     e.executed(a, Counts::default()).expect("starts");
-    e.executed(
-        handler,
-        Counts {
-            started: 2,
-            accessed: 0,
-        },
-    )
-    .expect("handler");
+    e.executed(handler, Counts { started: 2 }).expect("handler");
     assert_eq!(e.take_truth(), [0x1000]);
     assert_eq!((e.stats.faults, e.last_fault()), (1, Some(0x1001)));
 }
@@ -70,14 +60,7 @@ fn a_store_into_the_block_re_runs_from_the_store() {
     let a = e.add_block(block(&[(0x1000, NOP), (0x1001, STORE), (0x1003, NOP)]));
     let again = e.add_block(block(&[(0x1001, STORE), (0x1003, NOP)]));
     e.executed(a, Counts::default()).expect("starts");
-    e.executed(
-        again,
-        Counts {
-            started: 2,
-            accessed: 0,
-        },
-    )
-    .expect("re-run");
+    e.executed(again, Counts { started: 2 }).expect("re-run");
     assert_eq!(
         e.stats,
         Stats {
@@ -89,30 +72,53 @@ fn a_store_into_the_block_re_runs_from_the_store() {
     assert_eq!(e.take_truth(), [0x1000]);
 }
 
-#[test]
-fn a_signal_after_a_completed_store_interrupts_after_it() {
+/// A block ending in a store at 0x1001, then a signal handler at 0x5000 whose frame resumes
+/// at `resume` (none: a signal `rtit record` did not log).
+fn store_then_handler(resume: Option<u64>) -> Engine {
     let mut e = engine();
     let a = e.add_block(block(&[(0x1000, NOP), (0x1001, STORE)]));
     let handler = e.add_block(block(&[(0x5000, NOP)]));
     e.executed(a, Counts::default()).expect("starts");
+    if let Some(resume) = resume {
+        e.signal_delivered(0x5000, resume);
+    }
     e.executed(handler, full(2)).expect("handler");
+    e
+}
+
+#[test]
+fn a_signal_frame_says_whether_the_last_store_retired() {
+    // The frame resumes after it: it retired, and the signal interrupted after it.
+    let mut e = store_then_handler(Some(0x1003));
     assert_eq!(e.take_truth(), [0x1000, 0x1001]);
-    assert_eq!((e.stats.faults, e.stats.interrupts), (0, 1));
-    // The same store whose access never completed faulted instead.
+    assert_eq!((e.stats.faults, e.stats.interrupts, e.stats.gaps), (0, 1, 0));
+    // It resumes at the store itself: the store faulted.
+    let mut e = store_then_handler(Some(0x1001));
+    assert_eq!(e.take_truth(), [0x1000]);
+    assert_eq!((e.stats.faults, e.last_fault()), (1, Some(0x1001)));
+    // No frame: whether the store retired is unknown, and the trace says so.
+    let e = store_then_handler(None);
+    assert_eq!((e.stats.faults, e.stats.interrupts, e.stats.gaps), (0, 0, 1));
+}
+
+#[test]
+fn a_death_by_sigsegv_after_a_store_is_its_fault() {
+    for (signal, faults) in [(11, 1), (7, 1), (15, 0)] {
+        let mut e = engine();
+        let a = e.add_block(block(&[(0x1000, NOP), (0x1001, STORE)]));
+        e.executed(a, Counts::default()).expect("starts");
+        let fault = e.finish(full(2), Some(signal));
+        assert_eq!(e.stats.faults, faults, "signal {signal}");
+        assert_eq!(fault, (faults == 1).then_some(0x1001), "signal {signal}");
+        let truth = e.take_truth();
+        assert_eq!(truth.len(), 2 - faults as usize, "signal {signal}: {truth:x?}");
+    }
+    // Which signal is unknown: so is whether the store retired.
     let mut e = engine();
     let a = e.add_block(block(&[(0x1000, NOP), (0x1001, STORE)]));
-    let handler = e.add_block(block(&[(0x5000, NOP)]));
     e.executed(a, Counts::default()).expect("starts");
-    e.executed(
-        handler,
-        Counts {
-            started: 2,
-            accessed: 0,
-        },
-    )
-    .expect("handler");
-    assert_eq!(e.take_truth(), [0x1000]);
-    assert_eq!(e.stats.faults, 1);
+    assert_eq!(e.finish(full(2), None), None);
+    assert_eq!((e.stats.faults, e.stats.gaps), (0, 1));
 }
 
 #[test]
@@ -242,7 +248,7 @@ fn a_stop_inside_a_system_call_counts_the_call_and_adds_nothing() {
     let before = e.take_trace();
     e.stop();
     assert!(e.ended());
-    assert_eq!(e.finish(full(0)), None, "nothing left to settle");
+    assert_eq!(e.finish(full(0), None), None, "nothing left to settle");
     assert_eq!(e.position(), 2, "the nop and the syscall");
     assert!(e.take_trace().is_empty(), "no packet after the call's");
     assert_eq!(e.tnt_buff(), 1, "empty: the call's FUP flushed the TNT bits");
@@ -264,6 +270,6 @@ fn a_stop_during_a_block_leaves_the_block_out() {
     e.executed(a, full(2)).expect("again");
     e.stop();
     assert_eq!(e.position(), 2, "the first turn only: the second one's end is unknown");
-    assert_eq!(e.finish(full(1)), None);
+    assert_eq!(e.finish(full(1), None), None);
     assert_eq!(e.position(), 2);
 }
