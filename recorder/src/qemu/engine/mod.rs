@@ -444,8 +444,6 @@ impl Engine {
             && p.first == 0
             && counts.started == u64::from(s.kept)
             && !s.vsyscall
-            && self.truth.is_none()
-            && self.oracle.is_none()
             && s.straight + 1 >= s.kept
             && !(next == last.ip && (s.rep || s.target != Some(next)));
         if !ordinary {
@@ -461,7 +459,31 @@ impl Engine {
         let Some(model) = self.model.as_mut() else {
             return false;
         };
-        legal && model.retire_block(u64::from(s.kept) - 1, &Retired::new(last.ip, last.len, last.cofi, next))
+        let kept = s.kept;
+        let settled =
+            legal && model.retire_block(u64::from(kept) - 1, &Retired::new(last.ip, last.len, last.cofi, next));
+        if settled && (self.truth.is_some() || self.oracle.is_some()) {
+            self.witness(p.id, next);
+        }
+        settled
+    }
+
+    /// What the fast path just settled of block `id` (it went on to `next`), one instruction
+    /// at a time, for the truth and the oracle: `--check-fast-path` compares the oracle's
+    /// bytes with what [`Self::settle_common`] wrote.
+    #[cold]
+    fn witness(&mut self, id: u32, next: u64) {
+        let insns = &self.blocks[id as usize].insns;
+        let kept = self.summaries[id as usize].kept as usize;
+        for (i, insn) in insns[..kept].iter().enumerate() {
+            let to = insns[..kept].get(i + 1).map_or(next, |n| n.ip);
+            if let Some(t) = &mut self.truth {
+                t.push(insn.ip);
+            }
+            if let Some(o) = &mut self.oracle {
+                o.retire(&Retired::new(insn.ip, insn.len, insn.cofi, to));
+            }
+        }
     }
 
     /// Whether `ip` is a signal handler's address.
