@@ -78,7 +78,18 @@ pub struct Summary {
     pub faults_without_memory: bool,
     /// See [`Block::is_vsyscall`].
     pub vsyscall: bool,
+    /// Where the last instruction goes when it is not a taken branch (its NLIP, for a
+    /// conditional branch or no branch), else [`NOWHERE`].
+    pub fall: u64,
+    /// Where the last instruction's taken direct branch goes, else [`NOWHERE`].
+    pub taken: u64,
 }
+
+/// An address no block starts at (not canonical): a [`Summary`]'s `fall` or `taken` where
+/// the last instruction has none, so that telling a successor is two comparisons at each
+/// executed block rather than a dispatch on the branch's class (issue 20: that dispatch was
+/// the feeder's hottest instruction).
+pub const NOWHERE: u64 = u64::MAX;
 
 /// Where the vsyscall page is (Linux x86-64 ABI); QEMU emulates calls into it.
 pub const VSYSCALL_PAGE: u64 = 0xffff_ffff_ff60_0000;
@@ -163,6 +174,14 @@ impl Block {
             access: self.access,
             faults_without_memory: self.faults_without_memory,
             vsyscall: self.is_vsyscall(),
+            fall: match self.last().cofi {
+                Cofi::None | Cofi::Conditional => self.last().nlip(),
+                _ => NOWHERE,
+            },
+            taken: match self.last().cofi {
+                Cofi::Conditional | Cofi::DirectJump | Cofi::DirectCall => self.target.unwrap_or(NOWHERE),
+                _ => NOWHERE,
+            },
         }
     }
 

@@ -449,13 +449,9 @@ impl Engine {
         if !ordinary {
             return false;
         }
-        let legal = match last.cofi {
-            Cofi::None => next == last.nlip(),
-            Cofi::Conditional => Some(next) == s.target || next == last.nlip(),
-            Cofi::DirectJump | Cofi::DirectCall => Some(next) == s.target,
-            Cofi::IndirectJump | Cofi::IndirectCall | Cofi::Return => !self.is_handler(next),
-            Cofi::Far(_) | Cofi::Exception => false,
-        };
+        // Where it can go (see `Summary::fall`): a fall-through, a direct target, or for an
+        // indirect branch anywhere but a signal handler.
+        let legal = next == s.fall || next == s.taken || (last.cofi.is_indirect() && !self.is_handler(next));
         let Some(model) = self.model.as_mut() else {
             return false;
         };
