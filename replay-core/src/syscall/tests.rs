@@ -28,6 +28,22 @@ fn outputs_are_bounded_by_arguments_and_results() {
 }
 
 #[test]
+fn memory_writes_are_two_lower_case_digits_a_byte_and_back() {
+    let all: Vec<u8> = (0..=255).collect();
+    let w = MemoryWrite::new(0, &all);
+    let expected: String = all.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(w.bytes, expected);
+    assert_eq!(w.data(), Some(all));
+    for bad in ["0", "0g", "zz", "+f"] {
+        let w = MemoryWrite {
+            address: 0,
+            bytes: bad.to_string(),
+        };
+        assert_eq!(w.data(), None, "{bad}");
+    }
+}
+
+#[test]
 fn futex_writes_by_operation() {
     let futex = |op: u64| {
         effect(
