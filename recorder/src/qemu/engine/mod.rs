@@ -24,6 +24,8 @@
 //! - a call into the vsyscall page runs as a one-instruction block there: the kernel emulates
 //!   it through a page fault at that address, so the model sees a fault there and a return.
 
+use std::collections::HashMap;
+
 use rtit_replay_core::cofi::{Cofi, FarKind};
 
 use super::block::{Access, Block, Summary};
@@ -111,6 +113,11 @@ pub struct Engine {
     blocks: Vec<Block>,
     /// What each execution of a block needs of it, by id ([`Summary`]).
     summaries: Vec<Summary>,
+    /// The ids of the blocks that start at an address: QEMU translates the same code again
+    /// after every flush of its translations (its gdbstub flushes them all at each
+    /// breakpoint, so at each signal rtit logs), and the same block keeps its id instead of
+    /// growing the tables at each signal.
+    by_start: HashMap<u64, Vec<u32>>,
     model: Option<UnitModel>,
     options: ModelOptions,
     config: RtitConfig,
@@ -150,6 +157,7 @@ impl Engine {
         Self {
             blocks: Vec::new(),
             summaries: Vec::new(),
+            by_start: HashMap::new(),
             model: None,
             options,
             config,
@@ -171,9 +179,15 @@ impl Engine {
 
     /// Keeps a translated block; returns its id for the execution callback.
     pub fn add_block(&mut self, block: Block) -> u32 {
+        let same = self.by_start.entry(block.start()).or_default();
+        if let Some(&id) = same.iter().find(|&&id| self.blocks[id as usize] == block) {
+            return id;
+        }
+        let id = self.blocks.len() as u32;
+        same.push(id);
         self.summaries.push(block.summary());
         self.blocks.push(block);
-        (self.blocks.len() - 1) as u32
+        id
     }
 
     /// A block by id.
@@ -284,7 +298,8 @@ impl Engine {
         }
         self.stats.blocks += 1;
         let next = self.summaries[id as usize].start;
-        if let Some(p) = self.pending {
+        // A delivery `rtit record` told is for the next block, whichever way it settles.
+        if let (Some(p), None) = (self.pending, self.delivered) {
             if self.settle_common(p, counts, next) {
                 self.pending = Some(Pending { id, first: 0 });
                 return Ok(None);
@@ -304,7 +319,7 @@ impl Engine {
     /// then): the feeder thread's loop, with the common settling inlined.
     pub fn executed_all(&mut self, blocks: impl IntoIterator<Item = (u32, Counts)>) {
         for (id, counts) in blocks {
-            if let (false, Some(p)) = (self.ended, self.pending) {
+            if let (false, Some(p), None) = (self.ended, self.pending, self.delivered) {
                 let next = self.summaries[id as usize].start;
                 if self.settle_common(p, counts, next) {
                     self.stats.blocks += 1;

@@ -208,7 +208,7 @@ fn a_signal_delivery_is_good_for_the_next_block_only() {
     e.executed(b, full(1)).expect("taken, no signal after all");
     e.executed(a, full(2)).expect("again");
     e.executed(handler, full(1)).expect("a signal rtit did not log");
-    assert_eq!(e.stats.gaps, 1);
+    assert_eq!(e.stats.gaps, 1, "{:?}", e.stats);
 }
 
 /// The packets of a trace with their (decompressed) IPs.
@@ -272,4 +272,21 @@ fn a_stop_during_a_block_leaves_the_block_out() {
     assert_eq!(e.position(), 2, "the first turn only: the second one's end is unknown");
     assert_eq!(e.finish(full(1), None), None);
     assert_eq!(e.position(), 2);
+}
+
+#[test]
+fn a_block_translated_again_keeps_its_id() {
+    let mut e = engine();
+    let a = e.add_block(block(&[(0x1000, NOP), (0x1001, JMP_BACK)]));
+    let b = e.add_block(block(&[(0x1003, NOP)]));
+    assert_eq!(
+        e.add_block(block(&[(0x1000, NOP), (0x1001, JMP_BACK)])),
+        a,
+        "the same code again"
+    );
+    // Other code at the same address (the program rewrote it) is another block.
+    let c = e.add_block(block(&[(0x1000, NOP), (0x1001, NOP)]));
+    assert!(c != a && c != b);
+    assert_eq!(e.add_block(block(&[(0x1000, NOP), (0x1001, NOP)])), c);
+    assert_eq!(e.block(c).kept(), 2);
 }
