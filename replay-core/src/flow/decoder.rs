@@ -38,17 +38,39 @@ use crate::image::AddressSpace;
 use crate::packet::{Decoded, DecoderConfig, FupEvent, Packet};
 
 /// Configuration of a flow decode.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FlowConfig {
     /// The packet format (Cycle_Acc).
     pub packets: DecoderConfig,
+    /// Whether FilterEn can change while tracing, so that a near branch can leave the filter
+    /// range (FUP.PGD with its NLIP, table 1). Not when RTIT_EVENTS' filter event is "always"
+    /// (§3.3.5): then a FUP.PGD with a taken branch's NLIP right after it is an interrupt
+    /// that came once the code had come back there (a taken `jne` whose target jumps back to
+    /// its NLIP, then a signal: read as the branch leaving a range, the history lost the
+    /// instructions in between and every position after it was off).
+    pub filter_moves: bool,
+}
+
+impl Default for FlowConfig {
+    fn default() -> Self {
+        Self::from_rtit_ctl(0)
+    }
 }
 
 impl FlowConfig {
-    /// The configuration for a trace written under this RTIT_CTL value.
+    /// The configuration for a trace written under this RTIT_CTL value, with any IP filter.
     pub const fn from_rtit_ctl(ctl: u64) -> Self {
         Self {
             packets: DecoderConfig::from_rtit_ctl(ctl),
+            filter_moves: true,
+        }
+    }
+
+    /// The configuration for a trace written under these RTIT_CTL and RTIT_EVENTS values.
+    pub const fn from_rtit(ctl: u64, events: u64) -> Self {
+        Self {
+            packets: DecoderConfig::from_rtit_ctl(ctl),
+            filter_moves: events & 0b111 != 0b111,
         }
     }
 }
@@ -101,6 +123,8 @@ pub struct FlowDecoder<'a> {
     pub(super) limit: u64,
     /// A watcher stopped the decode at a clean point ([`super::resume`]).
     pub(super) paused: bool,
+    /// See [`FlowConfig::filter_moves`].
+    pub(super) filter_moves: bool,
 }
 
 impl<'a> FlowDecoder<'a> {
@@ -128,6 +152,7 @@ impl<'a> FlowDecoder<'a> {
             tail: false,
             limit: u64::MAX,
             paused: false,
+            filter_moves: config.filter_moves,
         }
     }
 
@@ -295,7 +320,7 @@ impl<'a> FlowDecoder<'a> {
             }
             self.emit(term.ip, count, nlip, sink);
             // A near branch out of the filter range: FUP.PGD with its NLIP (table 1).
-            if next != nlip && self.tnt_left == 0 && !self.source.peek_branch() {
+            if self.filter_moves && next != nlip && self.tnt_left == 0 && !self.source.peek_branch() {
                 if let Ok(Some(Decoded {
                     packet: Packet::Fup(FupEvent::PacketGenDisable, _),
                     ip: Some(f),

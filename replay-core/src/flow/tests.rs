@@ -454,3 +454,53 @@ fn the_end_of_trace_bits_are_progress_through_a_branching_loop() {
     assert_eq!(instructions(&items), 7, "{items:?}");
     assert_eq!(kinds(&items), [EventKind::Enabled { ip: 0x3000 }], "{items:?}");
 }
+
+/// A taken `jne` whose target jumps back to the `jne`'s NLIP, then an interrupt there:
+/// TNT(T), FUP.PGD with that NLIP. With an IP filter this also reads as the branch leaving
+/// the filter range; without one (RTIT_EVENTS' filter event "always") it can only be the
+/// interrupt, after the two instructions at the target.
+///
+/// ```text
+/// 2000: 75 03   jne 2005
+/// 2002: 90      nop
+/// 2003: 90      nop
+/// 2004: c3      ret
+/// 2005: 90      nop
+/// 2006: eb fa   jmp 2002
+/// ```
+#[test]
+fn an_interrupt_at_a_taken_branchs_nlip_is_not_a_filter_exit_without_a_filter() {
+    let mut space = AddressSpace::new();
+    let code = [0x75, 0x03, 0x90, 0x90, 0xc3, 0x90, 0xeb, 0xfa];
+    space.add(Image::from_raw("code", 0x2000, code.to_vec())).expect("add");
+    let t = Trace::new()
+        .fup(FupEvent::PacketGenEnable, 0x2000)
+        .tnt(&[true])
+        .fup(FupEvent::PacketGenDisable, 0x2002);
+    let decode = |config: FlowConfig| {
+        let mut items = Vec::new();
+        FlowDecoder::new(&t.bytes, config, &space).decode(&mut items);
+        let runs: Vec<FlowItem> = items
+            .iter()
+            .filter(|i| matches!(i, FlowItem::Run { .. }))
+            .cloned()
+            .collect();
+        (kinds(&items), runs)
+    };
+    let (k, runs) = decode(FlowConfig::from_rtit(0, 0b110_111));
+    assert_eq!(
+        k,
+        [
+            EventKind::Enabled { ip: 0x2000 },
+            EventKind::Disabled { ip: Some(0x2002) }
+        ]
+    );
+    assert_eq!(
+        runs,
+        [run(0x2000, 1), run(0x2005, 2)],
+        "the branch, then its target's two"
+    );
+    // With a filter range the same packets are the branch leaving it.
+    let (_, runs) = decode(FlowConfig::from_rtit(0, 0b110_000));
+    assert_eq!(runs, [run(0x2000, 1)]);
+}

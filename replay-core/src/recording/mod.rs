@@ -218,7 +218,7 @@ impl Recording {
 
     /// The flow decoder configuration the trace needs.
     pub fn flow_config(&self) -> FlowConfig {
-        FlowConfig::from_rtit_ctl(self.manifest.rtit.ctl)
+        FlowConfig::from_rtit(self.manifest.rtit.ctl, self.manifest.rtit.events)
     }
 
     /// Checks every image copy against the hash the recorder wrote, without loading it.

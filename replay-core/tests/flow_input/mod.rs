@@ -54,6 +54,7 @@ pub fn check(data: &[u8]) {
     for cycle_accurate in [false, true] {
         let config = FlowConfig {
             packets: DecoderConfig { cycle_accurate },
+            ..FlowConfig::default()
         };
         let mut items = Vec::new();
         FlowDecoder::new(trace, config, &space).with_end(end).decode(&mut items);
