@@ -42,13 +42,38 @@ use crate::packet::{Decoded, DecoderConfig, FupEvent, Packet};
 pub struct FlowConfig {
     /// The packet format (Cycle_Acc).
     pub packets: DecoderConfig,
-    /// Whether FilterEn can change while tracing, so that a near branch can leave the filter
-    /// range (FUP.PGD with its NLIP, table 1). Not when RTIT_EVENTS' filter event is "always"
-    /// (§3.3.5): then a FUP.PGD with a taken branch's NLIP right after it is an interrupt
-    /// that came once the code had come back there (a taken `jne` whose target jumps back to
-    /// its NLIP, then a signal: read as the branch leaving a range, the history lost the
-    /// instructions in between and every position after it was off).
-    pub filter_moves: bool,
+    /// The IP filter the trace was written under, where known: whether a taken near branch
+    /// can have left it, and so whether a FUP.PGD with the branch's NLIP right after it is
+    /// the branch leaving the filter range (table 1) or an interrupt that came once the code
+    /// had come back to that NLIP (a taken `jne` whose target jumps back to it, then a
+    /// signal: read as a filter exit, the history lost the instructions in between and every
+    /// position after it was off). `None`: any branch may have left it.
+    pub filter: Option<IpFilter>,
+}
+
+/// RTIT_EVENTS' filter event and the ranges of RTIT_LIP0-3 (§3.3.5, table 7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpFilter {
+    /// RTIT_EVENTS (its low three bits: the filter event).
+    pub events: u64,
+    /// RTIT_LIP0-3: RANGE0 is [LIP0, LIP2), RANGE1 [LIP1, LIP3).
+    pub lip: [u64; 4],
+}
+
+impl IpFilter {
+    /// FilterEn after a branch to `ip`: a branch enters the ranges it lands in and leaves
+    /// the others.
+    pub const fn enabled_after_branch(&self, ip: u64) -> bool {
+        let in0 = self.lip[0] <= ip && ip < self.lip[2];
+        let in1 = self.lip[1] <= ip && ip < self.lip[3];
+        match self.events & 0b111 {
+            0b000 => in0,
+            0b001 => in1,
+            0b010 => in0 || in1,
+            0b111 => true,
+            _ => false,
+        }
+    }
 }
 
 impl Default for FlowConfig {
@@ -62,15 +87,16 @@ impl FlowConfig {
     pub const fn from_rtit_ctl(ctl: u64) -> Self {
         Self {
             packets: DecoderConfig::from_rtit_ctl(ctl),
-            filter_moves: true,
+            filter: None,
         }
     }
 
-    /// The configuration for a trace written under these RTIT_CTL and RTIT_EVENTS values.
-    pub const fn from_rtit(ctl: u64, events: u64) -> Self {
+    /// The configuration for a trace written under these RTIT_CTL and RTIT_EVENTS values and
+    /// RTIT_LIP0-3.
+    pub const fn from_rtit(ctl: u64, events: u64, lip: [u64; 4]) -> Self {
         Self {
             packets: DecoderConfig::from_rtit_ctl(ctl),
-            filter_moves: events & 0b111 != 0b111,
+            filter: Some(IpFilter { events, lip }),
         }
     }
 }
@@ -123,8 +149,8 @@ pub struct FlowDecoder<'a> {
     pub(super) limit: u64,
     /// A watcher stopped the decode at a clean point ([`super::resume`]).
     pub(super) paused: bool,
-    /// See [`FlowConfig::filter_moves`].
-    pub(super) filter_moves: bool,
+    /// See [`FlowConfig::filter`].
+    pub(super) filter: Option<IpFilter>,
 }
 
 impl<'a> FlowDecoder<'a> {
@@ -152,7 +178,7 @@ impl<'a> FlowDecoder<'a> {
             tail: false,
             limit: u64::MAX,
             paused: false,
-            filter_moves: config.filter_moves,
+            filter: config.filter,
         }
     }
 
@@ -320,7 +346,8 @@ impl<'a> FlowDecoder<'a> {
             }
             self.emit(term.ip, count, nlip, sink);
             // A near branch out of the filter range: FUP.PGD with its NLIP (table 1).
-            if self.filter_moves && next != nlip && self.tnt_left == 0 && !self.source.peek_branch() {
+            let may_leave = !matches!(self.filter, Some(f) if f.enabled_after_branch(next));
+            if may_leave && next != nlip && self.tnt_left == 0 && !self.source.peek_branch() {
                 if let Ok(Some(Decoded {
                     packet: Packet::Fup(FupEvent::PacketGenDisable, _),
                     ip: Some(f),

@@ -28,7 +28,7 @@ mod timing;
 mod watched;
 
 pub use block::{decode_insn, Block, BlockCache, BlockError, InsnStream, Terminator};
-pub use decoder::{FlowConfig, FlowDecoder};
+pub use decoder::{FlowConfig, FlowDecoder, IpFilter};
 pub use positions::OffsetPositions;
 pub use resume::{CleanPoint, Resume, Watch};
 pub use timing::Timing;

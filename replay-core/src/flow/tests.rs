@@ -456,9 +456,9 @@ fn the_end_of_trace_bits_are_progress_through_a_branching_loop() {
 }
 
 /// A taken `jne` whose target jumps back to the `jne`'s NLIP, then an interrupt there:
-/// TNT(T), FUP.PGD with that NLIP. With an IP filter this also reads as the branch leaving
-/// the filter range; without one (RTIT_EVENTS' filter event "always") it can only be the
-/// interrupt, after the two instructions at the target.
+/// TNT(T), FUP.PGD with that NLIP. That reads as the branch leaving the IP filter range only
+/// if the target is outside it; otherwise (no filter: RTIT_EVENTS' filter event "always", or
+/// a range that holds the target) it is the interrupt, after the two instructions there.
 ///
 /// ```text
 /// 2000: 75 03   jne 2005
@@ -469,7 +469,7 @@ fn the_end_of_trace_bits_are_progress_through_a_branching_loop() {
 /// 2006: eb fa   jmp 2002
 /// ```
 #[test]
-fn an_interrupt_at_a_taken_branchs_nlip_is_not_a_filter_exit_without_a_filter() {
+fn an_interrupt_at_a_taken_branchs_nlip_is_a_filter_exit_only_if_the_target_is_outside() {
     let mut space = AddressSpace::new();
     let code = [0x75, 0x03, 0x90, 0x90, 0xc3, 0x90, 0xeb, 0xfa];
     space.add(Image::from_raw("code", 0x2000, code.to_vec())).expect("add");
@@ -487,7 +487,8 @@ fn an_interrupt_at_a_taken_branchs_nlip_is_not_a_filter_exit_without_a_filter() 
             .collect();
         (kinds(&items), runs)
     };
-    let (k, runs) = decode(FlowConfig::from_rtit(0, 0b110_111));
+    let interrupt = [run(0x2000, 1), run(0x2005, 2)];
+    let (k, runs) = decode(FlowConfig::from_rtit(0, 0b110_111, [0; 4]));
     assert_eq!(
         k,
         [
@@ -495,12 +496,12 @@ fn an_interrupt_at_a_taken_branchs_nlip_is_not_a_filter_exit_without_a_filter() 
             EventKind::Disabled { ip: Some(0x2002) }
         ]
     );
-    assert_eq!(
-        runs,
-        [run(0x2000, 1), run(0x2005, 2)],
-        "the branch, then its target's two"
-    );
-    // With a filter range the same packets are the branch leaving it.
-    let (_, runs) = decode(FlowConfig::from_rtit(0, 0b110_000));
-    assert_eq!(runs, [run(0x2000, 1)]);
+    assert_eq!(runs, interrupt, "the branch, then its target's two");
+    // A filter range that holds the target: the branch stayed in it, the same.
+    let range0 = |limit| FlowConfig::from_rtit(0, 0b110_000, [0x2000, 0, limit, 0]);
+    assert_eq!(decode(range0(0x3000)).1, interrupt);
+    // One that ends before the target: the same packets are the branch leaving it.
+    assert_eq!(decode(range0(0x2005)).1, [run(0x2000, 1)]);
+    // The filter unknown: read as leaving, as before.
+    assert_eq!(decode(FlowConfig::from_rtit_ctl(0)).1, [run(0x2000, 1)]);
 }

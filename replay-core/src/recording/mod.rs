@@ -218,7 +218,11 @@ impl Recording {
 
     /// The flow decoder configuration the trace needs.
     pub fn flow_config(&self) -> FlowConfig {
-        FlowConfig::from_rtit(self.manifest.rtit.ctl, self.manifest.rtit.events)
+        let rtit = &self.manifest.rtit;
+        match <[u64; 4]>::try_from(rtit.lip.as_slice()) {
+            Ok(lip) => FlowConfig::from_rtit(rtit.ctl, rtit.events, lip),
+            Err(_) => FlowConfig::from_rtit_ctl(rtit.ctl),
+        }
     }
 
     /// Checks every image copy against the hash the recorder wrote, without loading it.
