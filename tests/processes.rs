@@ -86,6 +86,15 @@ fn interrupt(
     }
     for &signal in signals {
         kill(Pid::from_raw(rtit.id() as i32), signal).expect("signal rtit");
+        // Two signals pending at once are delivered lowest number first (SIGINT before
+        // SIGTERM, whatever order they were sent in): the next one goes only once rtit has
+        // taken this one, so "the first" is the first rtit saw.
+        let sent = Instant::now();
+        while pending(rtit.id(), signal) {
+            assert!(sent.elapsed() < HANG, "{name}: rtit never took {signal}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
     let asked = Instant::now();
     let status = loop {
@@ -102,6 +111,19 @@ fn interrupt(
     std::io::Read::read_to_string(&mut rtit.stderr.take().expect("stderr"), &mut stderr).expect("stderr");
     let rec = Recording::open(&out).unwrap_or_else(|e| panic!("{name}: {e}\n{stderr}"));
     (rec, status.code().unwrap_or(-1), stderr)
+}
+
+/// Whether `signal` is still pending for process `pid` (its shared or main thread's set).
+fn pending(pid: u32, signal: Signal) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false; // gone: nothing pending
+    };
+    let bit = 1u64 << (signal as i32 - 1);
+    status
+        .lines()
+        .filter_map(|l| l.strip_prefix("ShdPnd:").or_else(|| l.strip_prefix("SigPnd:")))
+        .filter_map(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .any(|set| set & bit != 0)
 }
 
 /// Field `n` (1-based, after the command) of /proc/PID/stat.
