@@ -161,8 +161,25 @@ impl Output {
     pub fn tnt_bit(&mut self, taken: bool) {
         self.tnt_buff = (self.tnt_buff << 1) | u8::from(taken);
         if self.tnt_buff & 0x40 != 0 {
-            self.flush_tnt();
+            if self.plain() {
+                // The packet is its header, which is the buffer (§3.3.13): written as
+                // `emit` would, without building a packet (issue 20: the qemu backend
+                // writes one every six conditional branches).
+                let byte = std::mem::replace(&mut self.tnt_buff, 1);
+                self.bytes.push(byte);
+                self.offset = (self.offset + 1) & self.limit_mask;
+                self.count(1);
+            } else {
+                self.flush_tnt();
+            }
         }
+    }
+
+    /// Whether the next packet needs nothing but its bytes and its count: no cycle count can
+    /// follow it and no PSB's clearing waits for it.
+    #[inline]
+    fn plain(&self) -> bool {
+        !self.cycle_accurate && self.clear_after.is_none()
     }
 
     /// Sends the partial TNT packet, if any bits are buffered: before every FUP, TIP and PIP.
@@ -222,6 +239,40 @@ mod tests {
         o.flush_tnt();
         o.flush_tnt();
         assert_eq!(o.bytes(), [0b0110_1101, 0b10]);
+    }
+
+    /// A full TNT written straight (`tnt_bit`) is what emitting the packet writes, PSBs
+    /// placed by the same count included.
+    #[test]
+    fn a_full_tnt_written_straight_is_the_emitted_packet() {
+        let (mut fast, mut slow) = (Output::new(false, 0), Output::new(false, 0));
+        for o in [&mut fast, &mut slow] {
+            o.pkt_cnt = 0; // Pkt_Mask 0: a PSB every 2 KiB
+            o.limit_mask = 0xfff;
+        }
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..40_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let taken = x & 1 != 0;
+            fast.tnt_bit(taken);
+            slow.tnt_buff = (slow.tnt_buff << 1) | u8::from(taken);
+            if slow.tnt_buff & 0x40 != 0 {
+                let tnt = Tnt::from_header(slow.tnt_buff).expect("six bits");
+                slow.tnt_buff = 1;
+                slow.emit(Packet::Tnt(tnt));
+            }
+        }
+        assert!(
+            fast.bytes().windows(PSB_BYTES.len()).any(|w| w == PSB_BYTES),
+            "PSBs came"
+        );
+        assert_eq!(fast.bytes(), slow.bytes());
+        assert_eq!(
+            (fast.pkt_cnt, fast.offset, fast.tnt_buff),
+            (slow.pkt_cnt, slow.offset, slow.tnt_buff)
+        );
     }
 
     #[test]

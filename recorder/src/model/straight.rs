@@ -49,11 +49,13 @@ impl UnitModel {
         if !near(last) || !self.straight_is_exact() {
             return false;
         }
-        self.traced += plain;
-        self.clock.skip(plain, self.regs.mtc_range());
-        let cycles = u64::from(self.clock.cycles_per_op) * plain;
+        // The run and the last instruction's own count and clock at once.
+        let count = plain + 1;
+        self.traced += count;
+        self.clock.skip(count, self.regs.mtc_range());
+        let cycles = u64::from(self.clock.cycles_per_op) * count;
         self.out.cntp = ((u64::from(self.out.cntp) + cycles) & u64::from(CNTP_MASK)) as u32;
-        self.near_now(last);
+        self.near_packets(last);
         true
     }
 
@@ -75,6 +77,13 @@ impl UnitModel {
         self.traced += 1;
         self.clock.skip(1, self.regs.mtc_range());
         self.out.cntp = (self.out.cntp + self.clock.cycles_per_op) & CNTP_MASK;
+        self.near_packets(r);
+    }
+
+    /// What a near branch (or none) retired with PacketEn set changes besides the count and
+    /// the clock.
+    #[inline(always)]
+    fn near_packets(&mut self, r: &Retired) {
         // Table 19, a near branch with PacketEn set before and after: its own packets alone.
         let compress = self.regs.has(ctl::CMPRS_RET);
         match r.cofi {

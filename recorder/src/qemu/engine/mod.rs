@@ -28,7 +28,7 @@ use std::collections::HashMap;
 
 use rtit_replay_core::cofi::{Cofi, FarKind};
 
-use super::block::{Access, Block, Summary};
+use super::block::{Access, Block, Hot, Summary};
 use crate::model::{CpuState, ModelError, ModelOptions, Retired, RtitConfig, UnitModel};
 use crate::sideband::nr;
 
@@ -113,6 +113,8 @@ pub struct Engine {
     blocks: Vec<Block>,
     /// What each execution of a block needs of it, by id ([`Summary`]).
     summaries: Vec<Summary>,
+    /// What the fast path reads of each block, by id ([`Hot`]).
+    hot: Vec<Hot>,
     /// The ids of the blocks that start at an address: QEMU translates the same code again
     /// after every flush of its translations (its gdbstub flushes them all at each
     /// breakpoint, so at each signal rtit logs), and the same block keeps its id instead of
@@ -157,6 +159,7 @@ impl Engine {
         Self {
             blocks: Vec::new(),
             summaries: Vec::new(),
+            hot: Vec::new(),
             by_start: HashMap::new(),
             model: None,
             options,
@@ -186,6 +189,7 @@ impl Engine {
         let id = self.blocks.len() as u32;
         same.push(id);
         self.summaries.push(block.summary());
+        self.hot.push(block.hot());
         self.blocks.push(block);
         id
     }
@@ -297,7 +301,7 @@ impl Engine {
             return self.maybe_begin(id);
         }
         self.stats.blocks += 1;
-        let next = self.summaries[id as usize].start;
+        let next = self.hot[id as usize].start;
         // A delivery `rtit record` told is for the next block, whichever way it settles.
         if let (Some(p), None) = (self.pending, self.delivered) {
             if self.settle_common(p, counts, next) {
@@ -320,7 +324,7 @@ impl Engine {
     pub fn executed_all(&mut self, blocks: impl IntoIterator<Item = (u32, Counts)>) {
         for (id, counts) in blocks {
             if let (false, Some(p), None) = (self.ended, self.pending, self.delivered) {
-                let next = self.summaries[id as usize].start;
+                let next = self.hot[id as usize].start;
                 if self.settle_common(p, counts, next) {
                     self.stats.blocks += 1;
                     self.pending = Some(Pending { id, first: 0 });
@@ -453,26 +457,25 @@ impl Engine {
     /// done, for everything else, which [`Self::resolve`] settles.
     #[inline(always)]
     fn settle_common(&mut self, p: Pending, counts: Counts, next: u64) -> bool {
-        let s = &self.summaries[p.id as usize];
-        let last = s.last;
+        let h = self.hot[p.id as usize];
         let ordinary = matches!(self.kernel, Kernel::User)
             && p.first == 0
-            && counts.started == u64::from(s.kept)
-            && !s.vsyscall
-            && s.straight + 1 >= s.kept
-            && !(next == last.ip && (s.rep || s.target != Some(next)));
+            && counts.started == u64::from(h.kept)
+            && !h.slow
+            // Not a re-run after a store into the block (a jump to itself is fine).
+            && !(next == h.last_ip() && h.taken != next);
         if !ordinary {
             return false;
         }
-        // Where it can go (see `Summary::fall`): a fall-through, a direct target, or for an
-        // indirect branch anywhere but a signal handler.
-        let legal = next == s.fall || next == s.taken || (last.cofi.is_indirect() && !self.is_handler(next));
+        // Where it can go: a fall-through, a direct target, or for an indirect branch
+        // anywhere but a signal handler.
+        let legal =
+            (h.falls() && next == h.nlip) || next == h.taken || (h.cofi.is_indirect() && !self.is_handler(next));
         let Some(model) = self.model.as_mut() else {
             return false;
         };
-        let kept = s.kept;
         let settled =
-            legal && model.retire_block(u64::from(kept) - 1, &Retired::new(last.ip, last.len, last.cofi, next));
+            legal && model.retire_block(u64::from(h.kept) - 1, &Retired::new(h.last_ip(), h.len, h.cofi, next));
         if settled && (self.truth.is_some() || self.oracle.is_some()) {
             self.witness(p.id, next);
         }
