@@ -322,16 +322,32 @@ impl Engine {
     /// while tracing ([`Self::executed`] for each, which can neither begin tracing nor fail
     /// then): the feeder thread's loop, with the common settling inlined.
     pub fn executed_all(&mut self, blocks: impl IntoIterator<Item = (u32, Counts)>) {
-        for (id, counts) in blocks {
-            if let (false, Some(p), None) = (self.ended, self.pending, self.delivered) {
-                let next = self.hot[id as usize].start;
-                if self.settle_common(p, counts, next) {
-                    self.stats.blocks += 1;
-                    self.pending = Some(Pending { id, first: 0 });
-                    continue;
+        let mut blocks = blocks.into_iter();
+        while let Some(mut block) = blocks.next() {
+            if let (false, Some(mut p), None) = (self.ended, self.pending, self.delivered) {
+                // A stretch of common blocks, the pending one kept in a register rather than
+                // stored and loaded again at each (that store-to-load was on the path from one
+                // block to the next); written back where the stretch ends.
+                let mut settled = 0;
+                let ended = loop {
+                    let next = self.hot[block.0 as usize].start;
+                    if !self.settle_common(p, block.1, next) {
+                        break false;
+                    }
+                    settled += 1;
+                    p = Pending { id: block.0, first: 0 };
+                    match blocks.next() {
+                        Some(b) => block = b,
+                        None => break true,
+                    }
+                };
+                self.stats.blocks += settled;
+                self.pending = Some(p);
+                if ended {
+                    return;
                 }
             }
-            let began = self.executed(id, counts);
+            let began = self.executed(block.0, block.1);
             debug_assert!(matches!(began, Ok(None)), "tracing began twice");
         }
     }
