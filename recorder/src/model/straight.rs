@@ -49,14 +49,22 @@ impl UnitModel {
         if !near(last) || !self.straight_is_exact() {
             return false;
         }
-        // The run and the last instruction's own count and clock at once.
+        self.retire_block_exact(plain, last);
+        true
+    }
+
+    /// [`Self::retire_block`] where the caller knows its conditions hold: `last` is a near
+    /// instruction and [`Self::takes_runs`] said true since the last change of anything but
+    /// these fast paths (a batch loop checks them once).
+    #[inline(always)]
+    pub fn retire_block_exact(&mut self, plain: u64, last: &Retired) {
+        debug_assert!(near(last) && self.straight_is_exact());
         let count = plain + 1;
         self.traced += count;
         self.clock.skip(count, self.regs.mtc_range());
         let cycles = u64::from(self.clock.cycles_per_op) * count;
         self.out.cntp = ((u64::from(self.out.cntp) + cycles) & u64::from(CNTP_MASK)) as u32;
         self.near_packets(last);
-        true
     }
 
     /// Retires one instruction that is not a far transfer (a near branch, or none), as

@@ -324,32 +324,67 @@ impl Engine {
     pub fn executed_all(&mut self, blocks: impl IntoIterator<Item = (u32, Counts)>) {
         let mut blocks = blocks.into_iter();
         while let Some(mut block) = blocks.next() {
-            if let (false, Some(mut p), None) = (self.ended, self.pending, self.delivered) {
-                // A stretch of common blocks, the pending one kept in a register rather than
-                // stored and loaded again at each (that store-to-load was on the path from one
-                // block to the next); written back where the stretch ends.
-                let mut settled = 0;
-                let ended = loop {
-                    let next = self.hot[block.0 as usize].start;
-                    if !self.settle_common(p, block.1, next) {
-                        break false;
-                    }
-                    settled += 1;
-                    p = Pending { id: block.0, first: 0 };
-                    match blocks.next() {
-                        Some(b) => block = b,
-                        None => break true,
-                    }
-                };
-                self.stats.blocks += settled;
-                self.pending = Some(p);
-                if ended {
-                    return;
+            if let (false, Some(p), None) = (self.ended, self.pending, self.delivered) {
+                match self.stretch(p, block, &mut blocks) {
+                    Some(unsettled) => block = unsettled,
+                    None => return,
                 }
             }
             let began = self.executed(block.0, block.1);
             debug_assert!(matches!(began, Ok(None)), "tracing began twice");
         }
+    }
+
+    /// Settles blocks on the fast path ([`Self::settle_common`]'s rules) from pending block
+    /// `p` and the block that starts next, `block`, taking more from `blocks` for as long as
+    /// they settle so; returns the first that does not, with the one before it pending, or
+    /// `None` once `blocks` ran out. What holds for the whole stretch is checked once, not at
+    /// each block: in user mode, pending from its first instruction, no truth or oracle to
+    /// feed, and the model taking runs, none of which the fast path changes; and the pending
+    /// block stays in a register (issue 20: its store and reload at each block were on the
+    /// path from one block to the next).
+    #[inline(always)]
+    fn stretch(
+        &mut self,
+        mut p: Pending,
+        mut block: (u32, Counts),
+        blocks: &mut impl Iterator<Item = (u32, Counts)>,
+    ) -> Option<(u32, Counts)> {
+        let watched = self.truth.is_some() || self.oracle.is_some();
+        let user = matches!(self.kernel, Kernel::User);
+        let Some(model) = self
+            .model
+            .as_mut()
+            .filter(|m| user && p.first == 0 && !watched && m.takes_runs())
+        else {
+            return Some(block);
+        };
+        let (hot, handlers) = (&self.hot, &self.handlers);
+        let mut settled = 0;
+        let unsettled = loop {
+            let h = hot[p.id as usize];
+            let next = hot[block.0 as usize].start;
+            let last_ip = h.last_ip();
+            // Where it can go: a fall-through, a direct target (a jump to itself included),
+            // or for an indirect branch anywhere but a signal handler or itself (a re-run
+            // after a store into the block).
+            let legal = (h.falls() && next == h.nlip)
+                || next == h.taken
+                || (h.cofi.is_indirect() && next != last_ip && !is_handler(handlers, next));
+            if !legal || h.slow || block.1.started != u64::from(h.kept) {
+                break Some(block);
+            }
+            model.retire_block_exact(u64::from(h.kept) - 1, &Retired::new(last_ip, h.len, h.cofi, next));
+            settled += 1;
+            p = Pending { id: block.0, first: 0 };
+            match blocks.next() {
+                Some(b) => block = b,
+                None => break None,
+            }
+        };
+        self.stats.blocks += settled;
+        self.pending = Some(p);
+        unsettled
     }
 
     fn maybe_begin(&mut self, id: u32) -> Result<Option<u64>, ModelError> {
@@ -519,7 +554,7 @@ impl Engine {
     /// Whether `ip` is a signal handler's address.
     #[inline]
     fn is_handler(&self, ip: u64) -> bool {
-        !self.handlers.is_empty() && self.handlers.binary_search(&ip).is_ok()
+        is_handler(&self.handlers, ip)
     }
 
     /// Settles the previous block `p` now that execution went on at `next` (`None`: the
@@ -635,4 +670,10 @@ impl Engine {
             Kernel::Delivering => self.iret(next),
         }
     }
+}
+
+/// Whether `ip` is one of `handlers` (sorted).
+#[inline]
+fn is_handler(handlers: &[u64], ip: u64) -> bool {
+    !handlers.is_empty() && handlers.binary_search(&ip).is_ok()
 }
