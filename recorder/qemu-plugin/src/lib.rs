@@ -26,6 +26,7 @@ use std::sync::atomic::Ordering;
 use ffi::{say, PluginId, QemuInfo, Tb};
 use published::{inert, POSITION, STARTED, STOP, TRACING};
 use rtit_recorder::qemu::block::Block;
+use rtit_recorder::qemu::engine::Started;
 use rtit_recorder::qemu::report::Args;
 use shared::{lock, with_plugin};
 use state::Plugin;
@@ -48,35 +49,38 @@ extern "C" fn tb_exec(_vcpu: c_uint, userdata: *mut c_void) {
         0 if !TRACING.load(Ordering::Relaxed) => {
             with_plugin(|p| p.take_now(block));
         }
-        0 => {
-            if ring::push(block) {
-                return;
-            }
-            let (mut spins, mut taken) = (0u32, ring::taken());
-            while !ring::push(block) {
-                // Full: the feeder makes room as it goes (a lock here would make the two
-                // threads wake each other through the kernel at every batch). If it makes
-                // none for a while (it got no core), the vCPU takes a batch itself, unless the
-                // plugin finished.
-                std::hint::spin_loop();
-                match ring::taken() {
-                    now if now != taken => (spins, taken) = (0, now),
-                    _ if spins < STALLED_SPINS => spins += 1,
-                    _ => {
-                        if with_plugin(|p| p.take_blocks(feeder::BATCH)).is_none() {
-                            return;
-                        }
-                        spins = 0;
-                    }
-                }
-            }
-        }
+        0 => push(block),
         signal => {
             with_plugin(|p| {
                 p.take_blocks(usize::MAX);
                 // The block that starts now is left out: the trace ends before it.
                 p.interrupt_before(block.id, block.before, signal)
             });
+        }
+    }
+}
+
+/// Puts `entry` into the ring, waiting for room if it is full.
+#[inline]
+fn push(entry: Started) {
+    if ring::push(entry) {
+        return;
+    }
+    let (mut spins, mut taken) = (0u32, ring::taken());
+    while !ring::push(entry) {
+        // Full: the feeder makes room as it goes (a lock here would make the two threads
+        // wake each other through the kernel at every batch). If it makes none for a while
+        // (it got no core), the vCPU takes a batch itself, unless the plugin finished.
+        std::hint::spin_loop();
+        match ring::taken() {
+            now if now != taken => (spins, taken) = (0, now),
+            _ if spins < STALLED_SPINS => spins += 1,
+            _ => {
+                if with_plugin(|p| p.take_blocks(feeder::BATCH)).is_none() {
+                    return;
+                }
+                spins = 0;
+            }
         }
     }
 }
@@ -140,10 +144,29 @@ extern "C" fn syscall(
         return;
     }
     let counts = ring::running();
-    with_plugin(|p| {
-        p.take_blocks(usize::MAX);
-        p.syscall(num as u64, [a1, a2, a3, a4, a5, a6], counts)
+    let (number, args) = (num as u64, [a1, a2, a3, a4, a5, a6]);
+    // An ordinary call goes into the ring as a mark, for the engine to settle when it gets
+    // there; the vCPU goes on (see `state::deferred`).
+    let deferred = with_plugin(|p| {
+        let deferrable = p.deferrable(number, args);
+        if deferrable {
+            p.syscall_deferred(number, args);
+        }
+        deferrable
     });
+    match deferred {
+        Some(true) => push(Started {
+            id: state::MARK,
+            before: counts,
+        }),
+        Some(false) => {
+            with_plugin(|p| {
+                p.take_blocks(usize::MAX);
+                p.syscall(number, args, counts)
+            });
+        }
+        None => {}
+    }
 }
 
 extern "C" fn syscall_ret(_id: PluginId, _vcpu: c_uint, num: i64, ret: i64) {

@@ -2,7 +2,10 @@
 //! output files, and what the report needs; how it ends (the program's end, a stop before
 //! something unsupported, or `rtit record`'s request).
 
+mod deferred;
 mod syscalls;
+
+pub use deferred::MARK;
 
 use std::fs::File;
 use std::io::Write;
@@ -62,6 +65,10 @@ pub struct Plugin {
     syscall: Option<(u64, [u64; 6])>,
     /// The traced system call under way, completed at its return.
     syscall_record: Option<SyscallRecord>,
+    /// The deferred call under way, by its number in order (see `deferred`).
+    syscall_seq: Option<usize>,
+    /// System calls the engine settles when it reaches them in the ring.
+    deferred: deferred::Deferred,
     /// A running `rt_sigaction`'s signal and new handler, set in the table if it succeeds.
     new_action: Option<(u64, u64)>,
     syscalls: Vec<SyscallRecord>,
@@ -117,6 +124,8 @@ impl Plugin {
             truth,
             syscall: None,
             syscall_record: None,
+            syscall_seq: None,
+            deferred: deferred::Deferred::default(),
             new_action: None,
             syscalls: Vec::new(),
             memory_start: (Vec::new(), false),
@@ -343,9 +352,24 @@ impl Plugin {
                     self.executed(b.id, b.before);
                 }
             } else {
-                // The feeder's loop: the engine settles a batch at a time.
+                // The feeder's loop: the engine settles a batch at a time, and a deferred
+                // system call where its mark is.
                 taken += blocks.len() as u32;
-                self.engine.executed_all(blocks.map(|b| (b.id, b.before)));
+                let mut blocks = blocks;
+                loop {
+                    let mut mark = None;
+                    self.engine.executed_all(blocks.by_ref().map_while(|b| match b.id {
+                        MARK => {
+                            mark = Some(b.before);
+                            None
+                        }
+                        _ => Some((b.id, b.before)),
+                    }));
+                    match mark {
+                        Some(counts) => self.settle_deferred(counts),
+                        None => break,
+                    }
+                }
             }
             self.publish();
         });
@@ -426,6 +450,8 @@ impl Plugin {
             return;
         }
         let fault = self.engine.finish(counts, fatal);
+        self.deferred
+            .settle(&mut self.syscalls, &mut self.children, &mut self.changes);
         self.flush();
         let maps = self.maps.as_ref().map(|m| m.current().to_vec()).unwrap_or_default();
         let snap = snapshot_with(&maps, |a, b| self.read(a, b));

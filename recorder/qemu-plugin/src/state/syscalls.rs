@@ -7,7 +7,27 @@ use rtit_recorder::sideband::{diff, nr};
 use rtit_replay_core::recording::ChildProcess;
 use rtit_replay_core::syscall::{effect, logged_writes, SyscallRecord};
 
-use super::Plugin;
+use super::{deferred, Plugin};
+
+/// A system call's log entry as it starts (`a`: its arguments), at `position` and `ip`.
+fn record(number: u64, a: [u64; 6], position: u64, ip: u64) -> SyscallRecord {
+    let names = ["rdi", "rsi", "rdx", "r10", "r8", "r9"];
+    let mut before: RegisterMap = names
+        .iter()
+        .zip(a)
+        .map(|(n, v)| (n.to_string(), format!("{v:#x}")))
+        .collect();
+    before.insert("rax".into(), format!("{number:#x}"));
+    SyscallRecord {
+        position,
+        ip,
+        nr: number,
+        before,
+        after: RegisterMap::new(),
+        writes: Vec::new(),
+        complete: false,
+    }
+}
 
 /// rt_sigaction.
 const RT_SIGACTION: u64 = 13;
@@ -15,22 +35,69 @@ const RT_SIGACTION: u64 = 13;
 const MAP_ANONYMOUS: u64 = 0x20;
 
 impl Plugin {
-    /// A system call starts.
-    pub fn syscall(&mut self, number: u64, a: [u64; 6], counts: Counts) {
-        self.syscall = Some((number, a));
-        self.new_action = None;
-        if number == RT_SIGACTION && a[1] != 0 {
-            let handler = self.read_u64(a[1]);
-            if let Some(h) = handler.filter(|&h| h > 1) {
-                self.engine.note_handler(h);
-            }
-            self.new_action = handler.map(|h| (a[0], h));
-        }
-        let creates_thread = match number {
+    /// Whether system call `number` (arguments `a`) can be settled by the engine when it
+    /// reaches its mark in the ring ([`Self::syscall_deferred`]); else the vCPU takes the
+    /// blocks waiting and calls [`Self::syscall`] (see `deferred`).
+    pub fn deferrable(&self, number: u64, a: [u64; 6]) -> bool {
+        self.engine.tracing()
+            && !self.engine.ended()
+            && !self.creates_thread(number, a)
+            && !matches!(number, nr::EXECVE | nr::EXECVEAT | nr::EXIT | nr::EXIT_GROUP)
+    }
+
+    fn creates_thread(&self, number: u64, a: [u64; 6]) -> bool {
+        match number {
             nr::CLONE => a[0] & nr::CLONE_THREAD != 0,
             nr::CLONE3 => self.read_u64(a[0]).is_some_and(|f| f & nr::CLONE_THREAD != 0),
             _ => false,
+        }
+    }
+
+    /// What a system call's entry sets on the vCPU: the call under way, and the handler a
+    /// `rt_sigaction` installs, which it returns.
+    fn entering(&mut self, number: u64, a: [u64; 6]) -> Option<u64> {
+        self.syscall = Some((number, a));
+        self.new_action = None;
+        self.syscall_seq = None;
+        if number == RT_SIGACTION && a[1] != 0 {
+            let handler = self.read_u64(a[1]);
+            self.new_action = handler.map(|h| (a[0], h));
+            return handler.filter(|&h| h > 1);
+        }
+        None
+    }
+
+    /// A system call starts, and its mark goes into the ring after this (see `deferred`):
+    /// its log entry waits for the position the engine finds there.
+    pub fn syscall_deferred(&mut self, number: u64, a: [u64; 6]) {
+        let handler = self.entering(number, a);
+        let seq = self.deferred.defer(deferred::Call { number, handler });
+        self.syscall_seq = Some(seq);
+        self.syscall_record = Some(record(number, a, 0, 0));
+    }
+
+    /// The engine reached a deferred call's mark (`counts`: its block's).
+    pub fn settle_deferred(&mut self, counts: Counts) {
+        let Some(call) = self.deferred.next() else {
+            self.notes
+                .push("a system call's mark in the ring without its call".into());
+            return;
         };
+        if let Some(h) = call.handler {
+            self.engine.note_handler(h);
+        }
+        // Not a call that stops the recording (those are not deferred).
+        let _ = self.engine.syscall(call.number, false, counts);
+        let placed = self.engine.take_last_syscall();
+        self.deferred.placed(placed, self.engine.position());
+    }
+
+    /// A system call starts; the engine is up to date.
+    pub fn syscall(&mut self, number: u64, a: [u64; 6], counts: Counts) {
+        if let Some(h) = self.entering(number, a) {
+            self.engine.note_handler(h);
+        }
+        let creates_thread = self.creates_thread(number, a);
         if matches!(number, nr::EXIT | nr::EXIT_GROUP) {
             self.exit_code = Some(a[0] as i32);
         }
@@ -51,22 +118,7 @@ impl Plugin {
             SyscallAction::Continue => {}
         }
         if let Some((position, ip)) = self.engine.take_last_syscall() {
-            let names = ["rdi", "rsi", "rdx", "r10", "r8", "r9"];
-            let mut before: RegisterMap = names
-                .iter()
-                .zip(a)
-                .map(|(n, v)| (n.to_string(), format!("{v:#x}")))
-                .collect();
-            before.insert("rax".into(), format!("{number:#x}"));
-            self.syscall_record = Some(SyscallRecord {
-                position,
-                ip,
-                nr: number,
-                before,
-                after: RegisterMap::new(),
-                writes: Vec::new(),
-                complete: false,
-            });
+            self.syscall_record = Some(record(number, a, position, ip));
         }
     }
 
@@ -80,14 +132,18 @@ impl Plugin {
             }
         }
         let position = self.syscall_record.as_ref().map(|r| r.position);
+        let seq = self.syscall_seq.take();
         if let Some(r) = self.syscall_record.take() {
             let r = self.complete_syscall(r, ret as u64);
             self.syscalls.push(r);
+            self.waits(deferred::Waiting::Record(self.syscalls.len() - 1), seq);
         }
         let Some((n, a)) = self.syscall.take() else { return };
         if n == number && ret > 0 {
             if let Some(position) = position {
-                self.note_child(number, a[0], position, ret);
+                if self.note_child(number, a[0], position, ret) {
+                    self.waits(deferred::Waiting::Child(self.children.len() - 1), seq);
+                }
             }
         }
         if n != number || !nr::changes_map(number) || (-4095..0).contains(&ret) {
@@ -115,6 +171,7 @@ impl Plugin {
             if let Some(change) = diff(&old, maps.current(), self.engine.position(), number, mapped) {
                 self.images.note(&change.added);
                 self.changes.push(change);
+                self.waits(deferred::Waiting::Change(self.changes.len() - 1), seq);
             }
         }
     }
@@ -148,19 +205,28 @@ impl Plugin {
         r
     }
 
+    /// Makes `entry` wait for deferred call `seq`'s position, if the call was deferred.
+    fn waits(&mut self, entry: deferred::Waiting, seq: Option<usize>) {
+        if let Some(seq) = seq {
+            self.deferred.wait(entry, seq);
+        }
+    }
+
     /// Notes the process that call `number` (first argument `a0`) at `position` created, if
-    /// it created one: QEMU forks itself for it, and the copy runs unrecorded.
-    fn note_child(&mut self, number: u64, a0: u64, position: u64, pid: i64) {
+    /// it created one (true then): QEMU forks itself for it, and the copy runs unrecorded.
+    fn note_child(&mut self, number: u64, a0: u64, position: u64, pid: i64) -> bool {
         let flags = match number {
             nr::CLONE3 => self.read_u64(a0).unwrap_or(0),
             _ => a0,
         };
-        if let Some(name) = nr::creates_process(number, flags) {
-            self.children.push(ChildProcess {
-                position,
-                syscall: name.to_string(),
-                pid: Some(pid),
-            });
-        }
+        let Some(name) = nr::creates_process(number, flags) else {
+            return false;
+        };
+        self.children.push(ChildProcess {
+            position,
+            syscall: name.to_string(),
+            pid: Some(pid),
+        });
+        true
     }
 }
