@@ -290,3 +290,84 @@ fn a_block_translated_again_keeps_its_id() {
     assert_eq!(e.add_block(block(&[(0x1000, NOP), (0x1001, NOP)])), c);
     assert_eq!(e.block(c).kept(), 2);
 }
+
+/// The batch loop (`executed_all`, whose stretches settle common blocks with what holds for
+/// the whole stretch checked once) writes what settling one block at a time writes, on a
+/// random walk through conditional branches, calls, returns (compressed or not) and
+/// indirect jumps, with and without a signal handler among the targets.
+#[test]
+fn batches_write_what_one_block_at_a_time_writes() {
+    const JNE_B: &[u8] = &[0x0f, 0x85, 0xf9, 0x0f, 0x00, 0x00]; // 0x1001 -> 0x2000
+    const CALL_D: &[u8] = &[0xe8, 0xf4, 0x1f, 0x00, 0x00]; // 0x1007 -> 0x3000
+    const RET: &[u8] = &[0xc3];
+    const JMP_RAX: &[u8] = &[0xff, 0xe0];
+    const JMP_A: &[u8] = &[0xe9, 0xfa, 0xef, 0xff, 0xff]; // 0x2001 -> 0x1000
+    for handler in [false, true] {
+        let build = || {
+            let mut e = Engine::new(
+                ModelOptions::default(),
+                RtitConfig::user_process(0x1000),
+                Start::Entry,
+                false,
+            );
+            if handler {
+                e.note_handler(0x2000);
+            }
+            let ids = [
+                e.add_block(block(&[(0x1000, NOP), (0x1001, JNE_B)])), // A
+                e.add_block(block(&[(0x1007, CALL_D)])),               // C
+                e.add_block(block(&[(0x3000, NOP), (0x3001, RET)])),   // D
+                e.add_block(block(&[(0x100c, JMP_RAX)])),              // E
+                e.add_block(block(&[(0x2000, NOP), (0x2001, JMP_A)])), // B
+            ];
+            (e, ids)
+        };
+        let (mut batched, ids) = build();
+        let (mut single, _) = build();
+        let (a, c, d, e_, b) = (ids[0], ids[1], ids[2], ids[3], ids[4]);
+        let kept = |id: u32| batched.block(id).kept() as u64;
+        // A walk: each block with the count of the one before it.
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut coin = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x & 1 != 0
+        };
+        let mut walk = vec![(a, Counts::default())];
+        let mut at = a;
+        for _ in 0..20_000 {
+            let next = match at {
+                _ if at == a => [b, c][usize::from(coin())],
+                _ if at == c => d,
+                // A return to its call's NLIP (compressed) or elsewhere (a TIP).
+                _ if at == d => [e_, a][usize::from(coin() && coin())],
+                _ if at == e_ => [a, b][usize::from(coin())],
+                _ => a,
+            };
+            walk.push((next, full(kept(at))));
+            at = next;
+        }
+        for &(id, counts) in &walk {
+            single.executed(id, counts).expect("settles");
+        }
+        batched.executed(walk[0].0, walk[0].1).expect("starts");
+        let mut rest = &walk[1..];
+        let mut size = 1;
+        while !rest.is_empty() {
+            let n = size.min(rest.len());
+            batched.executed_all(rest[..n].iter().copied());
+            rest = &rest[n..];
+            size = size * 3 % 1000 + 1;
+        }
+        assert!(batched.stats.blocks > 19_000, "{:?}", batched.stats);
+        assert_eq!(
+            (batched.position(), batched.stats),
+            (single.position(), single.stats),
+            "handler {handler}"
+        );
+        let (bytes, one) = (batched.take_trace(), single.take_trace());
+        assert!(bytes.len() > 1000, "a trace was written: {} bytes", bytes.len());
+        assert!(bytes == one, "handler {handler}: the same bytes");
+    }
+}
