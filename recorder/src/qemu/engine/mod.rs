@@ -125,6 +125,9 @@ pub struct Engine {
     config: RtitConfig,
     start: Start,
     pending: Option<Pending>,
+    /// The base of the block that ended in the last system call ([`Self::block_base`]),
+    /// until the next block starts.
+    syscall_base: Option<u64>,
     kernel: Kernel,
     last_syscall: Option<(u64, u64)>,
     truth: Option<Vec<u64>>,
@@ -166,6 +169,7 @@ impl Engine {
             config,
             start,
             pending: None,
+            syscall_base: None,
             kernel: Kernel::User,
             last_syscall: None,
             truth: truth.then(Vec::new),
@@ -232,8 +236,15 @@ impl Engine {
     /// register sample taken between two blocks (`rtit record --truth`). `None` while not
     /// tracing or after the end.
     pub fn block_base(&self) -> Option<u64> {
-        let first = self.pending.as_ref().map_or(0, |p| p.first as u64);
-        (self.model.is_some() && !self.ended).then(|| self.position().wrapping_sub(first))
+        let base = match (self.pending, self.syscall_base) {
+            (Some(p), _) => self.position().wrapping_sub(p.first as u64),
+            // The running block ended in a system call, settled already: its base is where
+            // it began, not after it (the plugin settles a deferred call before the next
+            // block starts, and publishes this for a stop between the two).
+            (None, Some(base)) => base,
+            (None, None) => self.position(),
+        };
+        (self.model.is_some() && !self.ended).then_some(base)
     }
 
     /// RTIT_TNT_BUFF as software reads it when tracing stops (1: empty), for the recording's
@@ -306,6 +317,7 @@ impl Engine {
         if let (Some(p), None) = (self.pending, self.delivered) {
             if self.settle_common(p, counts, next) {
                 self.pending = Some(Pending { id, first: 0 });
+                self.syscall_base = None;
                 return Ok(None);
             }
         }
@@ -315,6 +327,7 @@ impl Engine {
         self.leave_kernel(next);
         self.delivered = None;
         self.pending = Some(Pending { id, first: 0 });
+        self.syscall_base = None;
         Ok(None)
     }
 
@@ -384,6 +397,7 @@ impl Engine {
         };
         self.stats.blocks += settled;
         self.pending = Some(p);
+        self.syscall_base = None;
         unsettled
     }
 
@@ -402,6 +416,7 @@ impl Engine {
         }
         self.model = Some(model);
         self.pending = Some(Pending { id, first });
+        self.syscall_base = None;
         Ok(Some(ip))
     }
 
@@ -410,10 +425,12 @@ impl Engine {
         if self.ended || self.model.is_none() {
             return SyscallAction::Continue;
         }
+        let base = self.block_base();
         let Some(p) = self.pending.take() else {
             self.stats.anomalies += 1;
             return SyscallAction::Continue;
         };
+        self.syscall_base = base;
         let block = self.block(p.id);
         if block.is_vsyscall() {
             self.pending = Some(p);

@@ -371,3 +371,28 @@ fn batches_write_what_one_block_at_a_time_writes() {
         assert!(bytes == one, "handler {handler}: the same bytes");
     }
 }
+
+/// After a system call, until the next block starts, the running block's base is where the
+/// block that made the call began: `rtit record` adds the block's started instructions to it
+/// at a stop between the two (a signal on the call's return), so the base after the call
+/// would place the signal a block late.
+#[test]
+fn the_base_after_a_system_call_is_its_blocks() {
+    const SYSCALL: &[u8] = &[0x0f, 0x05];
+    let mut e = Engine::new(
+        ModelOptions::default(),
+        RtitConfig::user_process(0x1000),
+        Start::Entry,
+        false,
+    );
+    let a = e.add_block(block(&[(0x1000, NOP), (0x1001, NOP), (0x1002, SYSCALL)]));
+    let b = e.add_block(block(&[(0x1004, NOP), (0x1005, SYSCALL)]));
+    e.executed(a, Counts::default()).expect("starts");
+    assert_eq!(e.block_base(), Some(0));
+    assert_eq!(e.syscall(39, false, full(3)), SyscallAction::Continue);
+    assert_eq!((e.position(), e.block_base()), (3, Some(0)));
+    e.executed(b, full(3)).expect("after the call");
+    assert_eq!(e.block_base(), Some(3));
+    assert_eq!(e.syscall(39, false, full(2)), SyscallAction::Continue);
+    assert_eq!((e.position(), e.block_base()), (5, Some(3)));
+}
