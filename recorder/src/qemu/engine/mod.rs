@@ -29,9 +29,10 @@ use std::collections::HashMap;
 use rtit_replay_core::cofi::{Cofi, FarKind};
 
 use super::block::{Access, Block, Hot, Summary};
-use crate::model::{CpuState, ModelError, ModelOptions, Retired, RtitConfig, UnitModel};
+use crate::model::{CpuState, ModelError, ModelOptions, RtitConfig, UnitModel};
 use crate::sideband::nr;
 
+mod fast;
 mod feed;
 mod oracle;
 mod started;
@@ -331,76 +332,6 @@ impl Engine {
         Ok(None)
     }
 
-    /// Blocks that started one after another, each with the counts of the block before it,
-    /// while tracing ([`Self::executed`] for each, which can neither begin tracing nor fail
-    /// then): the feeder thread's loop, with the common settling inlined.
-    pub fn executed_all(&mut self, blocks: impl IntoIterator<Item = (u32, Counts)>) {
-        let mut blocks = blocks.into_iter();
-        while let Some(mut block) = blocks.next() {
-            if let (false, Some(p), None) = (self.ended, self.pending, self.delivered) {
-                match self.stretch(p, block, &mut blocks) {
-                    Some(unsettled) => block = unsettled,
-                    None => return,
-                }
-            }
-            let began = self.executed(block.0, block.1);
-            debug_assert!(matches!(began, Ok(None)), "tracing began twice");
-        }
-    }
-
-    /// Settles blocks on the fast path ([`Self::settle_common`]'s rules) from pending block
-    /// `p` and the block that starts next, `block`, taking more from `blocks` for as long as
-    /// they settle so; returns the first that does not, with the one before it pending, or
-    /// `None` once `blocks` ran out. What holds for the whole stretch is checked once, not at
-    /// each block: in user mode, pending from its first instruction, no truth or oracle to
-    /// feed, and the model taking runs, none of which the fast path changes; and the pending
-    /// block stays in a register (issue 20: its store and reload at each block were on the
-    /// path from one block to the next).
-    #[inline(always)]
-    fn stretch(
-        &mut self,
-        mut p: Pending,
-        mut block: (u32, Counts),
-        blocks: &mut impl Iterator<Item = (u32, Counts)>,
-    ) -> Option<(u32, Counts)> {
-        let watched = self.truth.is_some() || self.oracle.is_some();
-        let user = matches!(self.kernel, Kernel::User);
-        let Some(model) = self
-            .model
-            .as_mut()
-            .filter(|m| user && p.first == 0 && !watched && m.takes_runs())
-        else {
-            return Some(block);
-        };
-        let (hot, handlers) = (&self.hot, &self.handlers);
-        let mut settled = 0;
-        let unsettled = loop {
-            let h = hot[p.id as usize];
-            let next = hot[block.0 as usize].start;
-            let last_ip = h.last_ip();
-            // Where it can go: a fall-through, a direct target (a jump to itself included),
-            // or for an indirect branch anywhere but a signal handler or itself (a re-run
-            // after a store into the block).
-            let legal = (h.falls() && next == h.nlip)
-                || next == h.taken
-                || (h.cofi.is_indirect() && next != last_ip && !is_handler(handlers, next));
-            if !legal || h.slow || block.1.started != u64::from(h.kept) {
-                break Some(block);
-            }
-            model.retire_block_exact(u64::from(h.kept) - 1, &Retired::new(last_ip, h.len, h.cofi, next));
-            settled += 1;
-            p = Pending { id: block.0, first: 0 };
-            match blocks.next() {
-                Some(b) => block = b,
-                None => break None,
-            }
-        };
-        self.stats.blocks += settled;
-        self.pending = Some(p);
-        self.syscall_base = None;
-        unsettled
-    }
-
     fn maybe_begin(&mut self, id: u32) -> Result<Option<u64>, ModelError> {
         let block = self.block(id);
         let first = match self.start {
@@ -517,63 +448,6 @@ impl Engine {
         (self.stats.faults > before).then_some(self.last_fault).flatten()
     }
 
-    /// Settles the previous block `p` the way nearly every block is settled, if it is such a
-    /// one: it ran whole from its first instruction, in user mode with nothing of the kernel
-    /// between, and went on where its last instruction can go (not a REP string instruction
-    /// running again, nor a signal handler); the model takes it without a look at each
-    /// instruction (issue 20: this is the feeder's work at every block). False, with nothing
-    /// done, for everything else, which [`Self::resolve`] settles.
-    #[inline(always)]
-    fn settle_common(&mut self, p: Pending, counts: Counts, next: u64) -> bool {
-        let h = self.hot[p.id as usize];
-        let ordinary = matches!(self.kernel, Kernel::User)
-            && p.first == 0
-            && counts.started == u64::from(h.kept)
-            && !h.slow
-            // Not a re-run after a store into the block (a jump to itself is fine).
-            && !(next == h.last_ip() && h.taken != next);
-        if !ordinary {
-            return false;
-        }
-        // Where it can go: a fall-through, a direct target, or for an indirect branch
-        // anywhere but a signal handler.
-        let legal =
-            (h.falls() && next == h.nlip) || next == h.taken || (h.cofi.is_indirect() && !self.is_handler(next));
-        let Some(model) = self.model.as_mut() else {
-            return false;
-        };
-        let settled =
-            legal && model.retire_block(u64::from(h.kept) - 1, &Retired::new(h.last_ip(), h.len, h.cofi, next));
-        if settled && (self.truth.is_some() || self.oracle.is_some()) {
-            self.witness(p.id, next);
-        }
-        settled
-    }
-
-    /// What the fast path just settled of block `id` (it went on to `next`), one instruction
-    /// at a time, for the truth and the oracle: `--check-fast-path` compares the oracle's
-    /// bytes with what [`Self::settle_common`] wrote.
-    #[cold]
-    fn witness(&mut self, id: u32, next: u64) {
-        let insns = &self.blocks[id as usize].insns;
-        let kept = self.summaries[id as usize].kept as usize;
-        for (i, insn) in insns[..kept].iter().enumerate() {
-            let to = insns[..kept].get(i + 1).map_or(next, |n| n.ip);
-            if let Some(t) = &mut self.truth {
-                t.push(insn.ip);
-            }
-            if let Some(o) = &mut self.oracle {
-                o.retire(&Retired::new(insn.ip, insn.len, insn.cofi, to));
-            }
-        }
-    }
-
-    /// Whether `ip` is a signal handler's address.
-    #[inline]
-    fn is_handler(&self, ip: u64) -> bool {
-        is_handler(&self.handlers, ip)
-    }
-
     /// Settles the previous block `p` now that execution went on at `next` (`None`: the
     /// process died).
     fn resolve(&mut self, p: Pending, counts: Counts, next: Option<u64>) {
@@ -687,10 +561,4 @@ impl Engine {
             Kernel::Delivering => self.iret(next),
         }
     }
-}
-
-/// Whether `ip` is one of `handlers` (sorted).
-#[inline]
-fn is_handler(handlers: &[u64], ip: u64) -> bool {
-    !handlers.is_empty() && handlers.binary_search(&ip).is_ok()
 }
