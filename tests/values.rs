@@ -301,6 +301,39 @@ fn the_qemu_backend_knows_python3s_values_from_its_entry_point() {
 }
 
 #[test]
+fn the_qemu_backend_keeps_the_segment_bases_across_a_signal_return() {
+    // python3 with a signal handler it runs 20 times: rt_sigreturn restores neither the
+    // segment bases nor DS, ES, FS, GS. Forgotten there, the FS base made every TLS access
+    // after the first handler's return unknown (errno's address, a store through it that
+    // forgot the stack), and `bt` stopped and `write`'s buffer was unknown to the end.
+    let dir = scratch("qemu-python3-signals");
+    let rec = dir.join("rec");
+    let script = "import os, signal\n\
+                  signal.signal(signal.SIGUSR1, lambda s, f: None)\n\
+                  for _ in range(20): os.kill(os.getpid(), signal.SIGUSR1)\n\
+                  print(sum(range(10)))";
+    let out = Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .args(["record", "--backend", "qemu", "--truth", "--out"])
+        .arg(&rec)
+        .current_dir(&dir)
+        .args(["--", "/usr/bin/python3", "-c", script])
+        .stdout(Stdio::null())
+        .output()
+        .expect("rtit record");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let signals = std::fs::read_to_string(rec.join("signals.jsonl")).expect("signals.jsonl");
+    assert_eq!(signals.lines().count(), 20, "every delivery logged");
+    let text = check_values(&rec, "qemu python3 with signals");
+    assert!(samples(&text) >= 50, "{text}");
+    for r in ["fs_base", "gs_base", "ds", "es", "fs", "gs"] {
+        assert_eq!(right(&text, r), 100.0, "{r}: {text}");
+    }
+    assert!(right(&text, "rsp") >= 99.0, "{text}");
+    assert!(right(&text, "all GPRs") >= 99.0, "{text}");
+}
+
+#[test]
 fn the_qemu_backend_knows_the_registers_where_tracing_starts() {
     // Debian's sort is stripped: `--start main` is the function its entry point hands to
     // __libc_start_main. QEMU's gdbstub stops there (a breakpoint) before the plugin starts

@@ -103,11 +103,11 @@ fn forget_written(st: &mut State, e: &Effect, record: Option<&SyscallRecord>, sp
 /// What every system call leaves unknown: `rax` (the result), `rcx` and `r11` (which
 /// SYSCALL and the kernel's return path overwrite) and RFLAGS unless the recording's CPU
 /// model keeps them (QEMU), and the segment bases when the call is one that can set them
-/// (or is not known).
+/// (or is not known; `rt_sigreturn` does not, see `sigreturn`).
 fn clobber(st: &mut State, nr: Option<u64>) {
     st.regs.set(RAX, None);
     clobber_return(st);
-    if nr.map_or(true, |n| n == nr::ARCH_PRCTL || n == nr::RT_SIGRETURN) {
+    if nr.map_or(true, |n| n == nr::ARCH_PRCTL) {
         st.regs.set(Reg::FsBase, None);
         st.regs.set(Reg::GsBase, None);
     }
@@ -245,7 +245,7 @@ pub fn backward(st: &mut State, between: Between<'_>, space: &AddressSpace, f: &
             clobber(st, nr);
             if e == Effect::Restores {
                 // Before the return: what the handler left, which nothing here tells.
-                st.regs.forget_all();
+                super::sigreturn::unrestore(st);
                 st.flags.forget(flags::ALL);
                 st.vec.forget_all();
                 st.mxcsr = Default::default();
