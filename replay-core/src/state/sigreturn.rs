@@ -96,7 +96,7 @@ mod tests {
         st.mem.write(rsp + MCONTEXT + CS, &0x33u16.to_le_bytes());
         st.mem.write(rsp + MCONTEXT + SS, &0x2bu16.to_le_bytes());
         st.mem.write(rsp + MCONTEXT + FPSTATE, &0u64.to_le_bytes());
-        st.regs.set(Reg::FsBase, Some(0x4000_dead_000));
+        st.regs.set(Reg::FsBase, Some(0x40_0dea_d000));
         st.regs.set(Reg::GsBase, Some(0));
         for s in [0, 3, 4, 5] {
             st.regs.set(Reg::Segment(s), Some(0x2b));
@@ -115,13 +115,13 @@ mod tests {
         assert_eq!(st.regs.get(Reg::Gpr(1)), Some(0x100 + 14), "rcx from the frame");
         assert_eq!(st.regs.get(RSP), Some(0x100 + 15));
         assert_eq!(st.regs.get(Reg::Segment(1)), Some(0x33));
-        assert_eq!(st.regs.get(Reg::FsBase), Some(0x4000_dead_000));
+        assert_eq!(st.regs.get(Reg::FsBase), Some(0x40_0dea_d000));
         assert_eq!(st.regs.get(Reg::GsBase), Some(0));
         assert_eq!(st.regs.get(Reg::Segment(3)), Some(0x2b));
         let mut back = in_handler();
         unrestore(&mut back);
         assert_eq!((back.regs.get(RAX), back.regs.get(RSP)), (None, None));
-        assert_eq!(back.regs.get(Reg::FsBase), Some(0x4000_dead_000));
+        assert_eq!(back.regs.get(Reg::FsBase), Some(0x40_0dea_d000));
         assert_eq!(back.regs.get(Reg::Segment(4)), Some(0x2b));
     }
 }
