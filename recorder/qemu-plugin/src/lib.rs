@@ -106,12 +106,12 @@ extern "C" fn tb_trans(_id: PluginId, tb: *mut Tb) {
                 (ffi::qemu_plugin_insn_vaddr(insn), bytes)
             })
             .collect();
-        let Ok(block) = Block::translate(insns) else {
+        let Ok(block) = Block::translate(insns.iter().copied()) else {
             with_plugin(|p| p.untranslatable(ffi::qemu_plugin_tb_vaddr(tb)));
             return;
         };
         let kept = block.kept();
-        let Some(id) = with_plugin(|p| p.add_block(block)) else {
+        let Some(id) = with_plugin(|p| p.add_block(block, &insns)) else {
             return;
         };
         for i in 0..kept {

@@ -9,6 +9,7 @@
 //! through QEMU's gdbstub (where tracing starts, and samples for `--truth`) in [`gdbstub`].
 
 pub mod block;
+pub mod capture;
 pub mod cpuid;
 pub mod engine;
 pub mod gdbstub;

@@ -18,7 +18,7 @@ use rtit_replay_core::recording::{ChildProcess, MapChange};
 use rtit_replay_core::syscall::SyscallRecord;
 
 /// The ring entry that marks a deferred system call (no block has this id).
-pub const MARK: u32 = u32::MAX;
+pub use rtit_recorder::qemu::engine::SYSCALL_MARK as MARK;
 
 /// A system call the vCPU noted for the engine.
 #[derive(Debug, Clone, Copy)]
@@ -68,6 +68,11 @@ impl Deferred {
         self.queue.push_back(call);
         self.count += 1;
         self.count - 1
+    }
+
+    /// The numbers of the calls the engine has still to reach, in order.
+    pub fn queued(&self) -> impl Iterator<Item = u64> + '_ {
+        self.queue.iter().map(|c| c.number)
     }
 
     /// The engine reached the next mark: the call it stands for.

@@ -18,6 +18,7 @@ use nix::fcntl::{fcntl, FcntlArg};
 use rtit_recorder::model::{ModelOptions, RtitConfig};
 use rtit_recorder::outcome::RegisterMap;
 use rtit_recorder::qemu::block::Block;
+use rtit_recorder::qemu::capture::{self, Capture};
 use rtit_recorder::qemu::engine::{Counts, Engine, Start, Started};
 use rtit_recorder::qemu::guest_maps::GuestMaps;
 use rtit_recorder::qemu::initial::{find_initial_rsp, guest_mappings, name_stack, with_elf_perms};
@@ -84,6 +85,9 @@ pub struct Plugin {
     children: Vec<ChildProcess>,
     notes: Vec<String>,
     flush_check: u32,
+    /// What the engine is handed, captured for `cargo bench --bench qemu_engine` when
+    /// `RTIT_QEMU_CAPTURE` names a directory.
+    capture: Option<Capture>,
 }
 
 impl Plugin {
@@ -138,6 +142,13 @@ impl Plugin {
             children: Vec::new(),
             notes: Vec::new(),
             flush_check: 0,
+            capture: std::env::var_os(capture::ENV).and_then(|dir| match Capture::create(Path::new(&dir)) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    crate::ffi::say(&e.to_string());
+                    None
+                }
+            }),
             args,
         })
     }
@@ -159,8 +170,15 @@ impl Plugin {
     }
 
     /// Keeps a translated block.
-    pub fn add_block(&mut self, block: Block) -> u32 {
-        self.engine.add_block(block)
+    pub fn add_block(&mut self, block: Block, insns: &[(u64, &[u8])]) -> u32 {
+        let id = self.engine.add_block(block);
+        if let Some(c) = self.capture.as_mut() {
+            if let Err(e) = c.translation(id, insns) {
+                self.notes.push(e.to_string());
+                self.capture = None;
+            }
+        }
+        id
     }
 
     /// A block QEMU translated that has no decodable instruction.
@@ -352,22 +370,16 @@ impl Plugin {
                     self.executed(b.id, b.before);
                 }
             } else {
-                // The feeder's loop: the engine settles a batch at a time, and a deferred
-                // system call where its mark is.
                 taken += blocks.len() as u32;
-                let mut blocks = blocks;
-                loop {
-                    let mut mark = None;
-                    self.engine.executed_all(blocks.by_ref().map_while(|b| match b.id {
-                        MARK => {
-                            mark = Some(b.before);
-                            None
+                match self.capture.as_mut() {
+                    None => self.feed(blocks),
+                    Some(c) => {
+                        let batch: Vec<Started> = blocks.collect();
+                        if let Err(e) = c.entries(&batch, self.deferred.queued()) {
+                            self.notes.push(e.to_string());
+                            self.capture = None;
                         }
-                        _ => Some((b.id, b.before)),
-                    }));
-                    match mark {
-                        Some(counts) => self.settle_deferred(counts),
-                        None => break,
+                        self.feed(batch.into_iter());
                     }
                 }
             }
@@ -379,6 +391,25 @@ impl Plugin {
                 self.flush();
             }
             self.flush_check = self.flush_check.wrapping_add(taken);
+        }
+    }
+
+    /// The feeder's loop: the engine settles a batch at a time, and a deferred system call
+    /// where its mark is.
+    fn feed(&mut self, mut blocks: impl Iterator<Item = Started>) {
+        loop {
+            let mut mark = None;
+            self.engine.executed_all(blocks.by_ref().map_while(|b| match b.id {
+                MARK => {
+                    mark = Some(b.before);
+                    None
+                }
+                _ => Some((b.id, b.before)),
+            }));
+            match mark {
+                Some(counts) => self.settle_deferred(counts),
+                None => break,
+            }
         }
     }
 
@@ -450,6 +481,9 @@ impl Plugin {
             return;
         }
         let fault = self.engine.finish(counts, fatal);
+        if let Some(e) = self.capture.as_mut().and_then(|c| c.flush().err()) {
+            self.notes.push(e.to_string());
+        }
         self.deferred
             .settle(&mut self.syscalls, &mut self.children, &mut self.changes);
         self.flush();

@@ -41,7 +41,7 @@ mod tests;
 
 pub use oracle::Checked;
 use oracle::Oracle;
-pub use started::Started;
+pub use started::{Started, SYSCALL_MARK};
 
 /// Where the untraced kernel is, for the model's far transfers; no packet ever carries it
 /// under user-only tracing.

@@ -4,6 +4,10 @@
 
 use super::Counts;
 
+/// The id of an entry that marks a system call the plugin deferred to the engine's thread
+/// (no block has it).
+pub const SYSCALL_MARK: u32 = u32::MAX;
+
 /// Bits of the word holding the started count of the block before.
 const STARTED_BITS: u32 = 32;
 
