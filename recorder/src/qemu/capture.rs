@@ -14,6 +14,11 @@ use std::path::{Path, PathBuf};
 
 use super::engine::{Started, SYSCALL_MARK};
 
+/// The files of a capture.
+pub const BLOCKS: &str = "blocks.bin";
+/// See [`BLOCKS`].
+pub const ENTRIES: &str = "entries.bin";
+
 /// The environment variable naming the directory the plugin captures into.
 pub const ENV: &str = "RTIT_QEMU_CAPTURE";
 /// Entries captured at most (400 MB).
@@ -48,21 +53,29 @@ pub struct Capture {
     count: u64,
 }
 
-fn create(path: PathBuf) -> Result<std::io::BufWriter<std::fs::File>, CaptureError> {
-    std::fs::File::create(&path)
-        .map(std::io::BufWriter::new)
-        .map_err(|source| CaptureError::Io { path, source })
+fn create(path: PathBuf) -> Result<std::fs::File, CaptureError> {
+    std::fs::File::create(&path).map_err(|source| CaptureError::Io { path, source })
 }
 
 impl Capture {
     /// Starts a capture in `dir` (which must exist).
     pub fn create(dir: &Path) -> Result<Self, CaptureError> {
-        Ok(Self {
+        Ok(Self::with_files(
+            dir,
+            create(dir.join(BLOCKS))?,
+            create(dir.join(ENTRIES))?,
+        ))
+    }
+
+    /// A capture into `blocks` and `entries`, files the caller created in `dir` (the plugin
+    /// moves them out of the program's descriptor numbers first).
+    pub fn with_files(dir: &Path, blocks: std::fs::File, entries: std::fs::File) -> Self {
+        Self {
             dir: dir.to_path_buf(),
-            blocks: create(dir.join("blocks.bin"))?,
-            entries: create(dir.join("entries.bin"))?,
+            blocks: std::io::BufWriter::new(blocks),
+            entries: std::io::BufWriter::new(entries),
             count: 0,
-        })
+        }
     }
 
     fn io(&self, name: &str) -> impl FnOnce(std::io::Error) -> CaptureError {
@@ -80,7 +93,7 @@ impl Capture {
             rec.push(bytes.len() as u8);
             rec.extend_from_slice(bytes);
         }
-        self.blocks.write_all(&rec).map_err(self.io("blocks.bin"))
+        self.blocks.write_all(&rec).map_err(self.io(BLOCKS))
     }
 
     /// Entries the engine takes next; `numbers` gives the system call of each mark among
@@ -97,13 +110,13 @@ impl Capture {
                 words.extend_from_slice(&numbers.next().unwrap_or(u64::MAX).to_le_bytes());
             }
         }
-        self.entries.write_all(&words).map_err(self.io("entries.bin"))
+        self.entries.write_all(&words).map_err(self.io(ENTRIES))
     }
 
     /// Writes out what is buffered.
     pub fn flush(&mut self) -> Result<(), CaptureError> {
-        self.blocks.flush().map_err(self.io("blocks.bin"))?;
-        self.entries.flush().map_err(self.io("entries.bin"))
+        self.blocks.flush().map_err(self.io(BLOCKS))?;
+        self.entries.flush().map_err(self.io(ENTRIES))
     }
 }
 
@@ -130,12 +143,12 @@ pub fn load(dir: &Path) -> Result<(Vec<Translation>, Vec<Entry>), CaptureError> 
         path: dir.join(name),
         offset,
     };
-    let b = read("blocks.bin")?;
+    let b = read(BLOCKS)?;
     let mut translations = Vec::new();
     let mut at = 0;
     while at < b.len() {
         let start = at;
-        let word = |at: usize, n: usize| b.get(at..at + n).ok_or_else(|| truncated("blocks.bin", start));
+        let word = |at: usize, n: usize| b.get(at..at + n).ok_or_else(|| truncated(BLOCKS, start));
         let id = u32::from_le_bytes(word(at, 4)?.try_into().expect("4 bytes"));
         let n = u32::from_le_bytes(word(at + 4, 4)?.try_into().expect("4 bytes"));
         at += 8;
@@ -148,9 +161,9 @@ pub fn load(dir: &Path) -> Result<(Vec<Translation>, Vec<Entry>), CaptureError> 
         }
         translations.push((id, insns));
     }
-    let e = read("entries.bin")?;
+    let e = read(ENTRIES)?;
     if e.len() % 8 != 0 {
-        return Err(truncated("entries.bin", e.len() / 8 * 8));
+        return Err(truncated(ENTRIES, e.len() / 8 * 8));
     }
     let mut words = e
         .chunks_exact(8)
@@ -199,7 +212,7 @@ mod tests {
                 Entry::Block(block)
             ]
         );
-        let blocks = dir.join("blocks.bin");
+        let blocks = dir.join(BLOCKS);
         let bytes = std::fs::read(&blocks).expect("read");
         std::fs::write(&blocks, &bytes[..bytes.len() - 1]).expect("cut");
         let err = load(&dir).expect_err("cut");

@@ -142,11 +142,18 @@ impl Plugin {
             children: Vec::new(),
             notes: Vec::new(),
             flush_check: 0,
-            capture: std::env::var_os(capture::ENV).and_then(|dir| match Capture::create(Path::new(&dir)) {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    crate::ffi::say(&e.to_string());
-                    None
+            capture: std::env::var_os(capture::ENV).and_then(|dir| {
+                let dir = Path::new(&dir);
+                let file = |name: &str| {
+                    let path = dir.join(name);
+                    high(File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?)
+                };
+                match (file(capture::BLOCKS), file(capture::ENTRIES)) {
+                    (Ok(b), Ok(e)) => Some(Capture::with_files(dir, b, e)),
+                    (Err(e), _) | (_, Err(e)) => {
+                        crate::ffi::say(&e);
+                        None
+                    }
                 }
             }),
             args,
