@@ -279,3 +279,53 @@ fn asynchronous_signals_leave_no_gap() {
     assert_decodes_completely(&rec);
     check_truth(&rec, "timer_signals");
 }
+
+/// After each return from a signal handler the interrupted code has its own registers back in
+/// replay: a computation a 1 ms timer interrupts a few hundred times ends, in gdb at `done`,
+/// with the values it printed. QEMU hands `rt_sigreturn`'s callback its own -513, which was
+/// logged as the call's result and shown in `rax` after every handler's return (the sums came
+/// out wrong); the frame is what restores the registers.
+#[test]
+fn registers_after_a_handler_returns_are_the_interrupted_codes() {
+    let dir = common::scratch("qemu_backend", "alarm_work");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/alarm_work.c");
+    let exe = compile(&src, &[], &dir);
+    let out = dir.join("rec");
+    let result = rtit(&["record", "--backend", "qemu", "--out", s(&out), "--", s(&exe), s(&exe)]);
+    assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    let printed: Vec<&str> = stdout
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('=').map(|(_, v)| v))
+        .collect();
+    let [acc, nread, signals] = printed[..] else {
+        panic!("acc=... nread=... signals=...: {stdout}")
+    };
+    assert!(signals.parse::<u32>().expect("a count") >= 20, "{stdout}");
+    let syscalls = std::fs::read_to_string(out.join("syscalls.jsonl")).expect("syscalls.jsonl");
+    let sigreturns: Vec<&str> = syscalls.lines().filter(|l| l.contains("\"nr\":15,")).collect();
+    assert!(!sigreturns.is_empty(), "rt_sigreturn logged");
+    assert!(
+        sigreturns.iter().all(|l| !l.contains("0xfffffffffffffdff")),
+        "QEMU's -513 is not rt_sigreturn's result: {}",
+        sigreturns[0]
+    );
+    let mut replay = Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .args(["replay", s(&out)])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("rtit replay");
+    std::io::Write::write_all(
+        &mut replay.stdin.take().expect("stdin"),
+        b"break done\ncontinue\np acc\np nread\np signals\n",
+    )
+    .expect("gdb commands");
+    let shown = replay.wait_with_output().expect("replay ends");
+    let text = String::from_utf8_lossy(&shown.stdout);
+    for (n, value) in [acc, nread, signals].iter().enumerate() {
+        let line = format!("${} = {value}", n + 1);
+        assert!(text.contains(&line), "{line} in gdb:\n{text}");
+    }
+}

@@ -193,6 +193,7 @@ pub fn forward(st: &mut State, between: Between<'_>, space: &AddressSpace, f: &m
                 }
             }
             let bases = (st.regs.get(Reg::FsBase), st.regs.get(Reg::GsBase));
+            let restores = e == Effect::Restores;
             clobber(st, nr);
             match (e, restored) {
                 (Effect::Restores, Some(after)) => {
@@ -209,10 +210,31 @@ pub fn forward(st: &mut State, between: Between<'_>, space: &AddressSpace, f: &m
                 _ => {}
             }
             if let Some(r) = record {
-                set_named(st, &r.after);
+                match restores {
+                    true => set_unrestored(st, &r.after),
+                    false => set_named(st, &r.after),
+                }
             }
         }
     }
+}
+
+/// QEMU 7.2's -QEMU_ESIGRETURN, which rtit's plugin logged as `rt_sigreturn`'s result before
+/// it knew better; never a value the program sees (the kernel restarts or fails a call that
+/// would return its -ERESTARTSYS kin).
+const QEMU_ESIGRETURN: u64 = 513u64.wrapping_neg();
+
+/// After `rt_sigreturn`, the registers its record holds where the frame left them unknown:
+/// the frame is the authority on the context it restores (the step backend's record agrees
+/// with it), and an old qemu recording's `rax` is QEMU's own return code, not the program's.
+fn set_unrestored(st: &mut State, after: &std::collections::BTreeMap<String, String>) {
+    let mut fill = after.clone();
+    fill.retain(|name, value| {
+        let known = Reg::from_name(name).is_some_and(|r| st.regs.get(r).is_some());
+        let bogus = name == "rax" && parse(value) == Some(QEMU_ESIGRETURN);
+        !known && !bogus
+    });
+    set_named(st, &fill);
 }
 
 /// Backwards over what lies between `p` and `p + 1`: `st` goes from the state at `p + 1` to
