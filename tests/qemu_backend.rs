@@ -310,6 +310,16 @@ fn registers_after_a_handler_returns_are_the_interrupted_codes() {
         "QEMU's -513 is not rt_sigreturn's result: {}",
         sigreturns[0]
     );
+    // `rtit info` counts the deliveries the recording logged (the decoded flow shows them as
+    // the trace leaving user mode and coming back).
+    let logged = std::fs::read_to_string(out.join("signals.jsonl")).expect("signals.jsonl");
+    let info = rtit(&["info", s(&out)]);
+    let expected = format!("{} signal deliveries to handlers", logged.lines().count());
+    assert!(
+        logged.lines().count() >= 20 && String::from_utf8_lossy(&info.stdout).contains(&expected),
+        "{expected}:\n{}",
+        String::from_utf8_lossy(&info.stdout)
+    );
     let mut replay = Command::new(env!("CARGO_BIN_EXE_rtit"))
         .args(["replay", s(&out)])
         .stdin(std::process::Stdio::piped())

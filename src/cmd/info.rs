@@ -40,6 +40,17 @@ pub fn run(args: &InfoArgs) -> Result<()> {
     println!("instructions  {}", m.instructions);
     println!("trace         {} bytes", m.trace_bytes);
     println!("started at    {:#x}", m.start_ip);
+    // What the recorder logged beside the trace. A signal shows in the decoded flow as the
+    // trace leaving user mode and coming back, not as an interrupt (which is a handler the
+    // trace holds), so its count is here.
+    match (rec.syscalls(), rec.signals()) {
+        (Ok(calls), Ok(signals)) => println!(
+            "logged        {} system calls, {} signal deliveries to handlers",
+            calls.len(),
+            signals.len()
+        ),
+        (Err(e), _) | (_, Err(e)) => println!("logged        {e}"),
+    }
     for warning in &m.warnings {
         println!("warning       {warning}");
     }
