@@ -4,6 +4,7 @@
 
 use super::{Counts, Engine, Kernel, Pending};
 use crate::model::Retired;
+use crate::qemu::block::Hot;
 
 impl Engine {
     /// Blocks that started one after another, each with the counts of the block before it,
@@ -52,17 +53,10 @@ impl Engine {
         let unsettled = loop {
             let h = hot[p.id as usize];
             let next = hot[block.0 as usize].start;
-            let last_ip = h.last_ip();
-            // Where it can go: a fall-through, a direct target (a jump to itself included),
-            // or for an indirect branch anywhere but a signal handler or itself (a re-run
-            // after a store into the block).
-            let legal = (h.falls() && next == h.nlip)
-                || next == h.taken
-                || (h.cofi.is_indirect() && next != last_ip && !is_handler(handlers, next));
-            if !legal || h.slow || block.1.started != u64::from(h.kept) {
+            if !common(&h, block.1, next, handlers) {
                 break Some(block);
             }
-            model.retire_block_exact(u64::from(h.kept) - 1, &Retired::new(last_ip, h.len, h.cofi, next));
+            model.retire_block_exact(u64::from(h.kept) - 1, &Retired::new(h.last_ip(), h.len, h.cofi, next));
             settled += 1;
             p = Pending { id: block.0, first: 0 };
             match blocks.next() {
@@ -85,24 +79,11 @@ impl Engine {
     #[inline(always)]
     pub(super) fn settle_common(&mut self, p: Pending, counts: Counts, next: u64) -> bool {
         let h = self.hot[p.id as usize];
-        let ordinary = matches!(self.kernel, Kernel::User)
-            && p.first == 0
-            && counts.started == u64::from(h.kept)
-            && !h.slow
-            // Not a re-run after a store into the block (a jump to itself is fine).
-            && !(next == h.last_ip() && h.taken != next);
-        if !ordinary {
-            return false;
-        }
-        // Where it can go: a fall-through, a direct target, or for an indirect branch
-        // anywhere but a signal handler.
-        let legal =
-            (h.falls() && next == h.nlip) || next == h.taken || (h.cofi.is_indirect() && !self.is_handler(next));
-        let Some(model) = self.model.as_mut() else {
+        let ordinary = matches!(self.kernel, Kernel::User) && p.first == 0 && common(&h, counts, next, &self.handlers);
+        let Some(model) = self.model.as_mut().filter(|_| ordinary) else {
             return false;
         };
-        let settled =
-            legal && model.retire_block(u64::from(h.kept) - 1, &Retired::new(h.last_ip(), h.len, h.cofi, next));
+        let settled = model.retire_block(u64::from(h.kept) - 1, &Retired::new(h.last_ip(), h.len, h.cofi, next));
         if settled && (self.truth.is_some() || self.oracle.is_some()) {
             self.witness(p.id, next);
         }
@@ -132,6 +113,19 @@ impl Engine {
     pub(super) fn is_handler(&self, ip: u64) -> bool {
         is_handler(&self.handlers, ip)
     }
+}
+
+/// Whether block `h`, whose execution `counts` tell, settles on the fast path with `next`
+/// starting after it (signal `handlers` sorted): it ran whole, it is not one the fast path
+/// leaves alone ([`Hot::slow`]), and it went where its last instruction can go: a
+/// fall-through, a direct target (a jump to itself included), or for an indirect branch
+/// anywhere but a signal handler or itself (a re-run after a store into the block).
+#[inline(always)]
+fn common(h: &Hot, counts: Counts, next: u64, handlers: &[u64]) -> bool {
+    let legal = (h.falls() && next == h.nlip)
+        || next == h.taken
+        || (h.cofi.is_indirect() && next != h.last_ip() && !is_handler(handlers, next));
+    legal && !h.slow && counts.started == u64::from(h.kept)
 }
 
 /// Whether `ip` is one of `handlers` (sorted).
