@@ -260,6 +260,7 @@ pub unsafe extern "C" fn qemu_plugin_install(
         }
     }
     drop(guard);
+    ring::detect();
     if let Err(e) = feeder::start() {
         say(&e);
         return -1;

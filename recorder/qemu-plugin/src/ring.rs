@@ -11,7 +11,7 @@
 //! reads up to it (acquire), then frees the entries by raising [`TAKEN`]. An entry is one
 //! word, so that the cache lines the two cores pass to each other carry eight blocks each.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rtit_recorder::qemu::engine::{Counts, Started};
 
@@ -83,17 +83,36 @@ pub fn push(s: Started) -> bool {
 /// Entries ahead of the next push whose line the producer asks for in advance.
 const AHEAD: usize = 256;
 
-/// Asks for the cache line of `at` to write it soon (PREFETCHW): the line was last read by
-/// the consumer on the other core, and a store that waits for it there holds up every store
-/// after it (stores retire in order), which stalled QEMU's translated code at every line of
-/// the ring (0.3 s of a 0.5 s run of sort).
+/// Asks for the cache line of `at` to write it soon: the line was last read by the consumer
+/// on the other core, and a store that waits for it there holds up every store after it
+/// (stores retire in order), which stalled QEMU's translated code at every line of the ring
+/// (0.3 s of a 0.5 s run of sort). PREFETCHW asks for the line exclusive; `_mm_prefetch`
+/// with `_MM_HINT_ET0` compiles to PREFETCHT0 without the `prfchw` target feature, which
+/// brings it shared, so that the store still waited for the other core: that cost gzip's
+/// recording 3.3-4.0 s for 2.2-2.5 s with PREFETCHW, side by side, in a phase where the VM
+/// was slow (issue 20). PREFETCHT0 stays where the CPU lacks PREFETCHW.
 #[inline]
 fn prefetch_for_write(at: &AtomicU64) {
     #[allow(unsafe_code)]
-    // SAFETY: a prefetch is a hint: it reads nothing, writes nothing, and cannot fault.
+    // SAFETY: a prefetch is a hint: it reads nothing, writes nothing, and cannot fault;
+    // PREFETCHW runs only where CPUID says the CPU has it.
     unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(at.as_ptr().cast())
+        if HAS_PREFETCHW.load(Ordering::Relaxed) {
+            std::arch::asm!("prefetchw [{0}]", in(reg) at.as_ptr(), options(nostack, readonly, preserves_flags))
+        } else {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.as_ptr().cast())
+        }
     }
+}
+
+/// Whether the CPU has PREFETCHW, set by [`detect`].
+static HAS_PREFETCHW: AtomicBool = AtomicBool::new(false);
+
+/// Looks up once whether the CPU has PREFETCHW: CPUID leaf 8000_0001h, ECX bit 8
+/// (PRFCHW, Intel SDM vol. 2, CPUID; AMD's 3DNowPrefetch).
+pub fn detect() {
+    let ecx = std::arch::x86_64::__cpuid(0x8000_0001).ecx;
+    HAS_PREFETCHW.store(ecx & (1 << 8) != 0, Ordering::Relaxed);
 }
 
 /// How many entries were taken in all.
