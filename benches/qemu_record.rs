@@ -3,7 +3,10 @@
 //! plain `qemu-x86_64` running it and of `rtit record --backend qemu` recording it, three runs
 //! each, interleaved; the ratio of the medians, the recorded instructions per second, and
 //! the trace's bytes per instruction. Each workload's instructions are what the recording
-//! counts (the same program and input under plain QEMU runs the same ones).
+//! counts (the same program and input under plain QEMU runs the same ones). Beside them, the
+//! API's floor: QEMU with the plugin's `floor=on`, an empty callback at every block and
+//! nothing else, which no recording through QEMU 7.2's plugin API can beat (the plugin's
+//! `floor` module says why).
 //!
 //! Needs qemu-x86_64 and a release build of the plugin (`cargo build --release`). Run with
 //! `cargo bench --bench qemu_record`; `RTIT_QEMU_BENCH=sort,gzip` picks workloads.
@@ -113,8 +116,11 @@ fn main() {
     let plugin = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/librtit_qemu_plugin.so");
     assert!(plugin.is_file(), "build the plugin first: cargo build --release");
     let chosen = std::env::var("RTIT_QEMU_BENCH").ok();
-    println!("| workload | instructions | plain qemu-x86_64 | rtit record --backend qemu | ratio | recorded | trace |");
-    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| workload | instructions | plain qemu-x86_64 | API floor | rtit record --backend qemu | ratio | floor ratio | recorded | trace |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let floor = format!("{},floor=on", plugin.display());
     for w in workloads(&dir) {
         if chosen
             .as_deref()
@@ -123,9 +129,15 @@ fn main() {
             continue;
         }
         let out = dir.join("rec");
-        let (mut plain, mut rtit) = (Vec::new(), Vec::new());
+        let (mut plain, mut floored, mut rtit) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..RUNS {
             plain.push(time(Command::new("qemu-x86_64").arg(w.program).args(&w.args)));
+            floored.push(time(
+                Command::new("qemu-x86_64")
+                    .args(["-plugin", &floor])
+                    .arg(w.program)
+                    .args(&w.args),
+            ));
             let _ = std::fs::remove_dir_all(&out);
             rtit.push(time(
                 Command::new(env!("CARGO_BIN_EXE_rtit"))
@@ -140,11 +152,13 @@ fn main() {
         let rec = Recording::open(&out).expect("the recording");
         let n = rec.manifest.instructions;
         println!(
-            "| {} | {n} | {} | {} | {:.1}× | {:.0} M/s | {:.2} B/insn |",
+            "| {} | {n} | {} | {} | {} | {:.1}× | {:.2}× | {:.0} M/s | {:.2} B/insn |",
             w.name,
             range(&plain),
+            range(&floored),
             range(&rtit),
             median(&rtit) / median(&plain),
+            median(&floored) / median(&plain),
             n as f64 / median(&rtit) / 1e6,
             rec.manifest.trace_bytes as f64 / n as f64
         );

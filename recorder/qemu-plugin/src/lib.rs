@@ -6,6 +6,8 @@
 //! core. System calls keep the guest's memory map. At the end it writes the trace and a
 //! report into the directory `rtit record` named; `rtit record --backend qemu` runs it.
 //!
+//! With `floor=on` alone it only measures what the API costs (`floor`).
+//!
 //! Threads are refused: the plugin stops recording at the first `clone` that creates one.
 //! A process the program forks is a copy of QEMU with this plugin in it: it goes inert and
 //! runs unrecorded; the parent notes it. When `rtit record` is asked to stop it tells the
@@ -14,6 +16,7 @@
 
 mod feeder;
 mod ffi;
+mod floor;
 mod published;
 mod ring;
 mod shared;
@@ -225,6 +228,14 @@ pub unsafe extern "C" fn qemu_plugin_install(
     let strings: Vec<String> = (0..argc.max(0) as usize)
         .map(|i| CStr::from_ptr(*argv.add(i)).to_string_lossy().into_owned())
         .collect();
+    if strings.iter().any(|s| s == floor::ARG) {
+        if strings.len() != 1 {
+            say(&format!("{} takes no other argument", floor::ARG));
+            return -1;
+        }
+        floor::install(id);
+        return 0;
+    }
     let args = match Args::parse(strings.iter().map(String::as_str)) {
         Ok(a) => a,
         Err(e) => {
