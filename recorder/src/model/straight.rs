@@ -59,12 +59,32 @@ impl UnitModel {
     #[inline(always)]
     pub fn retire_block_exact(&mut self, plain: u64, last: &Retired) {
         debug_assert!(near(last) && self.straight_is_exact());
-        let count = plain + 1;
+        self.count_exact(plain + 1);
+        self.near_packets(last);
+    }
+
+    /// The packets of a block's `last` instruction, as [`Self::retire_block_exact`] writes
+    /// them, without counting the block's instructions: a batch loop counts a stretch of
+    /// blocks in a local and hands the total to [`Self::count_exact`] at its end (issue 20:
+    /// the count, the clock and RTIT_CNTP, each read and written back at every block, were
+    /// chains through memory from one block to the next). Exact under the same conditions,
+    /// under which no packet depends on the count, the clock or RTIT_CNTP (no cycle-accurate
+    /// mode, no MTC), and only if the stretch's total is counted before anything else
+    /// reads them.
+    #[inline(always)]
+    pub fn retire_packets_exact(&mut self, last: &Retired) {
+        debug_assert!(near(last) && self.straight_is_exact());
+        self.near_packets(last);
+    }
+
+    /// Counts `count` instructions retired with [`Self::retire_packets_exact`]'s conditions:
+    /// the count of traced instructions, the clock and RTIT_CNTP move by them.
+    #[inline(always)]
+    pub fn count_exact(&mut self, count: u64) {
         self.traced += count;
         self.clock.skip(count, self.regs.mtc_range());
         let cycles = u64::from(self.clock.cycles_per_op) * count;
         self.out.cntp = ((u64::from(self.out.cntp) + cycles) & u64::from(CNTP_MASK)) as u32;
-        self.near_packets(last);
     }
 
     /// Retires one instruction that is not a far transfer (a near branch, or none), as

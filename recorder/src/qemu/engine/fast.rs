@@ -30,8 +30,8 @@ impl Engine {
     /// `None` once `blocks` ran out. What holds for the whole stretch is checked once, not at
     /// each block: in user mode, pending from its first instruction, no truth or oracle to
     /// feed, and the model taking runs, none of which the fast path changes; and the pending
-    /// block stays in a register (issue 20: its store and reload at each block were on the
-    /// path from one block to the next).
+    /// block stays in a register and the instructions are counted once at the end (issue 20:
+    /// their stores and reloads at each block were on the path from one block to the next).
     #[inline(always)]
     fn stretch(
         &mut self,
@@ -49,14 +49,15 @@ impl Engine {
             return Some(block);
         };
         let (hot, handlers) = (&self.hot, &self.handlers);
-        let mut settled = 0;
+        let (mut settled, mut count) = (0, 0u64);
         let unsettled = loop {
             let h = hot[p.id as usize];
             let next = hot[block.0 as usize].start;
             if !common(&h, block.1, next, handlers) {
                 break Some(block);
             }
-            model.retire_block_exact(u64::from(h.kept) - 1, &Retired::new(h.last_ip(), h.len, h.cofi, next));
+            model.retire_packets_exact(&Retired::new(h.last_ip(), h.len, h.cofi, next));
+            count += u64::from(h.kept);
             settled += 1;
             p = Pending { id: block.0, first: 0 };
             match blocks.next() {
@@ -64,6 +65,7 @@ impl Engine {
                 None => break None,
             }
         };
+        model.count_exact(count);
         self.stats.blocks += settled;
         self.pending = Some(p);
         self.syscall_base = None;
