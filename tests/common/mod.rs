@@ -69,8 +69,12 @@ pub fn plugin() -> &'static Path {
             Command::new("qemu-x86_64").arg("--version").output().is_ok(),
             "qemu-x86_64 is needed (apt-get install qemu-user; `.ci/run` installs it)"
         );
+        // In the profile the tests were built in, where rtit looks for it: a `--release` run
+        // otherwise used a release plugin built before, whatever the sources said since.
+        let release: &[&str] = if cfg!(debug_assertions) { &[] } else { &["--release"] };
         let status = Command::new(env!("CARGO"))
             .args(["build", "-p", "rtit-qemu-plugin"])
+            .args(release)
             .status()
             .expect("cargo");
         assert!(status.success(), "building the plugin");

@@ -1,7 +1,6 @@
 //! rtit's QEMU user-mode plugin (plugin API version 1, qemu-user 7.2): at translation time it
 //! classifies each block once; at execution time it notes the executed block sequence, with
-//! two inline counters (instructions started, memory accesses of the last instruction
-//! completed), in a ring (`ring`) from which the feeder thread (`feeder`) hands it to the
+//! an inline counter (the block's instructions, added before its last one), in a ring (`ring`) from which the feeder thread (`feeder`) hands it to the
 //! retirement engine of `rtit_recorder::qemu`, which drives the RTIT unit model, on another
 //! core. System calls keep the guest's memory map. At the end it writes the trace and a
 //! report into the directory `rtit record` named; `rtit record --backend qemu` runs it.
@@ -117,9 +116,15 @@ extern "C" fn tb_trans(_id: PluginId, tb: *mut Tb) {
         let Some(id) = with_plugin(|p| p.add_block(block, &insns)) else {
             return;
         };
-        for i in 0..kept {
-            let insn = ffi::qemu_plugin_tb_get_insn(tb, i);
-            ffi::qemu_plugin_register_vcpu_insn_exec_inline(insn, ffi::INLINE_ADD_U64, STARTED.as_ptr().cast(), 1);
+        // The block's count, at once, before its last instruction (see `published::STARTED`).
+        if kept > 0 {
+            let last = ffi::qemu_plugin_tb_get_insn(tb, kept - 1);
+            ffi::qemu_plugin_register_vcpu_insn_exec_inline(
+                last,
+                ffi::INLINE_ADD_U64,
+                STARTED.as_ptr().cast(),
+                kept as u64,
+            );
         }
         // No memory callback: QEMU 7.2 can leave one armed after a block whose last
         // instruction calls a helper and ends it (ld.so's lazy binding, `xrstor`), then run it
@@ -294,6 +299,8 @@ fn write_counters(out: &str) -> Result<(), String> {
         taken: Some(ring::TAKEN.as_ptr() as u64),
         handlers: published::HANDLERS.as_ptr() as u64,
         delivered: Some(published::DELIVERED.as_ptr() as u64),
+        pending_start: Some(published::PENDING_START.as_ptr() as u64),
+        faulted: Some(published::FAULTED.as_ptr() as u64),
     };
     let path = std::path::Path::new(out).join(rtit_recorder::qemu::report::files::COUNTERS);
     let text = serde_json::to_vec(&counters).map_err(|e| e.to_string())?;

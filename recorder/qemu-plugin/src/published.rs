@@ -1,5 +1,5 @@
 //! What is read and written without the plugin's lock, each on cache lines of its own: the
-//! inline counters QEMU's translated code adds to, the flags the vCPU's callback reads at
+//! inline counter QEMU's translated code adds to, the flags the vCPU's callback reads at
 //! every block, the position and the handler table `rtit record` reads from outside, the
 //! signal delivery it writes from outside, the request to stop, and whether this process is a child the program forked.
 
@@ -20,10 +20,13 @@ impl<T> std::ops::Deref for Line<T> {
     }
 }
 
-/// Instructions that started since QEMU started (an inline add before each instruction of
-/// every block). Only ever added to: the callbacks read it and take differences, as a swap
-/// per block (a locked instruction on a line the translated code had just written) cost a
-/// tenth of a recording.
+/// Instructions of blocks that reached their last instruction, since QEMU started: an inline
+/// add of the block's count before its last instruction (one a block: an add before every
+/// instruction took a fifth of QEMU's thread, issue 20). A block cut short before its last
+/// instruction (a fault, a store into the block) adds nothing; where it stopped is then told
+/// by what follows it (see `rtit_recorder::qemu::engine`). Only ever added to: the callbacks
+/// read it and take differences, as a swap per block (a locked instruction on a line the
+/// translated code had just written) cost a tenth of a recording.
 pub static STARTED: Line<AtomicU64> = Line(AtomicU64::new(0));
 
 /// The position before the running block while tracing, else `u64::MAX`, with the engine up
@@ -31,6 +34,14 @@ pub static STARTED: Line<AtomicU64> = Line(AtomicU64::new(0));
 /// signal-handler log read it (with [`STARTED`] and `ring::BLOCK_STARTED`) from outside while
 /// QEMU's gdbstub holds the program between two blocks, to place what they read.
 pub static POSITION: Line<AtomicU64> = Line(AtomicU64::new(u64::MAX));
+/// The first address of the block the engine has pending (the running one, once the engine
+/// is up to date), 0 if none: `rtit record` reads it, with [`POSITION`], where the running
+/// block was cut short (its count is 0), to count its instructions up to the stop.
+pub static PENDING_START: Line<AtomicU64> = Line(AtomicU64::new(0));
+/// Where the program was when QEMU's gdbstub last reported a signal that goes to no handler
+/// of the program's, as `rtit record` reads it there (0: none yet): if that signal ends the
+/// program within a block, the instruction it faulted at (the counts do not say which).
+pub static FAULTED: Line<AtomicU64> = Line(AtomicU64::new(0));
 /// Whether the engine traces: until it does, each block goes to it at once on the vCPU
 /// (`Plugin::take_now`), not through the ring.
 pub static TRACING: Line<AtomicBool> = Line(AtomicBool::new(false));
@@ -41,11 +52,11 @@ pub static TRACING: Line<AtomicBool> = Line(AtomicBool::new(false));
 pub static HANDLERS: [AtomicU64; 65] = [const { AtomicU64::new(0) }; 65];
 
 /// A signal delivery `rtit record` saw at a handler's entry, while QEMU's gdbstub held the
-/// program there with the engine up to date: the handler's address, then where the
-/// interrupted code resumes (the signal frame's saved RIP); 0 in the first word once the
-/// engine has it. Written from outside, between two blocks; the engine takes it before the
-/// handler's block (`Engine::signal_delivered`), the next one pushed.
-pub static DELIVERED: Line<[AtomicU64; 2]> = Line([AtomicU64::new(0), AtomicU64::new(0)]);
+/// program there with the engine up to date: the handler's address, where the interrupted
+/// code resumes (the signal frame's saved RIP), and the signal (Linux's number); 0 in the
+/// first word once the engine has it. Written from outside, between two blocks; the engine
+/// takes it before the handler's block (`Engine::signal_delivered`), the next one pushed.
+pub static DELIVERED: Line<[AtomicU64; 3]> = Line([const { AtomicU64::new(0) }; 3]);
 
 /// The signal `rtit record` received, once it asks the recording to stop (0: it has not).
 /// The vCPU reads it at every block, before taking the lock.

@@ -1,5 +1,5 @@
 //! The executed blocks on their way from the vCPU to the engine (issue 20): QEMU's callback at
-//! each block only notes the block, and what the inline counters say of the block before it,
+//! each block only notes the block, and what the inline counter says of the block before it,
 //! in a ring, without a lock or an atomic read-modify-write (a lock and two atomic swaps per
 //! block took 40 % of a recording); the feeder thread (`feeder`) takes them from there under
 //! the plugin's lock and runs the engine on the other core, and whoever needs the engine up to

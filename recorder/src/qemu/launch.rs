@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use rtit_replay_core::recording::{EndState, MemoryRegion, TraceEndRecord};
+use rtit_replay_core::recording::{EndState, MemoryRegion, SignalEntry, TraceEndRecord};
 
 use super::engine::Checked;
 use super::gdbstub::StartPoint;
@@ -372,13 +372,15 @@ fn run(
             report.registers_start
         }
     };
+    let mut signals = watched.signals;
+    exact_positions(&mut signals, &watched.told, &report.deliveries);
     Ok(Outcome {
         trace_end: report.tnt_buff.map(|tnt_buff| TraceEndRecord { tnt_buff }),
         children: report.children,
         warnings,
         syscalls: report.syscalls,
         results: Vec::new(),
-        signals: watched.signals,
+        signals,
         cpuid,
         xcr0: None,
         modules: Vec::new(),
@@ -439,6 +441,19 @@ fn end_state(end: &PluginEnd, status: std::process::ExitStatus, interrupted: &cr
                 address: None,
                 ip: fault_ip.map(|ip| format!("{ip:#x}")),
             }
+        }
+    }
+}
+
+/// Puts the handler entries the engine was told of (`told`: their indices in `signals`, in
+/// order) at the positions it found (`deliveries`, in the same order): `rtit record` counts
+/// from outside, and where a fault stopped the interrupted block it cannot tell whether the
+/// faulting instruction, which started, retired (it did not: the handler's entry came one
+/// instruction earlier than counted). Entries it did not place keep rtit's count.
+fn exact_positions(signals: &mut [SignalEntry], told: &[usize], deliveries: &[Option<u64>]) {
+    for (&at, found) in told.iter().zip(deliveries) {
+        if let (Some(entry), Some(position)) = (signals.get_mut(at), *found) {
+            entry.position = position;
         }
     }
 }

@@ -33,7 +33,8 @@ pub struct Counters {
     /// The address of the position.
     pub position: u64,
     /// The address of the count of started instructions (since QEMU started, or, from a
-    /// plugin without `started_base`, in the running block).
+    /// plugin without `started_base`, in the running block). A plugin with `pending_start`
+    /// counts a block at once before its last instruction: 0 for a block cut short.
     pub started: u64,
     /// The address of the started count when the running block started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -47,10 +48,18 @@ pub struct Counters {
     pub taken: Option<u64>,
     /// The address of the table of signal handlers.
     pub handlers: u64,
-    /// The address of the two words where `rtit record` writes a signal delivery it saw at
-    /// a handler's entry: the handler, and where the interrupted code resumes.
+    /// The address of the three words where `rtit record` writes a signal delivery it saw at
+    /// a handler's entry: the handler, where the interrupted code resumes, and the signal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivered: Option<u64>,
+    /// The address of the start of the block the engine has pending (a plugin that counts
+    /// a block at once has it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_start: Option<u64>,
+    /// The address of the word where `rtit record` writes where the program was at a signal
+    /// that goes to no handler.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub faulted: Option<u64>,
 }
 
 /// The lowest descriptor number the plugin keeps open (its output files, and the pipe on
@@ -228,6 +237,10 @@ pub struct Report {
     /// With `check=on`: what comparing the fast path with the unit model found.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check: Option<super::engine::Checked>,
+    /// The position of each signal handler's entry `rtit record` told the engine about, in
+    /// the order it told them (`Engine::deliveries`).
+    #[serde(default)]
+    pub deliveries: Vec<Option<u64>>,
 }
 
 #[cfg(test)]

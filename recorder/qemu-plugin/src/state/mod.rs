@@ -424,10 +424,11 @@ impl Plugin {
     /// the ring's entries (which it wrote before the program went on to push the handler's
     /// block); one load per batch otherwise.
     fn take_delivered(&mut self) {
-        let [handler, resume] = &crate::published::DELIVERED.0;
+        let [handler, resume, signal] = &crate::published::DELIVERED.0;
         let at = handler.load(Ordering::Acquire);
         if at != 0 {
-            self.engine.signal_delivered(at, resume.load(Ordering::Relaxed));
+            let signal = signal.load(Ordering::Relaxed) as i32;
+            self.engine.signal_delivered(at, resume.load(Ordering::Relaxed), signal);
             handler.store(0, Ordering::Relaxed);
         }
     }
@@ -450,6 +451,8 @@ impl Plugin {
         }
         let position = self.engine.block_base().unwrap_or(u64::MAX);
         crate::published::POSITION.store(position, Ordering::Relaxed);
+        let pending = self.engine.pending_start().unwrap_or(0);
+        crate::published::PENDING_START.store(pending, Ordering::Relaxed);
     }
 
     /// Whether tracing has started.
@@ -486,6 +489,13 @@ impl Plugin {
         if std::process::id() != self.pid {
             // A child the program forked: only the parent is traced (its CR3).
             return;
+        }
+        if fatal.is_some() {
+            // Where the signal that ends the program found it, as `rtit record` read it.
+            match crate::published::FAULTED.load(Ordering::Relaxed) {
+                0 => {}
+                ip => self.engine.signal_at(ip),
+            }
         }
         let fault = self.engine.finish(counts, fatal);
         if let Some(e) = self.capture.as_mut().and_then(|c| c.flush().err()) {
@@ -538,6 +548,7 @@ impl Plugin {
             tnt_buff: self.start_ip.map(|_| self.engine.tnt_buff()),
             children: std::mem::take(&mut self.children),
             check: self.engine.checked_so_far(),
+            deliveries: self.engine.deliveries().to_vec(),
         };
         let out = Path::new(&self.args.out);
         let tmp = out.join(format!("{}.tmp", files::REPORT));

@@ -1,7 +1,8 @@
 //! The retirement engine: turns the blocks QEMU executes into the instructions that retired,
 //! in order, and feeds them to the unit model. It sees what the plugin sees: a callback at the
 //! start of every executed block, how many of the previous block's instructions started
-//! (an inline counter before each instruction), system calls, the end, and at a signal
+//! (an inline counter, added to once a block before its last instruction: a block cut short
+//! counts 0, and [`cut`] finds where it stopped), system calls, the end, and at a signal
 //! handler's entry the frame `rtit record` reads there.
 //!
 //! A block's branch outcome is the next block's start. The cases QEMU 7.2 makes special:
@@ -32,6 +33,7 @@ use super::block::{Access, Block, Hot, Summary};
 use crate::model::{CpuState, ModelError, ModelOptions, RtitConfig, UnitModel};
 use crate::sideband::nr;
 
+mod cut;
 mod fast;
 mod feed;
 mod oracle;
@@ -54,7 +56,9 @@ const SIGSEGV: i32 = 11;
 /// The plugin's inline counters for the block that just ran.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
-    /// Instructions of it that started.
+    /// Instructions of it that started: all of them for a block that reached its last
+    /// instruction; for one cut short, 0 from a plugin that counts a block at once (see
+    /// [`cut`]), or how many started from one that counted each (older captures).
     pub started: u64,
 }
 
@@ -139,8 +143,14 @@ pub struct Engine {
     /// next: the handler's address and where the interrupted code resumes (see
     /// [`Self::signal_delivered`]).
     delivered: Option<(u64, u64)>,
+    /// The signal of [`Self::delivered`] (0: unknown).
+    delivered_signal: i32,
     /// The signal the process is dying of, once the plugin says so ([`Self::finish`]).
     fatal: Option<i32>,
+    /// Where the program was at the last signal that went to no handler ([`Self::signal_at`]).
+    signal_ip: Option<u64>,
+    /// The position of each handler's entry `rtit record` told ([`Self::deliveries`]).
+    deliveries: Vec<Option<u64>>,
     ended: bool,
     last_fault: Option<u64>,
     /// Whether to check the fast path against the unit model one instruction at a time.
@@ -176,7 +186,10 @@ impl Engine {
             truth: truth.then(Vec::new),
             handlers: Vec::new(),
             delivered: None,
+            delivered_signal: 0,
             fatal: None,
+            signal_ip: None,
+            deliveries: Vec::new(),
             ended: false,
             last_fault: None,
             check,
@@ -216,14 +229,26 @@ impl Engine {
         }
     }
 
-    /// A signal is being delivered to `handler` (the next block), interrupting code that
-    /// resumes at `resume`: `rtit record` read it from the signal frame at the handler's entry
-    /// (the frame's saved RIP), while QEMU's gdbstub held the program there and this engine
-    /// had settled every block before. Where the interrupted block's last instruction went
-    /// would be unknown from the blocks alone (a conditional branch, or an indirect one): it
-    /// went to `resume`, where the frame returns to. Good for the next block only.
-    pub fn signal_delivered(&mut self, handler: u64, resume: u64) {
+    /// Signal `signal` (Linux's number, 0 if unknown) is being delivered to `handler` (the
+    /// next block), interrupting code that resumes at `resume`: `rtit record` read it from
+    /// the signal frame at the handler's entry (the frame's saved RIP), while QEMU's gdbstub
+    /// held the program there and this engine had settled every block before. Where the
+    /// interrupted block's last instruction went would be unknown from the blocks alone (a
+    /// conditional branch, or an indirect one): it went to `resume`, where the frame returns
+    /// to; where it resumes at itself, it faulted, or it branched to itself, which SIGSEGV or
+    /// SIGBUS for an instruction that touches memory tells apart, as at a death by them.
+    /// Good for the next block only.
+    pub fn signal_delivered(&mut self, handler: u64, resume: u64, signal: i32) {
         self.delivered = Some((handler, resume));
+        self.delivered_signal = signal;
+    }
+
+    /// The position of each handler's entry [`Self::signal_delivered`] told, in order, once
+    /// its block came (`None` if it was not the handler's): the instructions that retired
+    /// before it, which `rtit record`, counting from outside, does not know where a fault
+    /// stopped the interrupted block (the faulting instruction started and did not retire).
+    pub fn deliveries(&self) -> &[Option<u64>] {
+        &self.deliveries
     }
 
     /// Instructions the trace holds so far (retired with PacketEn set, not lost to an
@@ -326,7 +351,9 @@ impl Engine {
             self.resolve(p, counts, Some(next));
         }
         self.leave_kernel(next);
-        self.delivered = None;
+        if let Some((handler, _)) = self.delivered.take() {
+            self.deliveries.push((handler == next).then(|| self.position()));
+        }
         self.pending = Some(Pending { id, first: 0 });
         self.syscall_base = None;
         Ok(None)
@@ -458,7 +485,10 @@ impl Engine {
             return;
         }
         let n = s.kept as usize;
-        let started = (counts.started as usize).min(n);
+        let Some(started) = self.started(p, counts, next) else {
+            self.unknown_cut(next);
+            return;
+        };
         if started <= p.first {
             self.stats.anomalies += 1;
             return;
@@ -492,9 +522,11 @@ impl Engine {
         };
         let completed = match (access, frame, next) {
             (Access::None, _, _) => Some(!faults_without_memory),
-            // It resumes at itself: it faulted, unless it can go to itself.
+            // It resumes at itself: it faulted, unless it can go to itself and the signal is
+            // not one its memory access raises.
             (_, Some(resume), _) if resume == last.ip => {
-                (target != Some(resume) && !last.cofi.is_indirect()).then_some(false)
+                let cannot_go_there = target != Some(resume) && !last.cofi.is_indirect();
+                (cannot_go_there || matches!(self.delivered_signal, SIGSEGV | SIGBUS)).then_some(false)
             }
             (_, Some(_), _) => Some(true),
             (_, None, None) => self.fatal.map(|signal| !matches!(signal, SIGSEGV | SIGBUS)),

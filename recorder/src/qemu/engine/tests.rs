@@ -80,7 +80,7 @@ fn store_then_handler(resume: Option<u64>) -> Engine {
     let handler = e.add_block(block(&[(0x5000, NOP)]));
     e.executed(a, Counts::default()).expect("starts");
     if let Some(resume) = resume {
-        e.signal_delivered(0x5000, resume);
+        e.signal_delivered(0x5000, resume, 0);
     }
     e.executed(handler, full(2)).expect("handler");
     e
@@ -169,7 +169,7 @@ fn the_signal_frame_tells_where_an_unknown_branch_went() {
         let handler = e.add_block(block(&[(0x5000, NOP)]));
         e.executed(a, Counts::default()).expect("starts");
         if let Some((at, resume)) = delivered {
-            e.signal_delivered(at, resume);
+            e.signal_delivered(at, resume, 0);
         }
         e.executed(handler, full(1)).expect("handler");
         e
@@ -204,7 +204,7 @@ fn a_signal_delivery_is_good_for_the_next_block_only() {
     let b = e.add_block(block(&[(0x1004, NOP), (0x1005, &[0xeb, 0xf9])]));
     let handler = e.add_block(block(&[(0x5000, NOP)]));
     e.executed(a, Counts::default()).expect("starts");
-    e.signal_delivered(0x5000, 0x1004);
+    e.signal_delivered(0x5000, 0x1004, 0);
     e.executed(b, full(1)).expect("taken, no signal after all");
     e.executed(a, full(2)).expect("again");
     e.executed(handler, full(1)).expect("a signal rtit did not log");
@@ -395,4 +395,93 @@ fn the_base_after_a_system_call_is_its_blocks() {
     assert_eq!(e.block_base(), Some(3));
     assert_eq!(e.syscall(39, false, full(2)), SyscallAction::Continue);
     assert_eq!((e.position(), e.block_base()), (5, Some(3)));
+}
+
+/// What a plugin that counts a block at once says of a block cut short before its last
+/// instruction.
+const CUT: Counts = Counts { started: 0 };
+
+#[test]
+fn a_block_cut_short_by_a_fault_stops_where_the_frame_resumes() {
+    let mut e = engine();
+    let a = e.add_block(block(&[(0x1000, NOP), (0x1001, STORE), (0x1003, NOP)]));
+    let handler = e.add_block(block(&[(0x5000, NOP)]));
+    e.executed(a, Counts::default()).expect("starts");
+    e.signal_delivered(0x5000, 0x1001, 0);
+    e.executed(handler, CUT).expect("handler");
+    assert_eq!(e.take_truth(), [0x1000]);
+    assert_eq!((e.stats.faults, e.last_fault(), e.stats.gaps), (1, Some(0x1001), 0));
+}
+
+#[test]
+fn a_block_cut_short_by_a_store_into_it_re_runs_from_the_store() {
+    let mut e = engine();
+    let a = e.add_block(block(&[(0x1000, NOP), (0x1001, STORE), (0x1003, NOP)]));
+    let again = e.add_block(block(&[(0x1001, STORE), (0x1003, NOP)]));
+    e.executed(a, Counts::default()).expect("starts");
+    e.executed(again, CUT).expect("re-run");
+    assert_eq!((e.stats.restarts, e.stats.gaps), (1, 0));
+    assert_eq!(e.take_truth(), [0x1000]);
+}
+
+#[test]
+fn a_death_within_a_block_is_where_the_signal_found_it() {
+    let mut e = engine();
+    let a = e.add_block(block(&[(0x1000, NOP), (0x1001, STORE), (0x1003, NOP)]));
+    e.executed(a, Counts::default()).expect("starts");
+    e.signal_at(0x1001);
+    assert_eq!(e.finish(CUT, Some(11)), Some(0x1001));
+    assert_eq!(e.take_truth(), [0x1000]);
+}
+
+#[test]
+fn a_block_cut_short_where_nothing_tells_is_a_gap() {
+    // A handler without a frame: what the block ran is lost, up to the handler.
+    let mut e = engine();
+    let a = e.add_block(block(&[(0x1000, NOP), (0x1001, STORE), (0x1003, NOP)]));
+    let handler = e.add_block(block(&[(0x5000, NOP)]));
+    e.executed(a, Counts::default()).expect("starts");
+    e.executed(handler, CUT).expect("handler");
+    assert_eq!((e.stats.gaps, e.stats.faults), (1, 0));
+    assert!(e.take_truth().is_empty(), "nothing of the cut block is claimed");
+    // A frame that resumes outside the block says nothing of it either.
+    let mut e = engine();
+    let a = e.add_block(block(&[(0x1000, NOP), (0x1001, STORE), (0x1003, NOP)]));
+    let handler = e.add_block(block(&[(0x5000, NOP)]));
+    e.executed(a, Counts::default()).expect("starts");
+    e.signal_delivered(0x5000, 0x7000, 0);
+    e.executed(handler, CUT).expect("handler");
+    assert_eq!(e.stats.gaps, 1);
+    // The process died, and no signal report said where.
+    let mut e = engine();
+    let a = e.add_block(block(&[(0x1000, NOP), (0x1001, STORE), (0x1003, NOP)]));
+    e.executed(a, Counts::default()).expect("starts");
+    assert_eq!(e.finish(CUT, Some(11)), None);
+    assert_eq!(e.stats.gaps, 1);
+    assert!(e.take_truth().is_empty());
+}
+
+#[test]
+fn an_indirect_branch_resuming_at_itself_faulted_when_sigsegv_came() {
+    // jmp *(%rax): it may have gone to itself; SIGSEGV says its memory read faulted.
+    const JMP_MEM: &[u8] = &[0xff, 0x20];
+    let run = |signal: i32| {
+        let mut e = engine();
+        let a = e.add_block(block(&[(0x1000, NOP), (0x1001, JMP_MEM)]));
+        let handler = e.add_block(block(&[(0x5000, NOP)]));
+        e.note_handler(0x5000);
+        e.executed(a, Counts::default()).expect("starts");
+        e.signal_delivered(0x5000, 0x1001, signal);
+        e.executed(handler, full(2)).expect("handler");
+        e
+    };
+    let mut e = run(11);
+    assert_eq!((e.stats.faults, e.last_fault()), (1, Some(0x1001)));
+    assert_eq!(e.take_truth(), [0x1000], "the jump did not retire");
+    assert_eq!(e.deliveries(), [Some(1)], "the handler's entry after the nop");
+    // Another signal: the jump went to itself, then the signal came.
+    let mut e = run(10);
+    assert_eq!(e.stats.faults, 0);
+    assert_eq!(e.take_truth(), [0x1000, 0x1001]);
+    assert_eq!(e.deliveries(), [Some(2)]);
 }

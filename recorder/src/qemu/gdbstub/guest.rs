@@ -63,10 +63,12 @@ fn words<const N: usize>(pid: Pid, at: [u64; N]) -> Option<[u64; N]> {
 /// How long the plugin's feeder thread may take to catch up with the vCPU, which is stopped.
 const CATCH_UP: Duration = Duration::from_secs(5);
 
-/// The position of the instruction the program stopped before: the running block's base
-/// plus its started instructions (the stop is between blocks). `None` while not tracing, or
-/// if the plugin's engine does not catch up with the blocks the vCPU noted.
-pub(super) fn position(pid: Pid, counters: Counters) -> Option<u64> {
+/// The position of the instruction the program stopped before, at `ip`: the running block's
+/// base plus its started instructions (the stop is between blocks, or inside the running
+/// block where it was cut short, which `ip`, where it stopped, then places: `super::cut`). `None` while not
+/// tracing, or if the plugin's engine does not catch up with the blocks the vCPU noted, or
+/// for a cut block that `ip` does not place.
+pub(super) fn position(pid: Pid, counters: Counters, ip: Option<u64>) -> Option<u64> {
     if let (Some(pushed), Some(taken)) = (counters.pushed, counters.taken) {
         // The engine runs behind the vCPU on a thread of its own: wait until it has taken
         // every block noted before the stop.
@@ -92,5 +94,13 @@ pub(super) fn position(pid: Pid, counters: Counters) -> Option<u64> {
             (base, started)
         }
     };
-    (base != u64::MAX).then(|| base.wrapping_add(started))
+    if base == u64::MAX {
+        return None;
+    }
+    let started = match (started, counters.pending_start) {
+        // A plugin that counts a block at once: 0 for the running block cut short.
+        (0, Some(at)) => super::cut::retired_before(pid, word(pid, at).filter(|&s| s != 0)?, ip?)?,
+        (n, _) => n,
+    };
+    Some(base.wrapping_add(started))
 }

@@ -18,6 +18,7 @@
 //!
 //! So QEMU always runs with its gdbstub.
 
+mod cut;
 pub(crate) mod guest;
 mod remote;
 mod signals;

@@ -227,6 +227,12 @@ pub fn stop(reply: &str) -> Result<Stop, GdbstubError> {
 /// k_gs_base and control registers, the x87 registers at 236, xmm0–15 (16 bytes each) at
 /// 348 and MXCSR at 604. The x87 and control registers are not taken; xmm and MXCSR only
 /// when the reply is long enough to hold them.
+/// Register `name` of `regs` ([`registers`]) as a number.
+pub fn register(regs: &RegisterMap, name: &str) -> Option<u64> {
+    let v = regs.get(name)?;
+    u64::from_str_radix(v.trim_start_matches("0x"), 16).ok()
+}
+
 pub fn registers(reply: &str) -> Result<RegisterMap, GdbstubError> {
     const NAMES64: [&str; 17] = [
         "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",

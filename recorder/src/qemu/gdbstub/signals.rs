@@ -13,7 +13,7 @@ use nix::unistd::Pid;
 use rtit_replay_core::recording::SignalEntry;
 use rtit_replay_core::syscall::MemoryWrite;
 
-use super::remote::{registers, stop, Received, Remote, Stop};
+use super::remote::{register, registers, stop, Received, Remote, Stop};
 use super::GdbstubError;
 use crate::qemu::report::Counters;
 
@@ -34,27 +34,42 @@ const LINUX: [u8; 34] = [
     30, 29,
 ];
 
+/// Linux's number for GDB signal `s`, 0 if it has none here.
+fn linux(s: u8) -> u8 {
+    LINUX.get(usize::from(s)).copied().unwrap_or(0)
+}
+
 /// The handler the program installed for GDB signal `s`, if it is a function.
 fn handler(pid: Pid, counters: &Counters, s: u8) -> Option<u64> {
-    let linux = *LINUX.get(usize::from(s)).filter(|&&l| l != 0)?;
+    let linux = Some(linux(s)).filter(|&l| l != 0)?;
     let bytes = super::guest::read(pid, counters.handlers + 8 * u64::from(linux), 8);
     let h = u64::from_le_bytes(bytes.try_into().ok()?);
     (h > 1).then_some(h)
 }
 
-/// Tells the plugin's engine, which is up to date and waits for the handler's block, that
-/// the signal interrupted code that resumes where the frame at the handler's entry says:
-/// where the interrupted block's last branch went, which the blocks alone do not tell
-/// (`Engine::signal_delivered`). Nothing if the frame is short or the plugin has no place
-/// for it (the engine then writes a gap, as without it).
-fn tell_delivery(pid: Pid, counters: &Counters, handler: u64, frame: &[u8]) {
-    let resume = frame
+/// Where the interrupted code resumes, from the frame at a handler's entry (its saved RIP).
+fn resume_of(frame: &[u8]) -> Option<u64> {
+    frame
         .get(FRAME_RIP..FRAME_RIP + 8)
         .and_then(|b| b.try_into().ok())
-        .map(u64::from_le_bytes);
-    if let (Some(at), Some(resume)) = (counters.delivered, resume) {
-        // The resume address first: the plugin reads the handler's word, then it.
-        let _ = super::guest::write_words(pid, at + 8, &[resume]) && super::guest::write_words(pid, at, &[handler]);
+        .map(u64::from_le_bytes)
+}
+
+/// Tells the plugin's engine, which is up to date and waits for the handler's block, that
+/// the signal interrupted code that resumes at `resume`, as the frame at the handler's entry
+/// says: where the interrupted block's last branch went, or the instruction that faulted,
+/// which the blocks alone do not tell (`Engine::signal_delivered`). Nothing if the frame is
+/// short or the plugin has no place for it (the engine then writes a gap, as without it).
+/// Whether it told.
+fn tell_delivery(pid: Pid, counters: &Counters, handler: u64, resume: Option<u64>, signal: u8) -> bool {
+    match (counters.delivered, resume) {
+        // The resume address and the signal first: the plugin reads the handler's word, then
+        // them.
+        (Some(at), Some(resume)) => {
+            super::guest::write_words(pid, at + 8, &[resume, u64::from(signal)])
+                && super::guest::write_words(pid, at, &[handler])
+        }
+        _ => false,
     }
 }
 
@@ -67,6 +82,9 @@ pub struct Delivery<'a> {
     pub withheld: bool,
     /// Where the handlers' entries go.
     pub entries: &'a mut Vec<SignalEntry>,
+    /// The indices in `entries` of those the plugin's engine was told of, in order: it
+    /// reports their exact positions (`Engine::deliveries`).
+    pub told: &'a mut Vec<usize>,
     /// No user code runs untraced (no IP filter).
     pub only_kernel: bool,
 }
@@ -84,6 +102,12 @@ pub fn deliver(
 ) -> Result<bool, GdbstubError> {
     let only_kernel = d.only_kernel;
     let Some(at) = handler(pid, counters, s) else {
+        // If it ends the program, within a block, the engine needs where (`Engine::signal_at`).
+        if let Some(faulted) = counters.faulted {
+            if let Some(rip) = register(&registers(&remote.request("g")?)?, "rip") {
+                super::guest::write_words(pid, faulted, &[rip]);
+            }
+        }
         remote.send(&format!("C{s:02x}"))?;
         return Ok(true);
     };
@@ -109,12 +133,15 @@ pub fn deliver(
                     remote.send(&format!("C{GDB_SIGTRAP:02x}"))?;
                     continue;
                 }
-                let rsp = regs
-                    .get("rsp")
-                    .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok());
-                if let (Some(position), Some(rsp)) = (super::guest::position(pid, *counters), rsp) {
-                    let frame = super::guest::read(pid, rsp, FRAME);
-                    tell_delivery(pid, counters, at, &frame);
+                let rsp = register(&regs, "rsp");
+                let frame = rsp.map(|rsp| (rsp, super::guest::read(pid, rsp, FRAME)));
+                let resume = frame.as_ref().and_then(|(_, f)| resume_of(f));
+                // A fault cut the interrupted block short where the frame resumes.
+                let position = super::guest::position(pid, *counters, resume);
+                if let (Some(position), Some((rsp, frame))) = (position, frame) {
+                    if tell_delivery(pid, counters, at, resume, linux(s)) {
+                        d.told.push(d.entries.len());
+                    }
                     d.entries.push(SignalEntry {
                         position,
                         ip: at,

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use super::remote::{registers, stop, Received, Remote, Stop};
+use super::remote::{register, registers, stop, Received, Remote, Stop};
 use super::start::{run_to, Reached, StartPoint};
 use super::GdbstubError;
 use rtit_replay_core::recording::SignalEntry;
@@ -60,6 +60,9 @@ pub struct Watched {
     pub start: Option<Result<RegisterMap, String>>,
     /// Signal handlers' entries while tracing.
     pub signals: Vec<SignalEntry>,
+    /// The indices in `signals` of the entries the plugin's engine was told of, in order
+    /// (`super::signals::Delivery::told`).
+    pub told: Vec<usize>,
 }
 
 /// A running watch over QEMU's gdbstub.
@@ -135,6 +138,7 @@ struct Program {
     counters: Counters,
     only_kernel: bool,
     signals: Vec<SignalEntry>,
+    told: Vec<usize>,
     /// Whether rtit sends the sampling signal.
     sampling: bool,
     /// Whether a sampling signal was withheld while a handler was being reached.
@@ -150,6 +154,7 @@ impl Program {
             withhold: self.sampling.then_some(GDB_SAMPLE_SIGNAL),
             withheld: false,
             entries: &mut self.signals,
+            told: &mut self.told,
             only_kernel: self.only_kernel,
         };
         let running = super::signals::deliver(remote, self.pid, &self.counters, s, &mut d, &done)?;
@@ -186,6 +191,7 @@ fn watch(
         counters,
         only_kernel: plan.only_kernel,
         signals: Vec::new(),
+        told: Vec::new(),
         sampling: plan.sample,
         withheld: false,
     };
@@ -195,6 +201,7 @@ fn watch(
         pass_signals(&mut remote, &mut program, done)?;
     }
     watched.signals = program.signals;
+    watched.told = program.told;
     Ok(watched)
 }
 
@@ -249,8 +256,8 @@ fn sample(
                     // It came while the program's own signal was being delivered: no sample.
                     Some(false) => {}
                     Some(true) => {
-                        let at = super::guest::position(pid, program.counters);
                         let regs = registers(&remote.request("g")?)?;
+                        let at = super::guest::position(pid, program.counters, register(&regs, "rip"));
                         if let Some(at) = at {
                             samples.push((at, regs));
                         }
