@@ -26,7 +26,7 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::atomic::Ordering;
 
 use ffi::{say, PluginId, QemuInfo, Tb};
-use published::{inert, POSITION, STARTED, STOP, TRACING};
+use published::{inert, GATE, POSITION, STARTED, STOP, TRACING};
 use rtit_recorder::qemu::block::Block;
 use rtit_recorder::qemu::engine::Started;
 use rtit_recorder::qemu::report::Args;
@@ -43,10 +43,21 @@ pub static qemu_plugin_version: c_int = 1;
 const STALLED_SPINS: u32 = 1 << 18;
 
 extern "C" fn tb_exec(_vcpu: c_uint, userdata: *mut c_void) {
+    let block = ring::starts(userdata as usize as u32);
+    // The common case alone, with nothing else inlined: it needs no register saved.
+    if GATE.load(Ordering::Relaxed) != 0 || !ring::push(block) {
+        gated(block);
+    }
+}
+
+/// Block `block` starts, and it cannot just go into the ring: see [`GATE`] (or the ring is
+/// full).
+#[cold]
+#[inline(never)]
+fn gated(block: Started) {
     if inert() {
         return;
     }
-    let block = ring::starts(userdata as usize as u32);
     match STOP.load(Ordering::Relaxed) {
         0 if !TRACING.load(Ordering::Relaxed) => {
             with_plugin(|p| p.take_now(block));

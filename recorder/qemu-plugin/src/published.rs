@@ -3,7 +3,7 @@
 //! every block, the position and the handler table `rtit record` reads from outside, the
 //! signal delivery it writes from outside, the request to stop, and whether this process is a child the program forked.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 /// A value on cache lines of its own: the vCPU's translated code adds to the counters at
 /// every instruction and its callback reads the flags at every block, while the feeder
@@ -71,6 +71,29 @@ pub static INERT: Line<AtomicBool> = Line(AtomicBool::new(false));
 /// the child touches the plugin from then on.
 pub extern "C" fn forked_child() {
     INERT.store(true, Ordering::Relaxed);
+    close(FORKED);
+}
+
+/// Why the vCPU's callback cannot just note the block in the ring, as bits ([`FORKED`],
+/// [`STOPPING`], [`NOT_TRACING`]; 0: it can): one word the callback reads at every block,
+/// where it read three flags on three lines (issue 20: the callback is QEMU's cost at every
+/// block). Each flag stays where its readers read it; this sums them up for the callback.
+pub static GATE: Line<AtomicU32> = Line(AtomicU32::new(NOT_TRACING));
+/// [`INERT`] is set.
+pub const FORKED: u32 = 1;
+/// [`STOP`] is set.
+pub const STOPPING: u32 = 2;
+/// [`TRACING`] is not set.
+pub const NOT_TRACING: u32 = 4;
+
+/// Sets `bit` of [`GATE`].
+pub fn close(bit: u32) {
+    GATE.fetch_or(bit, Ordering::Relaxed);
+}
+
+/// Clears `bit` of [`GATE`].
+pub fn open(bit: u32) {
+    GATE.fetch_and(!bit, Ordering::Relaxed);
 }
 
 /// Whether this process is a forked child of the recorded one.

@@ -39,6 +39,7 @@ fn wait(pipe: OwnedFd) {
     }
     let signal = i32::from(byte[0]).max(1);
     STOP.store(signal, Ordering::Relaxed);
+    crate::published::close(crate::published::STOPPING);
     let deadline = Instant::now() + VCPU_GRACE;
     loop {
         {

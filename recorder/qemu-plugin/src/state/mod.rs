@@ -448,6 +448,10 @@ impl Plugin {
         // Written only when it changes: the vCPU reads it at every block.
         if crate::published::TRACING.load(Ordering::Relaxed) != self.engine.tracing() {
             crate::published::TRACING.store(self.engine.tracing(), Ordering::Relaxed);
+            match self.engine.tracing() {
+                true => crate::published::open(crate::published::NOT_TRACING),
+                false => crate::published::close(crate::published::NOT_TRACING),
+            }
         }
         let position = self.engine.block_base().unwrap_or(u64::MAX);
         crate::published::POSITION.store(position, Ordering::Relaxed);
