@@ -5,24 +5,14 @@
 //! not: it faulted, or QEMU runs it again).
 
 use iced_x86::{Decoder, DecoderOptions};
-use nix::unistd::Pid;
-
-use super::guest;
 
 /// Bytes a block spans at most here: QEMU 7.2 ends a translation block within two pages.
-const SPAN: u64 = 8192;
+pub(super) const SPAN: u64 = 8192;
 
-/// How many instructions of the block that starts at `start` retired when the program
-/// stopped at `ip` inside it: its instructions before `ip`, read from QEMU's memory. `None`
-/// if `ip` is not where one of them starts.
-pub(super) fn retired_before(pid: Pid, start: u64, ip: u64) -> Option<u64> {
-    let span = ip.checked_sub(start).filter(|&d| d < SPAN)?;
-    let code = guest::read(pid, start, span as usize);
-    count_to(&code, start, ip)
-}
-
-/// [`retired_before`] on the block's bytes from `start`.
-fn count_to(code: &[u8], start: u64, ip: u64) -> Option<u64> {
+/// How many instructions of the block whose code from `start` is `code` retired when the
+/// program stopped at `ip` inside it: its instructions before `ip`. `None` if `ip` is not
+/// where one of them starts within `code`.
+pub(super) fn retired_before(code: &[u8], start: u64, ip: u64) -> Option<u64> {
     let mut decoder = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
     let mut n = 0;
     while decoder.ip() < ip && decoder.can_decode() {
@@ -42,11 +32,11 @@ mod tests {
     fn counts_the_instructions_before_the_stop() {
         // nop; mov [rax], ecx; nop
         let code = [0x90, 0x89, 0x08, 0x90];
-        assert_eq!(count_to(&code, 0x1000, 0x1000), Some(0));
-        assert_eq!(count_to(&code, 0x1000, 0x1001), Some(1));
-        assert_eq!(count_to(&code, 0x1000, 0x1003), Some(2));
+        assert_eq!(retired_before(&code, 0x1000, 0x1000), Some(0));
+        assert_eq!(retired_before(&code, 0x1000, 0x1001), Some(1));
+        assert_eq!(retired_before(&code, 0x1000, 0x1003), Some(2));
         // Inside an instruction, or beyond what was read: not a stop in this block.
-        assert_eq!(count_to(&code, 0x1000, 0x1002), None);
-        assert_eq!(count_to(&code, 0x1000, 0x1010), None);
+        assert_eq!(retired_before(&code, 0x1000, 0x1002), None);
+        assert_eq!(retired_before(&code, 0x1000, 0x1010), None);
     }
 }

@@ -99,7 +99,11 @@ pub(super) fn position(pid: Pid, counters: Counters, ip: Option<u64>) -> Option<
     }
     let started = match (started, counters.pending_start) {
         // A plugin that counts a block at once: 0 for the running block cut short.
-        (0, Some(at)) => super::cut::retired_before(pid, word(pid, at).filter(|&s| s != 0)?, ip?)?,
+        (0, Some(at)) => {
+            let (start, ip) = (word(pid, at).filter(|&s| s != 0)?, ip?);
+            let span = ip.checked_sub(start).filter(|&d| d < super::cut::SPAN)?;
+            super::cut::retired_before(&read(pid, start, span as usize), start, ip)?
+        }
         (n, _) => n,
     };
     Some(base.wrapping_add(started))
