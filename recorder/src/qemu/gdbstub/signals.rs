@@ -103,8 +103,10 @@ pub fn deliver(
     let only_kernel = d.only_kernel;
     let Some(at) = handler(pid, counters, s) else {
         // If it ends the program, within a block, the engine needs where (`Engine::signal_at`).
+        // A reply it cannot read only leaves that unknown (a gap where the program dies).
         if let Some(faulted) = counters.faulted {
-            if let Some(rip) = register(&registers(&remote.request("g")?)?, "rip") {
+            let regs = registers(&remote.request("g")?).ok();
+            if let Some(rip) = regs.and_then(|r| register(&r, "rip")) {
                 super::guest::write_words(pid, faulted, &[rip]);
             }
         }
