@@ -44,6 +44,14 @@ fn a_55_million_instruction_history_serves_a_default_gdb_from_end_to_start() {
             "delete",
             "continue",
             "monitor when",
+            // Asked at once at the end, then again once the values are final: the answer
+            // given before must not stick (it showed <unavailable> until one moved).
+            "p $rsp",
+            "python import time; exec(\"for _ in range(480):\\n if 'values    final' in gdb.execute('monitor info', to_string=True): break\\n time.sleep(0.25)\")",
+            "monitor info",
+            // What the gdb `rtit replay` starts does after every monitor command.
+            "maintenance flush register-cache",
+            "p $rsp",
             "reverse-continue",
             "monitor when",
         ],
@@ -64,6 +72,16 @@ fn a_55_million_instruction_history_serves_a_default_gdb_from_end_to_start() {
         "`reverse-continue` reached the start:\n{out}"
     );
     assert_eq!(out.matches("No more reverse-execution history").count(), 2, "{out}");
+    let after = out.split("values    final").last().expect("output");
+    assert!(out.contains("values    final"), "the values became final:\n{out}");
+    let rsp = after
+        .lines()
+        .find(|l| l.starts_with('$') && l.contains(" = "))
+        .unwrap_or("");
+    assert!(
+        rsp.contains("0x"),
+        "rsp at the end once the values are final: {rsp}\n{out}"
+    );
     assert!(
         !out.contains("Remote connection closed") && !out.contains("nack"),
         "{out}"

@@ -143,6 +143,15 @@ fn why_unknown(target: &mut ReplayTarget, what: &str, out: &mut ConsoleOutput<'_
         None => "known, but the other pass disagrees (a model error; please report it)".to_string(),
     };
     outputln!(out, "{label} is unknown here (position {})", s.position());
+    let (done, total) = s.values_stats().walked;
+    if done < total {
+        // The passes below are the partial ones: the answer may come once they are done.
+        outputln!(
+            out,
+            "  the values are still being worked out ({}%): ask again once `monitor info` says final",
+            done * 100 / total
+        );
+    }
     outputln!(out, "  going forwards:  {}", describe(forward));
     outputln!(out, "  going backwards: {}", describe(backward));
 }

@@ -443,6 +443,7 @@ impl Session {
         self.at_start = None;
         self.decoded_mut()?;
         let values = &mut self.history.get_mut().ok()?.values;
+        values.poll();
         let g = values.generation();
         if self.known.as_ref().map(|(q, h, _)| (*q, *h)) != Some((p, g)) {
             // `at` takes what the chains delivered first: the answer is that generation's.

@@ -310,6 +310,14 @@ impl Values {
         self.generation
     }
 
+    /// Takes what the chains delivered since last asked, without waiting, so that
+    /// [`Self::generation`] says whether an answer given before is still the one to give (a
+    /// cache that compared it without this kept an answer from before the values were final
+    /// for as long as nobody moved).
+    pub fn poll(&mut self) {
+        self.collect(false, &mut |_, _| {});
+    }
+
     /// How the engine did so far.
     pub fn stats(&self) -> ValuesStats {
         let states = self
