@@ -125,6 +125,33 @@ fn a_crash_stops_with_sigsegv_at_the_faulting_instruction() {
 }
 
 #[test]
+fn code_patched_in_place_gives_no_value_from_the_images_version() {
+    // The image holds `add rax, 7`; the program ran `add rax, 42`. rax after it is 45, or
+    // unknown, never the 10 the image's code would give.
+    let dir = common::scratch("replay_gdb", "patch_text");
+    let exe = common::gcc("tests/programs/patch_text.c", &["-static"], &dir);
+    let rec = common::record_from_main(&exe, &dir.join("rec"));
+    assert_eq!(rec.manifest.end, EndState::Exited { code: 0 }, "the patched code ran");
+    let at = symbol(&rec, "after_add");
+    let server = Server::start(&rec);
+    let out = server.gdb(
+        Some(&common::executable(&rec)),
+        &[
+            &format!("break *{at:#x}"),
+            "continue",
+            "p $rax",
+            "monitor why-unknown rax",
+        ],
+    );
+    let rax = out.lines().find(|l| l.starts_with("$1 = ")).unwrap_or_default();
+    assert!(
+        rax == "$1 = <unavailable>" || rax == "$1 = 45",
+        "rax after the patched add: {rax}\n{out}"
+    );
+    assert!(out.contains("code in pages the program made writable"), "{out}");
+}
+
+#[test]
 fn registers_are_known_where_the_state_layer_can_tell_and_unavailable_elsewhere() {
     let rec = recording("goto", false);
     let rsp = u64::from_str_radix(rec.manifest.registers_start["rsp"].trim_start_matches("0x"), 16).expect("hex");

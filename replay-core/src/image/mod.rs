@@ -155,6 +155,10 @@ pub struct AddressSpace {
     images: Vec<Arc<Image>>,
     /// Segments sorted by start address, non-overlapping.
     placed: Vec<Placed>,
+    /// Ranges of segments that are not writable in their image but that the program made
+    /// writable at some point ([`Self::mark_writable`]): it may have rewritten their bytes,
+    /// code included, which the image does not show.
+    rewritable: Vec<(u64, u64)>,
 }
 
 impl AddressSpace {
@@ -216,11 +220,42 @@ impl AddressSpace {
     }
 
     /// The bytes from `addr` to the end of its segment, only where the program cannot have
-    /// changed them: a segment that is not writable.
+    /// changed them: a segment that is not writable, up to a range the program made writable.
     pub fn read_only_bytes_at(&self, addr: u64) -> Option<&[u8]> {
         let p = self.find(addr)?;
         let segment = &self.images[p.image].segments[p.segment];
-        (!segment.writable).then(|| &segment.bytes[(addr - p.start) as usize..])
+        if segment.writable || self.may_rewrite(addr) {
+            return None;
+        }
+        let bytes = &segment.bytes[(addr - p.start) as usize..];
+        let until = self
+            .rewritable
+            .iter()
+            .filter(|&&(s, _)| s > addr)
+            .map(|&(s, _)| s - addr)
+            .min();
+        Some(until.map_or(bytes, |n| &bytes[..bytes.len().min(n as usize)]))
+    }
+
+    /// Notes that the program made `[start, end)` writable (an `mprotect`, a mapping with
+    /// write permission): where that covers a segment the image has read-only, the program
+    /// may have rewritten its bytes (code patched in place), so they are no longer taken from
+    /// the image ([`Self::read_only_bytes_at`]) and the instructions there are not trusted
+    /// to be the image's ([`Self::may_rewrite`]).
+    pub fn mark_writable(&mut self, start: u64, end: u64) {
+        for p in &self.placed {
+            let segment = &self.images[p.image].segments[p.segment];
+            let (s, e) = (start.max(p.start), end.min(p.end));
+            if !segment.writable && s < e && !self.rewritable.contains(&(s, e)) {
+                self.rewritable.push((s, e));
+            }
+        }
+    }
+
+    /// Whether `addr` is in a read-only segment the program made writable at some point.
+    #[inline]
+    pub fn may_rewrite(&self, addr: u64) -> bool {
+        !self.rewritable.is_empty() && self.rewritable.iter().any(|&(s, e)| s <= addr && addr < e)
     }
 
     /// The bytes a private file mapping of `path` (`len` bytes from file offset `offset`)

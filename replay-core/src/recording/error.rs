@@ -64,7 +64,11 @@ pub(super) fn json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, Recor
 fn shortfall(trace_len: u64, trace_bytes: u64, expected: u64, decoded: u64) -> String {
     let counts = format!("the manifest expects {expected} instructions, decoded {decoded}");
     if trace_len == trace_bytes {
-        format!("the trace's {trace_len} bytes decode to fewer or other instructions than were recorded: {counts}")
+        // All of it is there: what differs is the decode (code no image holds, such as a
+        // JIT's, or code that changed while the program ran, decodes as errors).
+        format!(
+            "the trace's {trace_len} bytes decode to fewer or other instructions than were recorded: {counts} (code the recording's images do not hold, or that changed while it ran, decodes as errors: `rtit info --decode` counts them)"
+        )
     } else {
         format!("the trace ends at byte {trace_len} of {trace_bytes}, {counts}")
     }

@@ -258,6 +258,15 @@ impl Recording {
             };
             space.add(loaded)?;
         }
+        // Image pages the program made writable may hold code it rewrote (see
+        // `AddressSpace::mark_writable`); a recording without a map has none to tell.
+        if self.dir.join(files::MAPS).exists() {
+            let maps = self.maps()?;
+            let added = maps.changes.iter().flat_map(|c| &c.added);
+            for m in maps.initial.iter().chain(added).filter(|m| m.perms.contains('w')) {
+                space.mark_writable(m.start, m.end);
+            }
+        }
         Ok(space)
     }
 

@@ -155,6 +155,7 @@ fn syscall_cause(nr: Option<u64>, complete: bool) -> Cause {
 /// Forwards over what lies between `p` and `p + 1`.
 pub fn forward(st: &mut State, between: Between<'_>, space: &AddressSpace, f: &mut InstructionInfoFactory) {
     match between {
+        Between::Insn { insn, .. } if space.may_rewrite(insn.ip()) => rewritable(st),
         Between::Insn { insn, next, .. } => forward::step(st, insn, next, space, f),
         Between::Unknown => st.forget_all(),
         Between::Restart(record) => {
@@ -241,6 +242,7 @@ fn set_unrestored(st: &mut State, after: &std::collections::BTreeMap<String, Str
 /// the state at `p`.
 pub fn backward(st: &mut State, between: Between<'_>, space: &AddressSpace, f: &mut InstructionInfoFactory) {
     match between {
+        Between::Insn { insn, .. } if space.may_rewrite(insn.ip()) => rewritable(st),
         Between::Insn { insn, next, written } => backward::step(st, insn, next, space, f, written),
         Between::Unknown => st.forget_all(),
         Between::Restart(record) => {
@@ -283,4 +285,13 @@ pub fn backward(st: &mut State, between: Between<'_>, space: &AddressSpace, f: &
 /// Whether an instruction is a system call the history shows as one position.
 pub fn is_syscall(insn: &Instruction) -> bool {
     insn.mnemonic() == Mnemonic::Syscall
+}
+
+/// An instruction in image pages the program made writable: what ran there may not be what
+/// the image (and so the decoded instruction) says, and what it read or wrote is not known
+/// either way, so nothing is known across it, in either direction; never a value the
+/// image's version of the code would give.
+fn rewritable(st: &mut State) {
+    why::insist(Cause::Rewritable);
+    st.forget_all();
 }

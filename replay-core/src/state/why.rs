@@ -42,6 +42,9 @@ pub enum Cause {
     MapChange,
     /// Memory the kernel rewrites whenever it returns to the program (an rseq area).
     KernelUpdated,
+    /// An instruction in image pages the program made writable: it may have rewritten it,
+    /// and the image shows the code as it was.
+    Rewritable,
 }
 
 impl Cause {
@@ -59,6 +62,7 @@ impl Cause {
             Cause::Undecodable => "undecodable instruction",
             Cause::MapChange => "memory-map change",
             Cause::KernelUpdated => "memory the kernel updates (rseq)",
+            Cause::Rewritable => "code in pages the program made writable",
         }
     }
 }
