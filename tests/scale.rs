@@ -171,9 +171,10 @@ fn a_timeline_decoded_once_is_read_back_by_the_next_replay_and_never_when_stale(
 }
 
 /// A gdb served while the history is still being decoded: it connects and reads position 0
-/// (registers from the start snapshot, the stack's memory), a monitor command says the
-/// history is not there yet, and once the decode ends, moves work. The decode is held back
-/// until gdb says so (`shell touch`), so the order never depends on timing.
+/// (registers from the start snapshot, the stack's memory), and a monitor command that needs
+/// the history waits for it, longer than gdb's default remote timeout, telling gdb it is
+/// waiting; then moves work. The decode is held back until gdb has read position 0 (`shell
+/// touch`), and released 4 s after that, so the order never depends on timing.
 #[test]
 fn a_gdb_is_served_at_position_0_while_the_history_is_decoded() {
     let rec = record_sort("background", 3000);
@@ -197,6 +198,8 @@ fn a_gdb_is_served_at_position_0_while_the_history_is_decoded() {
         while !watch.exists() {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
+        // Longer than gdb's default remote timeout (2 s): `monitor insns` must keep it waiting.
+        std::thread::sleep(std::time::Duration::from_secs(4));
         let _ = release.send(());
     });
     let mut gdb = Command::new("gdb");
@@ -208,8 +211,8 @@ fn a_gdb_is_served_at_position_0_while_the_history_is_decoded() {
         "p/x $rsp",
         "x/2gx $rsp",
         "monitor when",
-        "monitor insns 1",
         &format!("shell touch {}", go.display()),
+        "monitor insns 1",
         "stepi",
         "monitor when",
         "p/x $pc",
@@ -235,8 +238,14 @@ fn a_gdb_is_served_at_position_0_while_the_history_is_decoded() {
         "`monitor when` before the decode ends:\n{out}"
     );
     assert!(
-        out.contains("the history is still being decoded"),
-        "`monitor insns` waits a second at most:\n{out}"
+        out.contains(&format!(
+            "waiting for the history ({recorded} instructions) to be decoded."
+        )),
+        "`monitor insns` says it waits, past gdb's remote timeout:\n{out}"
+    );
+    assert!(
+        out.contains("=> ") && !out.contains("try again") && !out.contains("Remote connection closed"),
+        "`monitor insns` answered once the history was there:\n{out}"
     );
     let n = eager.len();
     assert!(

@@ -7,8 +7,8 @@
 //! caches after every monitor command ([`GDB_INIT`]); any other gdb needs the same two
 //! commands, which `goto` says.
 
-use gdbstub::outputln;
 use gdbstub::target::ext::monitor_cmd::{ConsoleOutput, MonitorCmd};
+use gdbstub::{output, outputln};
 use rtit_replay_core::flow::decode_insn;
 use rtit_replay_core::timeline::cache::Origin;
 
@@ -29,8 +29,15 @@ pub const FLUSHES: &str = "monitor flushes-caches";
 /// Most instructions `monitor insns` shows on each side: every line is a packet to gdb.
 const MAX_INSNS: u64 = 1000;
 
-/// How long a monitor command waits for a history still being decoded.
+/// How long a monitor command waits for a history still being decoded before it tells gdb it
+/// is waiting, and then between two console packets: each restarts gdb's wait for the
+/// answer (its default remote timeout is 2 s), so the command can wait as long as the decode
+/// takes. It gave up after one second before, and a script's `monitor goto` right after
+/// connecting to a large recording was skipped, every answer after it about position 0.
 const HISTORY_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How long a monitor command waits for the history at most.
+const HISTORY_PATIENCE: std::time::Duration = std::time::Duration::from_secs(600);
 
 const MONITOR_HELP: &str = "\
 rtit monitor commands:
@@ -59,15 +66,22 @@ impl MonitorCmd for ReplayTarget {
             return Ok(());
         }
         let needs_history = !matches!(first, Some("flushes-caches" | "help") | None);
-        // The history may still be decoded in the background: wait a little, not so long
-        // that a gdb with its default timeout gives up on the answer.
+        // The history may still be decoded in the background: wait for it, telling gdb so
+        // every second (see `HISTORY_WAIT`).
         if needs_history && !self.session.wait_ready(HISTORY_WAIT) {
-            outputln!(
-                out,
-                "the history is still being decoded ({} instructions); try again in a moment",
-                self.session.recording().manifest.instructions
-            );
-            return Ok(());
+            let n = self.session.recording().manifest.instructions;
+            output!(out, "waiting for the history ({n} instructions) to be decoded");
+            out.flush();
+            let since = std::time::Instant::now();
+            while !self.session.wait_ready(HISTORY_WAIT) {
+                if since.elapsed() >= HISTORY_PATIENCE {
+                    outputln!(out, "\nthe history is still being decoded; try again in a moment");
+                    return Ok(());
+                }
+                output!(out, ".");
+                out.flush();
+            }
+            outputln!(out, "");
         }
         match (first, second) {
             (Some("when"), None) => {
