@@ -205,18 +205,26 @@ fn threads_are_refused_with_a_clear_message_and_a_valid_recording() {
     check_truth(&rec, "threads");
 }
 
-#[test]
-fn step_and_qemu_record_the_same_instructions_for_a_cpu_independent_program() {
-    let dir = common::scratch("qemu_backend", "agree");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/loops.c");
+/// Compiles tests/programs/NAME.c without libc (whose routines CPUID picks) and records it
+/// with the step and the qemu backends: (step, qemu, the qemu recording's stderr), after
+/// checking both exited 0.
+fn record_both_without_libc(name: &str) -> (Recording, Recording, String) {
+    let dir = common::scratch("qemu_backend", name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/programs/{name}.c"));
     let exe = compile(
         &src,
         &["-static", "-nostdlib", "-fno-builtin", "-fno-stack-protector"],
         &dir,
     );
     let (step, a, _) = record("step", &exe, &dir.join("step"), &[], &[]);
-    let (qemu, b, _) = record("qemu", &exe, &dir.join("qemu"), &[], &[]);
-    assert_eq!((a, b), (0, 0));
+    let (qemu, b, stderr) = record("qemu", &exe, &dir.join("qemu"), &[], &[]);
+    assert_eq!((a, b), (0, 0), "{name}: both ran to a 0 exit\n{stderr}");
+    (step, qemu, stderr)
+}
+
+#[test]
+fn step_and_qemu_record_the_same_instructions_for_a_cpu_independent_program() {
+    let (step, qemu, _) = record_both_without_libc("loops");
     let (st, qt) = (
         step.truth().expect("t").expect("t"),
         qemu.truth().expect("t").expect("t"),
@@ -249,16 +257,8 @@ fn a_store_into_the_running_block_re_runs_it_as_the_cpu_does() {
     // QEMU cuts the block short at the store and runs it again from there; the plugin
     // counts a block at once, so only the next block starting at the store says where it
     // stopped. The step backend sees the CPU run it (the page is mapped elsewhere there).
-    let dir = common::scratch("qemu_backend", "smc");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/smc.c");
-    let exe = compile(
-        &src,
-        &["-static", "-nostdlib", "-fno-builtin", "-fno-stack-protector"],
-        &dir,
-    );
-    let (step, a, _) = record("step", &exe, &dir.join("step"), &[], &[]);
-    let (qemu, b, stderr) = record("qemu", &exe, &dir.join("qemu"), &[], &[]);
-    assert_eq!((a, b), (0, 0), "every call ran the patched code\n{stderr}");
+    // A 0 exit: every call ran the patched code.
+    let (step, qemu, _) = record_both_without_libc("smc");
     // The written page's addresses as offsets in it, the program's own as they are.
     let image = |t: Vec<u64>| -> Vec<u64> {
         t.into_iter()
