@@ -21,6 +21,7 @@ mod ring;
 mod shared;
 mod state;
 mod stop;
+mod translated;
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::atomic::Ordering;
@@ -120,13 +121,11 @@ extern "C" fn tb_trans(_id: PluginId, tb: *mut Tb) {
             })
             .collect();
         let Ok(block) = Block::translate(insns.iter().copied()) else {
-            with_plugin(|p| p.untranslatable(ffi::qemu_plugin_tb_vaddr(tb)));
+            translated::untranslatable(ffi::qemu_plugin_tb_vaddr(tb));
             return;
         };
         let kept = block.kept();
-        let Some(id) = with_plugin(|p| p.add_block(block, &insns)) else {
-            return;
-        };
+        let id = translated::number(block, &insns);
         // The block's count, at once, before its last instruction (see `published::STARTED`).
         if kept > 0 {
             let last = ffi::qemu_plugin_tb_get_insn(tb, kept - 1);

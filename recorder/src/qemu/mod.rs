@@ -18,3 +18,4 @@ pub mod initial;
 pub mod launch;
 pub mod report;
 pub mod stop;
+pub mod translations;

@@ -17,7 +17,6 @@ use std::sync::atomic::Ordering;
 use nix::fcntl::{fcntl, FcntlArg};
 use rtit_recorder::model::{ModelOptions, RtitConfig};
 use rtit_recorder::outcome::RegisterMap;
-use rtit_recorder::qemu::block::Block;
 use rtit_recorder::qemu::capture::{self, Capture};
 use rtit_recorder::qemu::engine::{Counts, Engine, Start, Started};
 use rtit_recorder::qemu::guest_maps::GuestMaps;
@@ -115,7 +114,7 @@ impl Plugin {
             _ => Start::Entry,
         };
         let engine = Engine::checked(ModelOptions::default(), config, start, args.truth, args.check);
-        Ok(Self {
+        let plugin = Self {
             engine,
             pid: std::process::id(),
             host_before: host_maps(),
@@ -157,7 +156,9 @@ impl Plugin {
                 }
             }),
             args,
-        })
+        };
+        crate::translated::CAPTURING.store(plugin.capture.is_some(), Ordering::Relaxed);
+        Ok(plugin)
     }
 
     fn read(&self, addr: u64, buf: &mut [u8]) -> usize {
@@ -176,21 +177,30 @@ impl Plugin {
         (self.read(addr, &mut b) == 8).then(|| u64::from_le_bytes(b))
     }
 
-    /// Keeps a translated block.
-    pub fn add_block(&mut self, block: Block, insns: &[(u64, &[u8])]) -> u32 {
-        let id = self.engine.add_block(block);
-        if let Some(c) = self.capture.as_mut() {
-            if let Err(e) = c.translation(id, insns) {
-                self.notes.push(e.to_string());
-                self.capture = None;
+    /// Hands the engine the blocks the vCPU translated since the last call
+    /// (`translated`): called where the ring says how far it goes, before any of its blocks.
+    fn take_translated(&mut self) {
+        for t in crate::translated::take() {
+            match t {
+                crate::translated::Translated::Block { id, block, raw } => {
+                    if let (Some(c), Some(raw)) = (self.capture.as_mut(), raw) {
+                        let insns: Vec<(u64, &[u8])> = raw.iter().map(|(ip, b)| (*ip, &b[..])).collect();
+                        if let Err(e) = c.translation(id, &insns) {
+                            self.notes.push(e.to_string());
+                            self.capture = None;
+                        }
+                    }
+                    if !self.engine.push_block(id, block) {
+                        let reason = format!("block {id} came to the engine out of order");
+                        self.notes.push(reason.clone());
+                        self.stop_now(Counts::default(), reason);
+                    }
+                }
+                crate::translated::Translated::Untranslatable(ip) => {
+                    self.notes.push(format!("no decodable instruction at {ip:#x}"))
+                }
             }
         }
-        id
-    }
-
-    /// A block QEMU translated that has no decodable instruction.
-    pub fn untranslatable(&mut self, ip: u64) {
-        self.notes.push(format!("no decodable instruction at {ip:#x}"));
     }
 
     /// The guest's map at its first instruction; the start symbol resolved.
@@ -371,6 +381,7 @@ impl Plugin {
     pub fn take_blocks(&mut self, max: usize) {
         let mut taken = 0u32;
         crate::ring::take(max, |blocks| {
+            self.take_translated();
             self.take_delivered();
             if !self.engine.tracing() {
                 for b in blocks {

@@ -212,6 +212,22 @@ impl Engine {
         id
     }
 
+    /// Keeps a translated block under `id`, which must be the next id (the plugin's vCPU
+    /// numbers blocks as QEMU translates them, [`crate::qemu::translations`], and the engine
+    /// takes them later on another thread, in the same order); false, with nothing kept,
+    /// for any other id. No block is looked up as [`Self::add_block`] does: the numbering
+    /// did that.
+    pub fn push_block(&mut self, id: u32, block: Block) -> bool {
+        if id as usize != self.blocks.len() {
+            return false;
+        }
+        self.by_start.entry(block.start()).or_default().push(id);
+        self.summaries.push(block.summary());
+        self.hot.push(block.hot());
+        self.blocks.push(block);
+        true
+    }
+
     /// A block by id.
     pub fn block(&self, id: u32) -> &Block {
         &self.blocks[id as usize]
