@@ -5,6 +5,7 @@
 //! without it the stack pointer is lost at the first call through the PLT.
 
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -18,39 +19,45 @@ const HEADERS: u64 = 64 + 56;
 /// Leaves probed in each range, from its first.
 const LEAVES: u32 = 0x40;
 
-/// The probe's code for leaves `first..=last`: for each leaf and subleaf `0..SUBLEAVES`,
-/// `cpuid` with eax, ebx, ecx, edx (16 bytes) kept on the stack in order; then one write of
-/// them all to stdout (a write each took thousands of system calls through QEMU, a third of
-/// a short recording's time) and exit(0).
-fn code(first: u32, last: u32) -> Vec<u8> {
-    let size = (last - first + 1) * SUBLEAVES * 16;
-    let mut c = vec![0x41, 0xbc]; // mov r12d, first
-    c.extend(first.to_le_bytes());
-    c.extend([0x48, 0x81, 0xec]); // sub rsp, size
+/// The probe's code for the leaves of `ranges` (`first..=last` each): for each leaf and
+/// subleaf `0..SUBLEAVES`, `cpuid` with eax, ebx, ecx, edx (16 bytes) kept on the stack in
+/// order; then one write of them all to stdout (a write each took thousands of system calls
+/// through QEMU, a third of a short recording's time) and exit(0). One program for all the
+/// ranges: each run of QEMU costs some 25 ms to start.
+fn code(ranges: &[(u32, u32)]) -> Vec<u8> {
+    let size: u32 = ranges
+        .iter()
+        .map(|&(first, last)| (last - first + 1) * SUBLEAVES * 16)
+        .sum();
+    let mut c = vec![0x48, 0x81, 0xec]; // sub rsp, size
     c.extend(size.to_le_bytes());
     c.extend([0x49, 0x89, 0xe6]); // mov r14, rsp
-    let outer = c.len();
-    c.extend([0x45, 0x31, 0xed]); // xor r13d, r13d
-    let inner = c.len();
-    c.extend([
-        0x44, 0x89, 0xe0, // mov eax, r12d
-        0x44, 0x89, 0xe9, // mov ecx, r13d
-        0x0f, 0xa2, // cpuid
-        0x41, 0x89, 0x06, // mov [r14], eax
-        0x41, 0x89, 0x5e, 0x04, // mov [r14+4], ebx
-        0x41, 0x89, 0x4e, 0x08, // mov [r14+8], ecx
-        0x41, 0x89, 0x56, 0x0c, // mov [r14+12], edx
-        0x49, 0x83, 0xc6, 0x10, // add r14, 16
-        0x41, 0xff, 0xc5, // inc r13d
-        0x41, 0x83, 0xfd, // cmp r13d, SUBLEAVES
-    ]);
-    c.push(SUBLEAVES as u8);
-    c.push(0x72); // jb inner
-    c.push((inner as i64 - (c.len() as i64 + 1)) as u8);
-    c.extend([0x41, 0xff, 0xc4, 0x41, 0x81, 0xfc]); // inc r12d; cmp r12d, last
-    c.extend(last.to_le_bytes());
-    c.push(0x76); // jbe outer
-    c.push((outer as i64 - (c.len() as i64 + 1)) as u8);
+    for &(first, last) in ranges {
+        c.extend([0x41, 0xbc]); // mov r12d, first
+        c.extend(first.to_le_bytes());
+        let outer = c.len();
+        c.extend([0x45, 0x31, 0xed]); // xor r13d, r13d
+        let inner = c.len();
+        c.extend([
+            0x44, 0x89, 0xe0, // mov eax, r12d
+            0x44, 0x89, 0xe9, // mov ecx, r13d
+            0x0f, 0xa2, // cpuid
+            0x41, 0x89, 0x06, // mov [r14], eax
+            0x41, 0x89, 0x5e, 0x04, // mov [r14+4], ebx
+            0x41, 0x89, 0x4e, 0x08, // mov [r14+8], ecx
+            0x41, 0x89, 0x56, 0x0c, // mov [r14+12], edx
+            0x49, 0x83, 0xc6, 0x10, // add r14, 16
+            0x41, 0xff, 0xc5, // inc r13d
+            0x41, 0x83, 0xfd, // cmp r13d, SUBLEAVES
+        ]);
+        c.push(SUBLEAVES as u8);
+        c.push(0x72); // jb inner
+        c.push((inner as i64 - (c.len() as i64 + 1)) as u8);
+        c.extend([0x41, 0xff, 0xc4, 0x41, 0x81, 0xfc]); // inc r12d; cmp r12d, last
+        c.extend(last.to_le_bytes());
+        c.push(0x76); // jbe outer
+        c.push((outer as i64 - (c.len() as i64 + 1)) as u8);
+    }
     c.extend([
         0xb8, 0x01, 0x00, 0x00, 0x00, // mov eax, 1 (write)
         0xbf, 0x01, 0x00, 0x00, 0x00, // mov edi, 1
@@ -94,30 +101,33 @@ fn elf(code: &[u8]) -> Vec<u8> {
 /// ones (each range up to its maximum, as leaf 0 and 0x80000000 say) and builds the table.
 /// A failure leaves the table empty: replay then leaves CPUID's results unknown.
 pub fn probe(qemu: &Path, dir: &Path) -> Result<Vec<CpuidLeaf>, String> {
+    let ranges = [0u32, 0x8000_0000].map(|first| (first, first + LEAVES - 1));
+    let out = run(qemu, dir, &ranges)?;
     let mut results = Vec::new();
-    for first in [0u32, 0x8000_0000] {
-        let out = run(qemu, dir, first, first + LEAVES - 1)?;
+    for (first, _) in ranges {
         // Leaf `first` says the range's highest leaf: the others are out of range, where a
         // CPU answers with some other leaf's data.
         let max = out.iter().find(|r| r.0 == first).map_or(first, |r| r.2[0]);
-        results.extend(out.into_iter().filter(|r| r.0 <= max));
+        results.extend(out.iter().filter(|r| r.0 >= first && r.0 <= max));
     }
     Ok(from_probe(&results))
 }
 
-fn run(qemu: &Path, dir: &Path, first: u32, last: u32) -> Result<Vec<(u32, u32, [u32; 4])>, String> {
-    let exe = dir.join(format!("cpuid-probe-{first:x}"));
-    std::fs::write(&exe, elf(&code(first, last))).map_err(|e| format!("{}: {e}", exe.display()))?;
+fn run(qemu: &Path, dir: &Path, ranges: &[(u32, u32)]) -> Result<Vec<(u32, u32, [u32; 4])>, String> {
+    let exe = dir.join("cpuid-probe");
+    std::fs::write(&exe, elf(&code(ranges))).map_err(|e| format!("{}: {e}", exe.display()))?;
     std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755))
         .map_err(|e| format!("{}: {e}", exe.display()))?;
     let out = Command::new(qemu)
         .arg(&exe)
+        .process_group(0)
         .stdin(Stdio::null())
         .stderr(Stdio::null())
         .output()
         .map_err(|e| format!("{}: {e}", qemu.display()))?;
     let _ = std::fs::remove_file(&exe);
-    let expected = (last - first + 1) as usize * SUBLEAVES as usize * 16;
+    let leaves = ranges.iter().flat_map(|&(first, last)| first..=last);
+    let expected = leaves.clone().count() * SUBLEAVES as usize * 16;
     if !out.status.success() || out.stdout.len() != expected {
         return Err(format!(
             "the CPUID probe under {} ended with {} after {} of {expected} bytes",
@@ -127,15 +137,10 @@ fn run(qemu: &Path, dir: &Path, first: u32, last: u32) -> Result<Vec<(u32, u32, 
         ));
     }
     let word = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-    Ok(out
-        .stdout
-        .chunks_exact(16)
-        .enumerate()
-        .map(|(i, r)| {
-            let leaf = first + (i / SUBLEAVES as usize) as u32;
-            let sub = (i % SUBLEAVES as usize) as u32;
-            (leaf, sub, [word(&r[0..]), word(&r[4..]), word(&r[8..]), word(&r[12..])])
-        })
+    Ok(leaves
+        .flat_map(|leaf| (0..SUBLEAVES).map(move |sub| (leaf, sub)))
+        .zip(out.stdout.chunks_exact(16))
+        .map(|((leaf, sub), r)| (leaf, sub, [word(&r[0..]), word(&r[4..]), word(&r[8..]), word(&r[12..])]))
         .collect())
 }
 
@@ -146,19 +151,25 @@ mod tests {
 
     #[test]
     fn the_probe_code_decodes_as_written_and_its_loops_close() {
-        let code = code(0x8000_0000, 0x8000_0003);
+        let code = code(&[(0, 2), (0x8000_0000, 0x8000_0003)]);
         let mut d = Decoder::with_ip(64, &code, BASE + HEADERS, DecoderOptions::NONE);
         let insns: Vec<_> = d.iter().collect();
         assert!(insns.iter().all(|i| !i.is_invalid()));
         let m: Vec<Mnemonic> = insns.iter().map(|i| i.mnemonic()).collect();
-        assert_eq!(m.iter().filter(|&&x| x == Mnemonic::Cpuid).count(), 1);
+        assert_eq!(m.iter().filter(|&&x| x == Mnemonic::Cpuid).count(), 2, "a loop a range");
         assert_eq!(m.iter().filter(|&&x| x == Mnemonic::Syscall).count(), 2);
         let jb = insns.iter().find(|i| i.mnemonic() == Mnemonic::Jb).expect("jb");
-        let inner = insns[4].ip(); // after mov r12d, sub rsp, mov r14 and xor r13d
+        let inner = insns[4].ip(); // after sub rsp, mov r14, mov r12d and xor r13d
         assert_eq!(jb.near_branch_target(), inner);
         let jbe = insns.iter().find(|i| i.mnemonic() == Mnemonic::Jbe).expect("jbe");
         assert_eq!(jbe.near_branch_target(), insns[3].ip());
-        assert_eq!(insns[0].immediate32(), 0x8000_0000);
+        assert_eq!(insns[0].immediate32(), (3 + 4) * SUBLEAVES * 16, "room for both ranges");
+        assert_eq!(insns[2].immediate32(), 0);
+        let second = insns
+            .iter()
+            .skip(3)
+            .find(|i| i.mnemonic() == Mnemonic::Mov && i.immediate32() == 0x8000_0000);
+        assert!(second.is_some(), "the second range starts at 0x80000000");
     }
 
     #[test]

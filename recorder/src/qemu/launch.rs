@@ -270,6 +270,13 @@ fn run(
             return Err(e.into());
         }
     };
+    // QEMU's CPUID table, found while the program runs (a run of QEMU of its own, ~25 ms,
+    // was a tenth of a short recording after it). In a process group of its own, so that
+    // a Ctrl-C at the terminal does not end it.
+    let cpuid = {
+        let (qemu, dir) = (qemu.to_path_buf(), dir.to_path_buf());
+        std::thread::spawn(move || super::cpuid::probe(&qemu, &dir))
+    };
     let mut tick = progress_tick(dir, child.id(), progress);
     let status = pipe.wait(&mut child, &opts.interrupted, super::stop::GRACE, &mut tick)?;
     drop(tick);
@@ -308,7 +315,10 @@ fn run(
         .map_err(io(Path::new(files::TRACE)))?
         .len();
     let mut warnings = Vec::new();
-    let cpuid = super::cpuid::probe(qemu, dir).unwrap_or_else(|e| {
+    let cpuid = cpuid
+        .join()
+        .unwrap_or_else(|_| Err("the CPUID probe's thread panicked".into()));
+    let cpuid = cpuid.unwrap_or_else(|e| {
         warnings.push(format!("{e}: CPUID's results stay unknown in replay"));
         Vec::new()
     });
