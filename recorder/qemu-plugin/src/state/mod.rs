@@ -20,7 +20,7 @@ use rtit_recorder::outcome::RegisterMap;
 use rtit_recorder::qemu::capture::{self, Capture};
 use rtit_recorder::qemu::engine::{Counts, Engine, Start, Started};
 use rtit_recorder::qemu::guest_maps::GuestMaps;
-use rtit_recorder::qemu::initial::{find_initial_rsp, guest_mappings, name_stack, with_elf_perms};
+use rtit_recorder::qemu::initial::{elf_headers, find_initial_rsp, guest_mappings, name_stack, with_elf_perms};
 use rtit_recorder::qemu::report::{files, Args, PluginEnd, Report, HIGH_FD};
 use rtit_recorder::sideband::{parse_map_line, snapshot_with, Images};
 use rtit_recorder::writer::write_snapshot;
@@ -206,7 +206,7 @@ impl Plugin {
     /// The guest's map at its first instruction; the start symbol resolved.
     fn first_exec(&mut self, entry: u64) {
         let guest = guest_mappings(&host_maps(), &self.host_before);
-        let mut guest = with_elf_perms(guest, |p| std::fs::read(p).ok());
+        let mut guest = with_elf_perms(guest, elf_headers);
         let tops: Vec<Mapping> = guest
             .iter()
             .map(|m| Mapping {
