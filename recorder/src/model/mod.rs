@@ -196,6 +196,11 @@ impl UnitModel {
         self.out.take_bytes()
     }
 
+    /// How many bytes [`Self::take_output`] would take now.
+    pub fn output_len(&self) -> usize {
+        self.out.bytes().len()
+    }
+
     /// Instructions retired with PacketEn set and their packets not lost to an overflow:
     /// exactly the instructions the trace holds.
     pub fn traced(&self) -> u64 {

@@ -339,6 +339,13 @@ impl Engine {
         }
     }
 
+    /// Bytes waiting to be taken: the trace's ([`Self::take_trace`]) and the truth's, eight
+    /// an instruction ([`Self::take_truth`]).
+    pub fn buffered(&self) -> usize {
+        let trace = self.model.as_ref().map_or(0, UnitModel::output_len);
+        trace + self.truth.as_ref().map_or(0, |t| t.len() * 8)
+    }
+
     /// Takes the truth recorded so far (with `truth`).
     pub fn take_truth(&mut self) -> Vec<u64> {
         self.truth.as_mut().map(std::mem::take).unwrap_or_default()
