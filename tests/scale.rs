@@ -46,8 +46,9 @@ fn a_55_million_instruction_history_serves_a_default_gdb_from_end_to_start() {
             "monitor when",
             // Asked at once at the end, then again once the values are final: the answer
             // given before must not stick (it showed <unavailable> until one moved).
+            // `monitor wait` is what a script waits for them with.
             "p $rsp",
-            "python import time; exec(\"for _ in range(480):\\n if 'values    final' in gdb.execute('monitor info', to_string=True): break\\n time.sleep(0.25)\")",
+            "monitor wait",
             "monitor info",
             // What the gdb `rtit replay` starts does after every monitor command.
             "maintenance flush register-cache",
@@ -73,7 +74,10 @@ fn a_55_million_instruction_history_serves_a_default_gdb_from_end_to_start() {
     );
     assert_eq!(out.matches("No more reverse-execution history").count(), 2, "{out}");
     let after = out.split("values    final").last().expect("output");
-    assert!(out.contains("values    final"), "the values became final:\n{out}");
+    assert!(
+        out.contains("values final\n") && out.contains("values    final"),
+        "`monitor wait` came back once the values were final:\n{out}"
+    );
     let rsp = after
         .lines()
         .find(|l| l.starts_with('$') && l.contains(" = "))

@@ -45,6 +45,8 @@ rtit monitor commands:
   monitor goto N      move to position N (a gdb not started by `rtit replay` must then run
                       `maint flush register-cache` and `maint flush dcache`)
   monitor info        a summary of the recording
+  monitor wait        wait until the values are final (worked out in the background on a
+                      long history; until then some show as <unavailable>): for scripts
   monitor insns [N]   the instructions around the current position (N each side, default 5)
   monitor why-unknown REG|ADDR
                       why a register (rax, rsp …) or the byte at a hex address is unknown here:
@@ -91,6 +93,7 @@ impl MonitorCmd for ReplayTarget {
             (Some("goto"), Some(n)) => goto(self, n, &mut out),
             (Some("flushes-caches"), None) => self.gdb_flushes = true,
             (Some("info"), None) => info(self, &mut out),
+            (Some("wait"), None) => wait_values(self, &mut out),
             (Some("insns"), n) => insns(self, n, &mut out),
             (Some("why-unknown"), Some(what)) => why_unknown(self, what, &mut out),
             _ => outputln!(out, "{MONITOR_HELP}"),
@@ -168,6 +171,39 @@ fn why_unknown(target: &mut ReplayTarget, what: &str, out: &mut ConsoleOutput<'_
     }
     outputln!(out, "  going forwards:  {}", describe(forward));
     outputln!(out, "  going backwards: {}", describe(backward));
+}
+
+/// `monitor wait`: waits until the values are final, a dot a second (each console packet
+/// restarts gdb's wait for the answer, as for the history); at most [`HISTORY_PATIENCE`].
+/// A gdb not started by `rtit replay` keeps the registers it read before: it must flush them.
+fn wait_values(target: &mut ReplayTarget, out: &mut ConsoleOutput<'_>) {
+    let s = &mut target.session;
+    if !s.wait_values(HISTORY_WAIT) {
+        let (done, total) = s.values_stats().walked;
+        output!(
+            out,
+            "waiting for the values ({}% worked out)",
+            done * 100 / total.max(1)
+        );
+        out.flush();
+        let since = std::time::Instant::now();
+        while !s.wait_values(HISTORY_WAIT) {
+            if since.elapsed() >= HISTORY_PATIENCE {
+                outputln!(out, "\nthe values are still being worked out; try again in a moment");
+                return;
+            }
+            output!(out, ".");
+            out.flush();
+        }
+        outputln!(out, "");
+    }
+    outputln!(out, "values final");
+    if !target.gdb_flushes {
+        outputln!(
+            out,
+            "(a gdb not started by `rtit replay`: run `maint flush register-cache` and `maint flush dcache` now)"
+        );
+    }
 }
 
 fn info(target: &ReplayTarget, out: &mut ConsoleOutput<'_>) {

@@ -410,6 +410,12 @@ impl Session {
         }
     }
 
+    /// Waits at most `timeout` for the state layer's answers to be final everywhere (see
+    /// [`Self::prepare`]); whether they are (true without a history: nothing is to come).
+    pub fn wait_values(&mut self, timeout: Duration) -> bool {
+        self.decoded_mut().map_or(true, |d| d.values.wait_complete(timeout))
+    }
+
     /// How long a question about values may wait for the state layer's background work
     /// rather than answer from less (see [`Values::set_patience`]).
     pub fn set_patience(&mut self, patience: Duration) {

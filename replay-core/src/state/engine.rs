@@ -318,6 +318,24 @@ impl Values {
         self.collect(false, &mut |_, _| {});
     }
 
+    /// Waits at most `timeout` for the answers to be final everywhere (starting the chains
+    /// held back); whether they are. [`Self::prepare`] waits as long as it takes, and a
+    /// gdb's `monitor wait` must tell gdb it is still there every second or so.
+    pub fn wait_complete(&mut self, timeout: Duration) -> bool {
+        self.release();
+        let deadline = Instant::now() + timeout;
+        while let Some(chains) = &self.chains {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match chains.made.recv_timeout(left.min(Duration::from_millis(100))) {
+                Ok(m) => self.take(m),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) if left.is_zero() => return false,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => self.chains = None,
+            }
+        }
+        self.complete()
+    }
+
     /// How the engine did so far.
     pub fn stats(&self) -> ValuesStats {
         let states = self
