@@ -28,9 +28,9 @@ use std::sync::atomic::Ordering;
 
 use ffi::{say, PluginId, QemuInfo, Tb};
 use published::{inert, GATE, POSITION, STARTED, STOP, TRACING};
-use rtit_recorder::qemu::block::Block;
 use rtit_recorder::qemu::engine::Started;
 use rtit_recorder::qemu::report::Args;
+use rtit_recorder::qemu::translations;
 use shared::{lock, with_plugin};
 use state::Plugin;
 
@@ -120,12 +120,14 @@ extern "C" fn tb_trans(_id: PluginId, tb: *mut Tb) {
                 (ffi::qemu_plugin_insn_vaddr(insn), bytes)
             })
             .collect();
-        let Ok(block) = Block::translate(insns.iter().copied()) else {
+        // Decoded on the feeder's thread (`translated`): only how many instructions the block
+        // keeps is needed here.
+        if insns.first().map_or(true, |(_, bytes)| bytes.is_empty()) {
             translated::untranslatable(ffi::qemu_plugin_tb_vaddr(tb));
             return;
-        };
-        let kept = block.kept();
-        let id = translated::number(block, &insns);
+        }
+        let kept = translations::kept(&insns);
+        let id = translated::number(&insns, kept);
         // The block's count, at once, before its last instruction (see `published::STARTED`).
         if kept > 0 {
             let last = ffi::qemu_plugin_tb_get_insn(tb, kept - 1);

@@ -17,6 +17,7 @@ use std::sync::atomic::Ordering;
 use nix::fcntl::{fcntl, FcntlArg};
 use rtit_recorder::model::{ModelOptions, RtitConfig};
 use rtit_recorder::outcome::RegisterMap;
+use rtit_recorder::qemu::block::Block;
 use rtit_recorder::qemu::capture::{self, Capture};
 use rtit_recorder::qemu::engine::{Counts, Engine, Start, Started};
 use rtit_recorder::qemu::guest_maps::GuestMaps;
@@ -160,7 +161,6 @@ impl Plugin {
             }),
             args,
         };
-        crate::translated::CAPTURING.store(plugin.capture.is_some(), Ordering::Relaxed);
         Ok(plugin)
     }
 
@@ -184,24 +184,33 @@ impl Plugin {
     /// (`translated`): called where the ring says how far it goes, before any of its blocks.
     fn take_translated(&mut self) {
         for t in crate::translated::take() {
-            match t {
-                crate::translated::Translated::Block { id, block, raw } => {
-                    if let (Some(c), Some(raw)) = (self.capture.as_mut(), raw) {
-                        let insns: Vec<(u64, &[u8])> = raw.iter().map(|(ip, b)| (*ip, &b[..])).collect();
-                        if let Err(e) = c.translation(id, &insns) {
-                            self.notes.push(e.to_string());
-                            self.capture = None;
-                        }
-                    }
-                    if !self.engine.push_block(id, block) {
-                        let reason = format!("block {id} came to the engine out of order");
-                        self.notes.push(reason.clone());
-                        self.stop_now(Counts::default(), reason);
-                    }
-                }
+            let (id, raw, kept) = match t {
+                crate::translated::Translated::Block { id, raw, kept } => (id, raw, kept),
                 crate::translated::Translated::Untranslatable(ip) => {
-                    self.notes.push(format!("no decodable instruction at {ip:#x}"))
+                    self.notes.push(format!("no decodable instruction at {ip:#x}"));
+                    continue;
                 }
+            };
+            let insns = raw.insns();
+            if let Some(c) = self.capture.as_mut() {
+                if let Err(e) = c.translation(id, &insns) {
+                    self.notes.push(e.to_string());
+                    self.capture = None;
+                }
+            }
+            let block = match Block::translate(insns) {
+                // The vCPU counted what translation keeps (`translations::kept`).
+                Ok(block) if block.kept() == kept => block,
+                other => {
+                    let why = match other {
+                        Ok(block) => format!("keeps {} instructions, the vCPU counted {kept}", block.kept()),
+                        Err(e) => e.to_string(),
+                    };
+                    self.refuse_now(format!("block {id} at {:#x}: {why}", raw.start()));
+                }
+            };
+            if !self.engine.push_block(id, block) {
+                self.refuse_now(format!("block {id} came to the engine out of order"));
             }
         }
     }
@@ -495,6 +504,18 @@ impl Plugin {
         self.interrupted = Some(signal);
         self.finish(Counts::default(), None);
         exit_for(signal)
+    }
+
+    /// Ends the recording where the engine is, for `reason`, which may run beside the vCPU
+    /// (the feeder): as [`Self::interrupt_now`], the block the vCPU runs is left out.
+    fn refuse_now(&mut self, reason: String) -> ! {
+        self.notes.push(reason.clone());
+        self.engine.stop();
+        self.syscall_record = None;
+        self.stop = Some(reason);
+        self.finish(Counts::default(), None);
+        // SAFETY: as in `stop_now`.
+        unsafe { nix::libc::_exit(1) }
     }
 
     /// The program ended (of the signal `fatal`, where QEMU said which): settles the last
