@@ -178,30 +178,31 @@ fn why_unknown(target: &mut ReplayTarget, what: &str, out: &mut ConsoleOutput<'_
 /// A gdb not started by `rtit replay` keeps the registers it read before: it must flush them.
 fn wait_values(target: &mut ReplayTarget, out: &mut ConsoleOutput<'_>) {
     let s = &mut target.session;
-    if !s.wait_values(HISTORY_WAIT) {
-        let (done, total) = s.values_stats().walked;
-        output!(
-            out,
-            "waiting for the values ({}% worked out)",
-            done * 100 / total.max(1)
-        );
-        out.flush();
-        let since = std::time::Instant::now();
-        while !s.wait_values(HISTORY_WAIT) {
-            if since.elapsed() >= HISTORY_PATIENCE {
-                outputln!(out, "\nthe values are still being worked out; try again in a moment");
-                return;
-            }
-            output!(out, ".");
-            out.flush();
-        }
-        outputln!(out, "");
+    if s.wait_values(HISTORY_WAIT) {
+        // Final already: what gdb read before is what it would read now.
+        return outputln!(out, "values final");
     }
-    outputln!(out, "values final");
+    let (done, total) = s.values_stats().walked;
+    output!(
+        out,
+        "waiting for the values ({}% worked out)",
+        done * 100 / total.max(1)
+    );
+    out.flush();
+    let since = std::time::Instant::now();
+    while !s.wait_values(HISTORY_WAIT) {
+        if since.elapsed() >= HISTORY_PATIENCE {
+            outputln!(out, "\nthe values are still being worked out; try again in a moment");
+            return;
+        }
+        output!(out, ".");
+        out.flush();
+    }
+    outputln!(out, "\nvalues final");
     if !target.gdb_flushes {
         outputln!(
             out,
-            "(a gdb not started by `rtit replay`: run `maint flush register-cache` and `maint flush dcache` now)"
+            "(a gdb not started by `rtit replay`: run `maint flush register-cache` and `maint flush dcache` now, for what it read before)"
         );
     }
 }
