@@ -6,8 +6,12 @@
 
 use crate::recording::{MapChange, Mapping};
 
-/// Anonymous zero-fill is stored as known bytes only up to this size per change.
-const ZERO_BOUND: u64 = 1 << 20;
+/// Anonymous zero-fill is known only up to this size per change: whole pages of it share
+/// one page of zeros (`Memory::zero`), a slot (8 bytes) a page, 2 MB for the largest. A
+/// larger mapping, or one neither readable nor writable (an address-space reservation, which
+/// runtimes make of terabytes), is forgotten. It was 1 MiB, and sort's 1.1 MiB buffer of
+/// lines was forgotten: every value copied from bytes of it sort never wrote was unknown.
+const ZERO_BOUND: u64 = 1 << 30;
 
 /// A change's effect on memory contents.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -58,7 +62,9 @@ fn subtract(ranges: &[&Mapping], minus: &[&Mapping]) -> Vec<(u64, u64)> {
 }
 
 fn anonymous(m: &Mapping) -> bool {
-    m.perms.ends_with('p') && matches!(m.path.as_deref(), None | Some("[heap]") | Some(""))
+    m.perms.ends_with('p')
+        && (m.perms.starts_with('r') || m.perms[1..].starts_with('w'))
+        && matches!(m.path.as_deref(), None | Some("[heap]") | Some(""))
 }
 
 /// The effect of one change (by the system call that made it).
@@ -179,6 +185,21 @@ mod tests {
         c.mapped_start = Some(0x9000);
         c.mapped_end = Some(0xa000);
         assert_eq!(effect(&c).zero, vec![(0x9000, 0x1000)]);
+    }
+
+    /// A large anonymous mapping is zeros too (sort's 1.1 MiB buffer of lines was forgotten
+    /// under the old 1 MiB bound); a reservation neither readable nor writable is forgotten,
+    /// whatever its size (runtimes reserve terabytes).
+    #[test]
+    fn a_large_anonymous_mapping_is_zero_and_a_reservation_is_not() {
+        let e = effect(&change("mmap", vec![m(0x40_0000, 0x51_b000, None)], vec![]));
+        assert_eq!(e.zero, vec![(0x40_0000, 0x11_b000)]);
+        assert!(e.forget.is_empty(), "{e:?}");
+        let mut reserve = m(0x1000_0000, 0x1_1000_0000, None);
+        reserve.perms = "---p".into();
+        let e = effect(&change("mmap", vec![reserve], vec![]));
+        assert!(e.zero.is_empty(), "{e:?}");
+        assert_eq!(e.forget, vec![(0x1000_0000, 1 << 32)]);
     }
 
     #[test]

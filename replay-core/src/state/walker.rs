@@ -225,7 +225,7 @@ impl Walker {
             if let Some(e) = changes {
                 why::begin(Cause::MapChange, p);
                 e.forget.iter().for_each(|&(a, n)| st.mem.forget(a, n));
-                e.zero.iter().for_each(|&(a, n)| st.mem.write(a, &vec![0; n as usize]));
+                e.zero.iter().for_each(|&(a, n)| st.mem.zero(a, n));
                 for (start, len, path, offset) in &e.files {
                     if let Some(bytes) = self.shared.space.file_mapping_bytes(path, *len, *offset) {
                         st.mem.write(*start, bytes);

@@ -183,6 +183,25 @@ impl Memory {
         }
     }
 
+    /// Knows `len` bytes at `addr` to be zero (a new anonymous mapping, which the kernel
+    /// fills with zeros): whole pages share one page of zeros, so a mapping costs a slot a
+    /// page until written (sort's 1.1 MB buffer was forgotten instead, being over the bound a
+    /// write of zeros had, and every value copied from its unwritten bytes was unknown).
+    pub fn zero(&mut self, addr: u64, len: u64) {
+        let end = addr.saturating_add(len);
+        let (first, last) = (addr.next_multiple_of(PAGE), end / PAGE * PAGE);
+        if first >= last {
+            return self.write(addr, &vec![0; (end - addr) as usize]);
+        }
+        self.drop_partial(addr, len);
+        self.write(addr, &vec![0; (first - addr) as usize]);
+        let zeros = Arc::new(Page::zeros());
+        for p in first / PAGE..last / PAGE {
+            self.pages.insert(p, zeros.clone());
+        }
+        self.write(last, &vec![0; (end - last) as usize]);
+    }
+
     /// Drops the partly known bytes in `len` bytes at `addr`.
     fn drop_partial(&mut self, addr: u64, len: u64) {
         if !self.partial.is_empty() {

@@ -168,6 +168,17 @@ fn for_segments(j: usize, n: usize, mut f: impl FnMut(usize, usize, std::ops::Ra
 }
 
 impl Page {
+    /// Every byte known to be zero, the segments one shared segment.
+    pub(super) fn zeros() -> Self {
+        let zero = Arc::new(Segment {
+            bytes: [0; SEG],
+            gaps: None,
+        });
+        Self {
+            slots: std::array::from_fn(|_| Slot::Held(zero.clone())),
+        }
+    }
+
     /// Nothing known, for `why`.
     pub(super) fn unknown(why: Why) -> Self {
         Self {

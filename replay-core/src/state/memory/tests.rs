@@ -118,3 +118,46 @@ fn a_read_mixes_written_and_read_only_bytes_and_names_the_first_unknown_cause() 
     assert_eq!(m.read(0x10f8, 2, &space), None, "a volatile byte is never known");
     assert_eq!(m.read(0x10f9, 2, &space), Some(vec![7, 7]));
 }
+
+/// A new anonymous mapping is zeros: whole pages share one page of zeros (64 MiB in 16,384
+/// slots, not 64 MiB of bytes), the ends are written, the neighbours keep their bytes, and a
+/// write into a zero page copies that page alone.
+#[test]
+fn a_zero_filled_range_reads_zero_and_shares_its_pages() {
+    let space = AddressSpace::new();
+    let mut m = Memory::new();
+    m.write(0x0fff, &[7]);
+    m.write(0x1000 + (64 << 20) + 0x10, &[5]);
+    m.zero(0x1000, 64 << 20);
+    assert_eq!(
+        m.read(0x0fff, 1, &space),
+        Some(vec![7]),
+        "the byte before keeps its value"
+    );
+    assert_eq!(m.read(0x1000, 8, &space), Some(vec![0; 8]));
+    assert_eq!(m.read(0x1000 + (64 << 20) - 8, 8, &space), Some(vec![0; 8]));
+    assert_eq!(
+        m.read(0x1000 + (64 << 20) + 0x10, 1, &space),
+        Some(vec![5]),
+        "after it too"
+    );
+    let mut f = footprint::Footprint::new();
+    m.footprint(&mut f);
+    assert!(f.bytes() < 2 << 20, "64 MiB of zeros held in {} bytes", f.bytes());
+    let before = m.clone();
+    m.write(0x20_0000, &[1, 2]);
+    assert_eq!(m.read(0x20_0000, 3, &space), Some(vec![1, 2, 0]));
+    assert_eq!(
+        before.read(0x20_0000, 2, &space),
+        Some(vec![0, 0]),
+        "the shared page is untouched"
+    );
+    // Unaligned both ends, within one page and across two.
+    let mut m = Memory::new();
+    m.zero(0x3010, 0x20);
+    assert_eq!(m.read(0x3010, 0x20, &space), Some(vec![0; 0x20]));
+    assert_eq!(m.read(0x300f, 1, &space), None);
+    m.zero(0x4ff0, 0x1020);
+    assert_eq!(m.read(0x4ff0, 0x1020, &space), Some(vec![0; 0x1020]));
+    assert_eq!(m.read(0x6010, 1, &space), None);
+}
