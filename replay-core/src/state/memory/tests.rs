@@ -141,7 +141,7 @@ fn a_zero_filled_range_reads_zero_and_shares_its_pages() {
         Some(vec![5]),
         "after it too"
     );
-    let mut f = footprint::Footprint::new();
+    let mut f = Footprint::new();
     m.footprint(&mut f);
     assert!(f.bytes() < 2 << 20, "64 MiB of zeros held in {} bytes", f.bytes());
     let before = m.clone();
