@@ -81,10 +81,25 @@ pub(super) fn prepare(recording: &Recording, space: &AddressSpace) -> Result<Pre
             Some((m.start, bytes))
         })
         .collect();
+    let syscalls = recording.syscalls()?;
+    // What no store writes, from the start and after each change; nothing with a call that
+    // changes protections without a change logged.
+    let (mut readonly_start, mut readonly) = state::readonly::after_each(&maps.initial, &maps.changes);
+    if syscalls.iter().any(|r| state::readonly::unlogged(r.nr)) {
+        readonly_start = state::readonly::ReadOnly::from([]);
+        readonly
+            .iter_mut()
+            .for_each(|r| *r = state::readonly::ReadOnly::from([]));
+    }
     let map_changes = maps
         .changes
         .iter()
-        .map(|c| (c.position, state::maps::effect(c)))
+        .zip(readonly)
+        .map(|(c, r)| {
+            let mut e = state::maps::effect(c);
+            e.readonly = Some(r);
+            (c.position, e)
+        })
         .collect();
     let m = &recording.manifest;
     let cpuid = recording.cpuid()?;
@@ -104,14 +119,16 @@ pub(super) fn prepare(recording: &Recording, space: &AddressSpace) -> Result<Pre
     for s in &mut signals {
         s.registers = trusted(&s.registers);
     }
+    let mut start = State {
+        cpu,
+        ..snapshot_state(&trusted(&m.registers_start), &files, &start_memory)
+    };
+    start.mem.set_readonly(readonly_start);
     Ok(Prepared {
-        start: State {
-            cpu,
-            ..snapshot_state(&trusted(&m.registers_start), &files, &start_memory)
-        },
+        start,
         end,
         map_changes,
-        syscalls: recording.syscalls()?,
+        syscalls,
         results: recording.results()?,
         signals,
         cpuid,

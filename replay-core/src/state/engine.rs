@@ -231,6 +231,9 @@ impl Values {
                     entry.forget.extend(e.forget);
                     entry.zero.extend(e.zero);
                     entry.files.extend(e.files);
+                    if e.readonly.is_some() {
+                        entry.readonly = e.readonly;
+                    }
                     m
                 }),
             syscalls: inputs.syscalls.into_iter().map(|r| (r.position, r)).collect(),

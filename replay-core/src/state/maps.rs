@@ -23,6 +23,8 @@ pub struct MapEffect {
     /// New private file mappings: (start, length, path, file offset). Their bytes are the
     /// file's, known where the recording holds the file as an image.
     pub files: Vec<(u64, u64, String, u64)>,
+    /// The memory no store writes from this change on ([`super::readonly`]), where known.
+    pub readonly: Option<super::readonly::ReadOnly>,
 }
 
 impl MapEffect {

@@ -39,6 +39,7 @@ mod mxcsr;
 mod nearby;
 mod ops;
 mod partial;
+pub mod readonly;
 pub mod reg;
 mod rounded;
 mod sigreturn;

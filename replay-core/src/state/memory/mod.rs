@@ -32,6 +32,9 @@ pub struct Memory {
     /// first byte saved with its exception flags unknown but its DAZ bit known. Any write or
     /// forget of the byte drops its entry. Rarely more than one.
     partial: Vec<(u64, u8, u8)>,
+    /// What no store writes now ([`crate::state::readonly`]): kept when a store through an
+    /// unknown address forgets the rest.
+    readonly: crate::state::readonly::ReadOnly,
 }
 
 impl std::fmt::Debug for Memory {
@@ -54,6 +57,7 @@ impl Memory {
     /// Counts what this holds that `f` has not seen yet.
     pub fn footprint(&self, f: &mut Footprint) {
         f.first(Arc::as_ptr(&self.volatile), self.volatile.len() * 16);
+        f.first(Arc::as_ptr(&self.readonly).cast::<u8>(), self.readonly.len() * 16);
         self.pages.footprint(f, Page::footprint);
     }
 
@@ -67,6 +71,11 @@ impl Memory {
         self.pages
             .get(addr / PAGE)
             .map_or(self.why_all, |p| p.why((addr % PAGE) as usize))
+    }
+
+    /// Sets what no store writes from now on ([`crate::state::readonly`]).
+    pub fn set_readonly(&mut self, ranges: crate::state::readonly::ReadOnly) {
+        self.readonly = ranges;
     }
 
     /// Declares ranges the kernel may rewrite at any time: never known.
@@ -296,7 +305,7 @@ impl Memory {
     /// Makes all writable memory unknown: what a store to an address nobody knows does, since
     /// it may have written anywhere.
     pub fn forget_all(&mut self) {
-        self.pages.clear();
+        self.pages = self.pages.within(&self.readonly, PAGE);
         self.partial.clear();
         self.why_all = why::current();
     }

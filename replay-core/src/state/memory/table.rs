@@ -97,6 +97,29 @@ impl<T: Clone> PageTable<T> {
         }
     }
 
+    /// The pages that lie whole within `ranges` ((start, length), bytes; pages of
+    /// `page_bytes`), shared with this table: a chunk's worth of pages looked at a time.
+    pub(super) fn within(&self, ranges: &[(u64, u64)], page_bytes: u64) -> Self {
+        let mut out = Self::default();
+        for &(start, len) in ranges {
+            let (first, end) = (start.div_ceil(page_bytes), start.saturating_add(len) / page_bytes);
+            let mut p = first;
+            while p < end {
+                let (c, _) = split(p);
+                let stop = ((c + 1) * CHUNK).min(end);
+                if let Some(chunk) = self.chunks.get(&c) {
+                    for q in p..stop {
+                        if let Some(page) = &chunk[(q % CHUNK) as usize] {
+                            out.insert(q, page.clone());
+                        }
+                    }
+                }
+                p = stop;
+            }
+        }
+        out
+    }
+
     /// Every page, in no order.
     pub(super) fn iter(&self) -> impl Iterator<Item = (u64, &Arc<T>)> {
         self.chunks.iter().flat_map(|(&c, chunk)| {
@@ -122,12 +145,6 @@ impl<T: Clone> PageTable<T> {
                 }
             }
         }
-    }
-
-    /// No page.
-    pub(super) fn clear(&mut self) {
-        self.chunks.clear();
-        self.len = 0;
     }
 }
 
@@ -157,7 +174,15 @@ mod tests {
         let mut pages: Vec<(u64, u32)> = a.iter().map(|(p, v)| (p, **v)).collect();
         pages.sort_unstable();
         assert_eq!(pages, [(3, 31), (7, 70), (CHUNK + 1, 50)]);
-        a.clear();
-        assert_eq!((a.len(), b.len()), (0, 3));
+        // Ranges in pages (a page of 1 byte here): the pages whole within them, shared.
+        let w = a.within(&[(0, 4), (6, 1), (CHUNK + 1, 1)], 1);
+        let mut kept: Vec<(u64, u32)> = w.iter().map(|(p, v)| (p, **v)).collect();
+        kept.sort_unstable();
+        assert_eq!(kept, [(3, 31), (CHUNK + 1, 50)]);
+        assert_eq!(w.len(), 2);
+        assert!(
+            Arc::ptr_eq(w.get(3).expect("w"), a.get(3).expect("a")),
+            "shared, not copied"
+        );
     }
 }

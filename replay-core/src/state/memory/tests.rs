@@ -161,3 +161,23 @@ fn a_zero_filled_range_reads_zero_and_shares_its_pages() {
     assert_eq!(m.read(0x4ff0, 0x1020, &space), Some(vec![0; 0x1020]));
     assert_eq!(m.read(0x6010, 1, &space), None);
 }
+
+/// A store through an unknown address forgets all memory but what no store writes: the
+/// pages whole within the read-only ranges keep their bytes.
+#[test]
+fn forgetting_all_keeps_the_pages_no_store_writes() {
+    let space = AddressSpace::new();
+    let mut m = Memory::new();
+    m.write(0x1ff8, &[1; 16]); // across pages 0x1000 and 0x2000
+    m.write(0x3000, &[2; 8]);
+    m.write(0x5000, &[3; 8]);
+    m.set_readonly([(0x2000, 0x2000)].into());
+    m.forget_all();
+    assert_eq!(m.read(0x2000, 8, &space), Some(vec![1; 8]), "in a kept page");
+    assert_eq!(m.read(0x3000, 8, &space), Some(vec![2; 8]));
+    assert_eq!(m.read(0x1ff8, 8, &space), None, "the page before is writable");
+    assert_eq!(m.read(0x5000, 8, &space), None);
+    m.set_readonly([].into());
+    m.forget_all();
+    assert_eq!(m.read(0x3000, 8, &space), None, "nothing kept without ranges");
+}
