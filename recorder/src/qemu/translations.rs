@@ -9,10 +9,8 @@
 //!
 //! [`Engine::push_block`]: super::engine::Engine::push_block
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-
 use iced_x86::{Decoder, DecoderOptions};
+use rustc_hash::FxHashMap;
 
 /// A block's instructions as QEMU reported them, in one buffer: each instruction's address
 /// (8 bytes, little-endian), its length (1 byte) and its bytes.
@@ -73,32 +71,12 @@ pub fn kept(insns: &[(u64, &[u8])]) -> usize {
     }
 }
 
-/// A hasher for block addresses: the default one (SipHash) took a tenth of numbering a
-/// block. Multiplicative (Fibonacci) hashing of the one `u64` written.
-#[derive(Default)]
-pub struct AddressHasher(u64);
-
-impl Hasher for AddressHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-    }
-
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0 ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
 /// The blocks numbered so far.
 #[derive(Debug, Default)]
 pub struct Translations {
     /// The ids of the blocks that start at an address.
-    by_start: HashMap<u64, Vec<u32>, BuildHasherDefault<AddressHasher>>,
+    /// (FxHash: the default SipHash took a tenth of numbering a block.)
+    by_start: FxHashMap<u64, Vec<u32>>,
     /// Each block, by id, to compare a new translation with.
     blocks: Vec<RawBlock>,
 }
