@@ -34,7 +34,7 @@ pub struct Memory {
     partial: Vec<(u64, u8, u8)>,
     /// What no store writes now ([`crate::state::readonly`]): kept when a store through an
     /// unknown address forgets the rest.
-    readonly: crate::state::readonly::ReadOnly,
+    readonly: Arc<[(u64, u64)]>,
 }
 
 impl std::fmt::Debug for Memory {
@@ -74,7 +74,7 @@ impl Memory {
     }
 
     /// Sets what no store writes from now on ([`crate::state::readonly`]).
-    pub fn set_readonly(&mut self, ranges: crate::state::readonly::ReadOnly) {
+    pub fn set_readonly(&mut self, ranges: Arc<[(u64, u64)]>) {
         self.readonly = ranges;
     }
 
