@@ -118,7 +118,7 @@ impl Plugin {
             _ => Start::Entry,
         };
         let engine = Engine::checked(ModelOptions::default(), config, start, args.truth, args.check);
-        let plugin = Self {
+        Ok(Self {
             engine,
             pid: std::process::id(),
             host_before: host_maps(),
@@ -160,8 +160,7 @@ impl Plugin {
                 }
             }),
             args,
-        };
-        Ok(plugin)
+        })
     }
 
     fn read(&self, addr: u64, buf: &mut [u8]) -> usize {
