@@ -17,6 +17,7 @@
 //! options, off by default.
 
 mod clock;
+mod edge;
 mod enables;
 mod error;
 mod exec;
@@ -25,6 +26,7 @@ mod output;
 mod regs;
 mod straight;
 
+pub use edge::Edge;
 pub use error::ModelError;
 pub use input::{Input, Retired};
 pub use regs::{check_write, ConfigRegs};

@@ -16,11 +16,10 @@
 use std::cell::Cell;
 
 use rtit_replay_core::cofi::Cofi;
-use rtit_replay_core::ip::LIP_MASK;
 use rtit_replay_core::regs::ctl;
 
 use super::exec::CNTP_MASK;
-use super::{Retired, UnitModel};
+use super::{Edge, Retired, UnitModel};
 
 impl UnitModel {
     /// Retires `count` instructions that are not branches, after which `next_ip` executes
@@ -46,39 +45,31 @@ impl UnitModel {
     /// same conditions, each checked once); false, with nothing done, where they would not.
     #[inline]
     pub fn retire_block(&mut self, plain: u64, last: &Retired) -> bool {
-        if !near(last) || !self.straight_is_exact() {
+        near(last) && self.retire_edge(plain + 1, Edge::of(last.cofi, last.taken), last.next_ip, last.nlip())
+    }
+
+    /// Retires a block of `count` instructions whose last one (NLIP `nlip`, a near
+    /// instruction) left by `edge` for `next`, as [`Self::retire_block`] would; false, with
+    /// nothing done, where that needs them one by one.
+    #[inline(always)]
+    pub fn retire_edge(&mut self, count: u64, edge: Edge, next: u64, nlip: u64) -> bool {
+        if !self.straight_is_exact() {
             return false;
         }
-        self.retire_block_exact(plain, last);
+        self.count_exact(count);
+        let compress = self.compresses_returns();
+        self.edge_packets(edge, next, nlip, compress);
+        self.cpu.ip = next;
         true
     }
 
-    /// [`Self::retire_block`] where the caller knows its conditions hold: `last` is a near
-    /// instruction and [`Self::takes_runs`] said true since the last change of anything but
-    /// these fast paths (a batch loop checks them once).
-    #[inline(always)]
-    pub fn retire_block_exact(&mut self, plain: u64, last: &Retired) {
-        debug_assert!(near(last) && self.straight_is_exact());
-        self.count_exact(plain + 1);
-        self.near_packets(last);
-    }
-
-    /// The packets of a block's `last` instruction, as [`Self::retire_block_exact`] writes
-    /// them, without counting the block's instructions: a batch loop counts a stretch of
-    /// blocks in a local and hands the total to [`Self::count_exact`] at its end (issue 20:
-    /// the count, the clock and RTIT_CNTP, each read and written back at every block, were
-    /// chains through memory from one block to the next). Exact under the same conditions,
-    /// under which no packet depends on the count, the clock or RTIT_CNTP (no cycle-accurate
-    /// mode, no MTC), and only if the stretch's total is counted before anything else
-    /// reads them.
-    #[inline(always)]
-    pub fn retire_packets_exact(&mut self, last: &Retired) {
-        debug_assert!(near(last) && self.straight_is_exact());
-        self.near_packets(last);
-    }
-
-    /// Counts `count` instructions retired with [`Self::retire_packets_exact`]'s conditions:
-    /// the count of traced instructions, the clock and RTIT_CNTP move by them.
+    /// Counts `count` instructions retired where [`Self::takes_runs`] holds, whose packets
+    /// [`Self::edge_packets`] wrote: the count of traced instructions, the clock and RTIT_CNTP
+    /// move by them. No packet depends on them under those conditions (no cycle-accurate
+    /// mode, no MTC), so a batch loop counts a stretch of blocks in a local and hands the
+    /// total over at its end (issue 20: the count, the clock and RTIT_CNTP, each read and
+    /// written back at every block, were chains through memory from one block to the next),
+    /// as long as nothing reads them in between.
     #[inline(always)]
     pub fn count_exact(&mut self, count: u64) {
         self.traced += count;
@@ -109,21 +100,20 @@ impl UnitModel {
     }
 
     /// What a near branch (or none) retired with PacketEn set changes besides the count and
-    /// the clock.
+    /// the clock: its own packets ([`Self::edge_packets`]) and the IP.
     #[inline(always)]
     fn near_packets(&mut self, r: &Retired) {
-        // Table 19, a near branch with PacketEn set before and after: its own packets alone.
-        let compress = self.regs.has(ctl::CMPRS_RET);
-        match r.cofi {
-            Cofi::Conditional => self.out.tnt_bit(r.taken),
-            Cofi::Return if compress && self.out.last_call_nlip == Some(r.next_ip & LIP_MASK) => self.out.tnt_bit(true),
-            Cofi::Return | Cofi::IndirectJump | Cofi::IndirectCall => self.out.tip(r.next_ip),
-            _ => {}
-        }
-        if compress && r.cofi.is_near_call() {
-            self.out.last_call_nlip = Some(r.nlip() & LIP_MASK);
-        }
+        let compress = self.compresses_returns();
+        self.edge_packets(Edge::of(r.cofi, r.taken), r.next_ip, r.nlip(), compress);
         self.cpu.ip = r.next_ip;
+    }
+
+    /// Counts a stretch of `count` instructions whose edges [`Self::edge_packets`] wrote,
+    /// the last of which went on to `next_ip` ([`Self::count_exact`]'s conditions).
+    #[inline(always)]
+    pub fn end_stretch(&mut self, count: u64, next_ip: u64) {
+        self.count_exact(count);
+        self.cpu.ip = next_ip;
     }
 
     /// Whether runs of non-branch instructions, and near branches, retire at once now

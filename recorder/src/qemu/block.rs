@@ -5,6 +5,8 @@
 use iced_x86::{Decoder, DecoderOptions, Instruction, InstructionInfoFactory, Mnemonic, OpKind};
 use rtit_replay_core::cofi::{classify, Cofi};
 
+use crate::model::Edge;
+
 /// One instruction of a block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BlockInsn {
@@ -87,40 +89,45 @@ pub struct Summary {
 
 /// What the fast path reads of a block at each execution, in 32 bytes (half a cache line;
 /// [`Summary`] is twice that): the block table is read at every executed block, and the
-/// smaller record left the feeder fewer cache misses (issue 20).
+/// smaller record left the feeder fewer cache misses (issue 20). It is laid out for the
+/// question asked at each block, "where did it go, and what does that write": the successor
+/// nearly every execution has is one comparison away, with its [`Edge`] beside it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hot {
     /// Its first address.
     pub start: u64,
+    /// The successor one comparison tells, whose edge is [`Self::on_first`]: the direct
+    /// branch's target, or the NLIP of a last instruction that is no branch; [`NOWHERE`] for
+    /// an indirect branch.
+    pub first: u64,
     /// Its last instruction's NLIP.
     pub nlip: u64,
-    /// Where the last instruction's taken direct branch goes, else [`NOWHERE`].
-    pub taken: u64,
-    /// How many instructions it keeps.
-    pub kept: u32,
+    /// How many instructions it keeps, or [`NEVER`] if no execution of it settles on the
+    /// fast path: the vsyscall page, a REP string instruction last, a branch before the last
+    /// instruction, or a far transfer or exception last.
+    pub expect: u32,
     /// The last instruction's length.
     pub len: u8,
-    /// The last instruction's class.
-    pub cofi: Cofi,
-    /// Whether no execution of it settles on the fast path: the vsyscall page, a REP string
-    /// instruction last, a branch before the last instruction, or a far transfer or
-    /// exception last.
-    pub slow: bool,
+    /// The edge to [`Self::first`].
+    pub on_first: Edge,
+    /// The edge of an indirect branch last (to anywhere but itself or a signal handler).
+    pub indirect: Option<Edge>,
+    /// Whether the last instruction is a conditional branch, whose other successor is its
+    /// NLIP (a bit 0).
+    pub conditional: bool,
 }
 
 impl Hot {
-    /// Whether the last instruction can go on to its NLIP (no branch, or a conditional one).
-    #[inline]
-    pub fn falls(&self) -> bool {
-        matches!(self.cofi, Cofi::None | Cofi::Conditional)
-    }
-
     /// The last instruction's address.
     #[inline]
     pub fn last_ip(&self) -> u64 {
         self.nlip.wrapping_sub(u64::from(self.len))
     }
 }
+
+/// [`Hot::expect`] of a block that never settles on the fast path: no count of started
+/// instructions is this large (QEMU 7.2 ends a block at 512).
+pub const NEVER: u32 = u32::MAX;
 
 const _: () = assert!(size_of::<Hot>() == 32, "two to a cache line");
 
@@ -228,14 +235,23 @@ impl Block {
     pub fn hot(&self) -> Hot {
         let last = self.last();
         let far = matches!(last.cofi, Cofi::Far(_) | Cofi::Exception);
+        let slow = self.is_vsyscall() || self.rep || self.straight + 1 < self.kept() || far;
+        let first = match last.cofi {
+            Cofi::None => last.nlip(),
+            Cofi::Conditional | Cofi::DirectJump | Cofi::DirectCall => self.target.unwrap_or(NOWHERE),
+            _ => NOWHERE,
+        };
         Hot {
             start: self.start(),
+            first,
             nlip: last.nlip(),
-            taken: self.summary().taken,
-            kept: self.kept() as u32,
+            expect: if slow { NEVER } else { self.kept() as u32 },
             len: last.len,
-            cofi: last.cofi,
-            slow: self.is_vsyscall() || self.rep || self.straight + 1 < self.kept() || far,
+            // A conditional branch to its own NLIP counts as not taken, whichever way it went,
+            // as `Retired::new` has it.
+            on_first: Edge::of(last.cofi, first != last.nlip()),
+            indirect: last.cofi.is_indirect().then(|| Edge::of(last.cofi, true)),
+            conditional: last.cofi == Cofi::Conditional,
         }
     }
 
