@@ -48,7 +48,9 @@ impl Engine {
         else {
             return Some(block);
         };
-        let (hot, handlers) = (&self.hot, &self.handlers);
+        // Slices, not the vectors: their pointers and lengths stay in registers (issue 20: read
+        // again from the engine at each block, since the model is written to in between).
+        let (hot, handlers) = (&self.hot[..], &self.handlers[..]);
         let compress = model.compresses_returns();
         let (mut settled, mut count) = (0, 0u64);
         // Both records are looked up at each block: carrying the next block's record over to
