@@ -41,8 +41,7 @@ fn held<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The id of the block QEMU translated from `insns`, of which the vCPU counts `kept` (on
 /// the vCPU).
 pub fn number(insns: &[(u64, &[u8])], kept: usize) -> u32 {
-    let raw = RawBlock::new(insns);
-    let (id, new) = held(&NUMBERS).get_or_insert_with(Translations::default).number(raw);
+    let (id, new) = held(&NUMBERS).get_or_insert_with(Translations::default).number(insns);
     if let Some(raw) = new {
         held(&QUEUE).push(Translated::Block { id, raw, kept });
     }

@@ -9,26 +9,25 @@
 //!
 //! [`Engine::push_block`]: super::engine::Engine::push_block
 
+use std::collections::hash_map::Entry;
+use std::sync::Arc;
+
 use iced_x86::{Decoder, DecoderOptions};
 use rustc_hash::FxHashMap;
 
 /// A block's instructions as QEMU reported them, in one buffer: each instruction's address
-/// (8 bytes, little-endian), its length (1 byte) and its bytes.
+/// (8 bytes, little-endian), its length (1 byte) and its bytes. Shared, not copied, between
+/// the numbering and the queue to the feeder.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RawBlock(Vec<u8>);
+pub struct RawBlock(Arc<[u8]>);
 
 impl RawBlock {
     /// From `(address, bytes)` of each instruction (at most 255 bytes each: QEMU reports
     /// one instruction's, at most 15).
     pub fn new(insns: &[(u64, &[u8])]) -> Self {
-        let mut buf = Vec::with_capacity(insns.iter().map(|(_, b)| 9 + b.len()).sum());
-        for &(ip, bytes) in insns {
-            let bytes = &bytes[..bytes.len().min(255)];
-            buf.extend_from_slice(&ip.to_le_bytes());
-            buf.push(bytes.len() as u8);
-            buf.extend_from_slice(bytes);
-        }
-        Self(buf)
+        let mut buf = Vec::new();
+        encode(insns, &mut buf);
+        Self(buf.into())
     }
 
     /// `(address, bytes)` of each instruction.
@@ -53,6 +52,17 @@ impl RawBlock {
     }
 }
 
+/// Writes [`RawBlock`]'s buffer for `insns` into `buf`.
+fn encode(insns: &[(u64, &[u8])], buf: &mut Vec<u8>) {
+    buf.clear();
+    for &(ip, bytes) in insns {
+        let bytes = &bytes[..bytes.len().min(255)];
+        buf.extend_from_slice(&ip.to_le_bytes());
+        buf.push(bytes.len() as u8);
+        buf.extend_from_slice(bytes);
+    }
+}
+
 /// How many of a block's instructions [`super::block::Block::translate`] keeps, decoding
 /// only the last: QEMU 7.2 reports an instruction after the first that crosses a page
 /// boundary as the block's last with a truncated size (it runs it in the next block), and
@@ -71,29 +81,55 @@ pub fn kept(insns: &[(u64, &[u8])]) -> usize {
     }
 }
 
-/// The blocks numbered so far.
+/// No further block starts at the same address ([`Translations::same_next`]).
+const LAST: u32 = u32::MAX;
+
+/// The blocks numbered so far. Numbering is on QEMU's thread at every translation (39,000
+/// on python3's startup), so it allocates only for a new block, and once: a vector of ids
+/// for each address and a copy of each block for the queue cost the vCPU ~1,000 cycles a
+/// translation (issue 20).
 #[derive(Debug, Default)]
 pub struct Translations {
-    /// The ids of the blocks that start at an address.
-    /// (FxHash: the default SipHash took a tenth of numbering a block.)
-    by_start: FxHashMap<u64, Vec<u32>>,
+    /// The first id of the blocks that start at an address.
+    by_start: FxHashMap<u64, u32>,
+    /// For each id, the next id of a block at the same address, or [`LAST`].
+    same_next: Vec<u32>,
     /// Each block, by id, to compare a new translation with.
     blocks: Vec<RawBlock>,
+    /// The translation being numbered, encoded.
+    scratch: Vec<u8>,
 }
 
 impl Translations {
-    /// The id of `block`: that of the same bytes translated before at the same address (QEMU
+    /// The id of the block QEMU translated from `insns` (`(address, bytes)` of each
+    /// instruction): that of the same bytes translated before at the same address (QEMU
     /// translates the same code again after each flush of its translations), with `None`;
     /// else a new one, with the block for the engine.
-    pub fn number(&mut self, block: RawBlock) -> (u32, Option<RawBlock>) {
-        let same = self.by_start.entry(block.start()).or_default();
-        if let Some(&id) = same.iter().find(|&&id| self.blocks[id as usize] == block) {
-            return (id, None);
+    pub fn number(&mut self, insns: &[(u64, &[u8])]) -> (u32, Option<RawBlock>) {
+        encode(insns, &mut self.scratch);
+        let new = self.blocks.len() as u32;
+        match self.by_start.entry(insns.first().map_or(0, |(ip, _)| *ip)) {
+            Entry::Vacant(v) => {
+                v.insert(new);
+            }
+            Entry::Occupied(o) => {
+                let mut id = *o.get();
+                loop {
+                    if self.blocks[id as usize].0[..] == self.scratch[..] {
+                        return (id, None);
+                    }
+                    match self.same_next[id as usize] {
+                        LAST => break,
+                        next => id = next,
+                    }
+                }
+                self.same_next[id as usize] = new;
+            }
         }
-        let id = self.blocks.len() as u32;
-        same.push(id);
+        let block = RawBlock(Arc::from(&self.scratch[..]));
         self.blocks.push(block.clone());
-        (id, Some(block))
+        self.same_next.push(LAST);
+        (new, Some(block))
     }
 }
 
@@ -139,7 +175,7 @@ mod tests {
         );
         let mut ids = Vec::new();
         for b in [&nop_ret, &other, &nop_ret, &jmp, &other, &jmp] {
-            let (id, new) = t.number(RawBlock::new(&borrowed(b)));
+            let (id, new) = t.number(&borrowed(b));
             if let Some(new) = new {
                 let block = Block::translate(new.insns()).expect("translates");
                 assert!(engine.push_block(id, block));
