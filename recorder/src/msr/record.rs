@@ -199,6 +199,7 @@ mod tests {
             after: Default::default(),
             writes: Vec::new(),
             complete: true,
+            unlogged: Vec::new(),
         })
     }
 

@@ -32,7 +32,8 @@ pub fn record(tracee: &Tracee, position: u64, ip: u64, nr: u64, before: &Regs, a
         &["rax", "rcx", "r11", "eflags", "fs_base", "gs_base"]
     };
     let after_map = all.into_iter().filter(|(k, _)| kept.contains(&k.as_str())).collect();
-    let (mut writes, complete) = logged_writes(&effect(nr, &args, Some(after.rax)), &|a, b| tracee.read(a, b));
+    let logged = logged_writes(&effect(nr, &args, Some(after.rax)), &|a, b| tracee.read(a, b));
+    let mut writes = logged.writes;
     if nr == 9 {
         writes.extend(mapped_file(tracee, before, after));
     }
@@ -43,6 +44,7 @@ pub fn record(tracee: &Tracee, position: u64, ip: u64, nr: u64, before: &Regs, a
         before: Default::default(),
         after: after_map,
         writes,
-        complete,
+        complete: logged.complete,
+        unlogged: logged.unlogged,
     }
 }

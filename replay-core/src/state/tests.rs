@@ -133,6 +133,7 @@ fn system_calls_use_their_record_or_forget_what_they_may_write() {
         after: [("rax".to_string(), "0x4".to_string())].into_iter().collect(),
         writes: vec![MemoryWrite::new(0x7000, &[0xde, 0xad, 0xbe, 0xef])],
         complete: true,
+        unlogged: Vec::new(),
     };
     let mut v = Values::new(
         space.clone(),
@@ -165,6 +166,64 @@ fn system_calls_use_their_record_or_forget_what_they_may_write() {
     assert_eq!(k.memory(0x7000, 1), Ok(None), "read may have written its whole buffer");
     assert_eq!(k.memory(0x7010, 1), Ok(Some(vec![0])), "but nothing past it");
     assert_eq!(k.register(RSI), Ok(Some(0x7000)));
+}
+
+/// A call whose record could not hold all it wrote (over the log's bound, or memory
+/// unreadable after it) but says where the rest went forgets only that rest: sort read its
+/// 1.8 MB input in one call, over the bound, and every value after it was lost.
+#[test]
+fn a_call_logged_in_part_forgets_only_what_its_log_could_not_hold() {
+    // syscall; nop — a read(0, 0x7000, 16) that returned 8, its last 4 bytes not logged.
+    let (space, ips) = program(&[(&[0x0f, 0x05], "syscall"), (&[0x90], "nop")]);
+    let start = state(
+        &[(RAX, 0), (RDI, 0), (RSI, 0x7000), (RDX, 16), (RBX, 7)],
+        &[(0x7000, &[0; 32]), (0x9000, &[5])],
+    );
+    let record = SyscallRecord {
+        position: 0,
+        ip: 0x1000,
+        nr: 0,
+        before: Default::default(),
+        after: [("rax".to_string(), "0x8".to_string())].into_iter().collect(),
+        writes: vec![MemoryWrite::new(0x7000, &[0xde, 0xad, 0xbe, 0xef])],
+        complete: false,
+        unlogged: vec![crate::syscall::Unlogged {
+            address: 0x7004,
+            len: 4,
+        }],
+    };
+    let run = |record: SyscallRecord| {
+        let mut v = Values::new(
+            space.clone(),
+            Inputs {
+                history: crate::timeline::Timeline::from_ips(ips.clone()),
+                start: start.clone(),
+                syscalls: vec![record],
+                ..Inputs::default()
+            },
+        );
+        v.prepare(|_, _| {});
+        v
+    };
+    let mut v = run(record.clone());
+    let k = v.at(1).expect("p1");
+    assert_eq!(k.register(RAX), Ok(Some(8)));
+    assert_eq!(k.register(RBX), Ok(Some(7)));
+    assert_eq!(k.memory(0x7000, 4), Ok(Some(vec![0xde, 0xad, 0xbe, 0xef])));
+    assert_eq!(k.memory(0x7004, 1), Ok(None), "written, not logged");
+    assert_eq!(k.memory(0x7007, 1), Ok(None));
+    assert_eq!(k.memory(0x7008, 8), Ok(Some(vec![0; 8])), "past what it wrote");
+    assert_eq!(k.memory(0x9000, 1), Ok(Some(vec![5])), "elsewhere");
+    let why = k.why_memory(0x7004).0.expect("a cause going forwards");
+    assert_eq!((why.cause, why.position), (super::why::Cause::SyscallIncomplete(0), 0));
+    // Without the ranges (a record from before them), nothing after the call is known.
+    let mut v = run(SyscallRecord {
+        unlogged: Vec::new(),
+        ..record
+    });
+    let k = v.at(1).expect("p1");
+    assert_eq!(k.memory(0x9000, 1), Ok(None));
+    assert_eq!(k.memory(0x7008, 1), Ok(None));
 }
 
 #[test]
@@ -298,6 +357,7 @@ fn returned(position: u64, nr: u64, ret: u64) -> SyscallRecord {
         after: [("rax".to_string(), format!("{ret:#x}"))].into_iter().collect(),
         writes: vec![],
         complete: true,
+        unlogged: Vec::new(),
     }
 }
 

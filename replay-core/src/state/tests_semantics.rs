@@ -267,6 +267,7 @@ fn a_signal_at_a_system_call_return_makes_the_state_unknown() {
         after: [("rax".to_string(), "0x0".to_string())].into_iter().collect(),
         writes: vec![],
         complete: true,
+        unlogged: Vec::new(),
     };
     let mut v = Values::new(
         space,
@@ -486,6 +487,7 @@ fn a_registered_rseq_area_is_never_known() {
         after: [("rax".to_string(), "0x0".to_string())].into_iter().collect(),
         writes: vec![crate::syscall::MemoryWrite::new(0x7000, &[0xff; 32])],
         complete: true,
+        unlogged: Vec::new(),
     };
     let mut v = Values::new(
         space,

@@ -77,16 +77,19 @@ fn args(st: &State) -> [Option<u64>; 6] {
     [RDI, RSI, RDX, R10, R8, R9].map(|r| st.regs.get(r))
 }
 
-/// Forgets the memory a call may have written: what its log says it wrote when the log is
-/// complete; else the ranges its effect gives (those it reads from memory, as `st` knows it),
-/// or all memory.
+/// Forgets the memory a call may have written: where its log says it wrote when the log
+/// tells (the bytes it holds, and the ranges it could not hold them of); else the ranges its
+/// effect gives (those it reads from memory, as `st` knows it), or all memory.
 fn forget_written(st: &mut State, e: &Effect, record: Option<&SyscallRecord>, space: &AddressSpace) {
     if let Some(r) = record {
-        if !r.complete {
+        if !r.ranges_known() {
             return st.mem.forget_all();
         }
         for w in &r.writes {
             st.mem.forget(w.address, w.data().map_or(u64::MAX, |b| b.len() as u64));
+        }
+        for u in &r.unlogged {
+            st.mem.forget(u.address, u.len);
         }
         return;
     }

@@ -128,32 +128,65 @@ impl Effect {
     }
 }
 
-/// Bytes one log record may hold; a call that wrote more is logged as incomplete.
-pub const LOG_BOUND: u64 = 1 << 20;
+/// Bytes one log record may hold: what a call wrote beyond them is logged as ranges without
+/// their bytes ([`SyscallRecord::unlogged`]). Large enough for a program that reads its whole
+/// input at once (`sort` reads a 1.8 MB file in one `read`, and lost every value after it
+/// under the old bound of 1 MiB, when such a call forgot all memory).
+pub const LOG_BOUND: u64 = 16 << 20;
+
+/// What a recorder logs of a call's effect ([`logged_writes`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Logged {
+    /// The bytes of the ranges it wrote, as far as [`LOG_BOUND`] allows and memory could be
+    /// read after the call.
+    pub writes: Vec<MemoryWrite>,
+    /// The rest of the ranges it wrote, without their bytes.
+    pub unlogged: Vec<Unlogged>,
+    /// Whether `writes` is all it wrote ([`SyscallRecord::complete`]).
+    pub complete: bool,
+}
 
 /// What a recorder logs of a call's effect, reading the process's memory after it with `read`
-/// (which returns how many bytes it could read): the bytes of every range it may have written,
-/// and whether that is all it wrote (false: unbounded, too large, or unreadable).
-pub fn logged_writes(effect: &Effect, read: &dyn Fn(u64, &mut [u8]) -> usize) -> (Vec<MemoryWrite>, bool) {
+/// (which returns how many bytes it could read): the bytes of every range it may have
+/// written, up to [`LOG_BOUND`] in all, and the ranges whose bytes it could not log (over the
+/// bound, or unreadable); nothing, and not complete, where the ranges are not known
+/// (an effect that may write anywhere, or arguments that could not be read).
+pub fn logged_writes(effect: &Effect, read: &dyn Fn(u64, &mut [u8]) -> usize) -> Logged {
     let word = |at: u64, width: u32| {
         let mut b = [0u8; 8];
         (read(at, &mut b[..width as usize]) == width as usize).then(|| u64::from_le_bytes(b))
     };
     let Some(ranges) = effect.ranges(&word) else {
-        return (Vec::new(), false);
+        return Logged::default();
     };
-    if ranges.iter().map(|r| r.1).sum::<u64>() > LOG_BOUND {
-        return (Vec::new(), false);
+    let mut logged = Logged::default();
+    let mut budget = LOG_BOUND;
+    for (address, len) in ranges.into_iter().filter(|r| r.1 > 0) {
+        let mut bytes = vec![0u8; len.min(budget) as usize];
+        let n = if bytes.is_empty() { 0 } else { read(address, &mut bytes) };
+        if n > 0 {
+            logged.writes.push(MemoryWrite::new(address, &bytes[..n]));
+        }
+        budget -= n as u64;
+        if (n as u64) < len {
+            logged.unlogged.push(Unlogged {
+                address: address.wrapping_add(n as u64),
+                len: len - n as u64,
+            });
+        }
     }
-    let mut complete = true;
-    let mut writes = Vec::new();
-    for (addr, len) in ranges.into_iter().filter(|r| r.1 > 0) {
-        let mut bytes = vec![0u8; len as usize];
-        let n = read(addr, &mut bytes);
-        complete &= n == bytes.len();
-        writes.push(MemoryWrite::new(addr, &bytes[..n]));
-    }
-    (writes, complete)
+    logged.complete = logged.unlogged.is_empty();
+    logged
+}
+
+/// A range a call wrote whose bytes its log record does not hold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unlogged {
+    /// Where.
+    #[serde(with = "hex")]
+    pub address: u64,
+    /// How many bytes.
+    pub len: u64,
 }
 
 /// The arguments in `rdi, rsi, rdx, r10, r8, r9` order, each if known.
@@ -217,6 +250,20 @@ pub struct SyscallRecord {
     pub writes: Vec<MemoryWrite>,
     /// Whether `writes` is all it wrote (false: it may have written elsewhere too).
     pub complete: bool,
+    /// Ranges it wrote whose bytes `writes` does not hold ([`LOG_BOUND`], or unreadable after
+    /// the call): with them, `writes` and `unlogged` are everywhere it wrote. `complete` stays
+    /// false then, so that a reader older than this field forgets all memory, as it must
+    /// without it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unlogged: Vec<Unlogged>,
+}
+
+impl SyscallRecord {
+    /// Whether the record tells everywhere the call wrote: all of it logged, or the rest as
+    /// [`Self::unlogged`] ranges.
+    pub fn ranges_known(&self) -> bool {
+        self.complete || !self.unlogged.is_empty()
+    }
 }
 
 mod indirect;

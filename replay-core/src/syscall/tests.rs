@@ -206,13 +206,50 @@ fn a_log_holds_the_bytes_after_the_call_and_says_when_it_cannot() {
         b[..n].copy_from_slice(&memory[from..from + n]);
         n
     };
-    let (writes, complete) = logged_writes(&Effect::Writes(vec![(0x10, 2), (0x20, 0)]), &read);
-    assert_eq!((writes, complete), (vec![MemoryWrite::new(0x10, &[0x10, 0x11])], true));
-    let (_, complete) = logged_writes(&Effect::Writes(vec![(0xff, 2)]), &read);
-    assert!(!complete, "a byte could not be read");
-    assert_eq!(logged_writes(&Effect::Anywhere, &read), (vec![], false));
-    let (_, complete) = logged_writes(&Effect::Writes(vec![(0, LOG_BOUND + 1)]), &read);
-    assert!(!complete, "too large to log");
+    let logged = logged_writes(&Effect::Writes(vec![(0x10, 2), (0x20, 0)]), &read);
+    assert_eq!(
+        logged,
+        Logged {
+            writes: vec![MemoryWrite::new(0x10, &[0x10, 0x11])],
+            unlogged: vec![],
+            complete: true
+        }
+    );
+    // A byte that cannot be read after the call: the range is still known.
+    let logged = logged_writes(&Effect::Writes(vec![(0xff, 2)]), &read);
+    assert_eq!(logged.writes, vec![MemoryWrite::new(0xff, &[0xff])]);
+    assert_eq!(logged.unlogged, vec![Unlogged { address: 0x100, len: 1 }]);
+    assert!(!logged.complete, "a byte could not be read");
+    assert_eq!(
+        logged_writes(&Effect::Anywhere, &read),
+        Logged::default(),
+        "nowhere known"
+    );
+    // Over the bound: the bytes up to it, then ranges alone.
+    let big = |a: u64, b: &mut [u8]| {
+        b.iter_mut().enumerate().for_each(|(i, x)| *x = (a as usize + i) as u8);
+        b.len()
+    };
+    let logged = logged_writes(
+        &Effect::Writes(vec![(0, LOG_BOUND - 2), (0x1_0000_0000, 5), (0x2_0000_0000, 3)]),
+        &big,
+    );
+    let lens: Vec<usize> = logged.writes.iter().map(|w| w.bytes.len() / 2).collect();
+    assert_eq!(lens, [LOG_BOUND as usize - 2, 2], "the bound in all");
+    assert_eq!(
+        logged.unlogged,
+        vec![
+            Unlogged {
+                address: 0x1_0000_0002,
+                len: 3
+            },
+            Unlogged {
+                address: 0x2_0000_0000,
+                len: 3
+            }
+        ]
+    );
+    assert!(!logged.complete, "too large to log");
     // readv with its iovec (at 0x40: base 0x80, length 3) in the memory read.
     let mut with_iov = memory.clone();
     with_iov[0x40..0x48].copy_from_slice(&0x80u64.to_le_bytes());
@@ -224,8 +261,9 @@ fn a_log_holds_the_bytes_after_the_call_and_says_when_it_cannot() {
         n
     };
     let e = effect(19, &[Some(3), Some(0x40), Some(1), None, None, None], Some(3));
+    let logged = logged_writes(&e, &read);
     assert_eq!(
-        logged_writes(&e, &read),
+        (logged.writes, logged.complete),
         (vec![MemoryWrite::new(0x80, &[0x80, 0x81, 0x82])], true)
     );
 }

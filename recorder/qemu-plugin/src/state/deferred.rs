@@ -153,6 +153,7 @@ mod tests {
             after: Default::default(),
             writes: Vec::new(),
             complete: true,
+            unlogged: Vec::new(),
         }
     }
 

@@ -26,6 +26,7 @@ fn record(number: u64, a: [u64; 6], position: u64, ip: u64) -> SyscallRecord {
         after: RegisterMap::new(),
         writes: Vec::new(),
         complete: false,
+        unlogged: Vec::new(),
     }
 }
 
@@ -191,9 +192,10 @@ impl Plugin {
                 .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())
         };
         let args = ["rdi", "rsi", "rdx", "r10", "r8", "r9"].map(arg);
-        let (writes, complete) = logged_writes(&effect(r.nr, &args, Some(ret)), &|a, b| self.read(a, b));
-        r.writes.extend(writes);
-        r.complete = complete;
+        let logged = logged_writes(&effect(r.nr, &args, Some(ret)), &|a, b| self.read(a, b));
+        r.writes.extend(logged.writes);
+        r.complete = logged.complete;
+        r.unlogged = logged.unlogged;
         if r.nr == nr::MMAP {
             if let (Some(fd), Some(len), Some(flags)) = (args[4], args[1], args[3]) {
                 let path = ((fd as i32) >= 0)

@@ -163,6 +163,7 @@ fn the_writer_counts_the_instructions_and_places_the_map_changes_by_decoding() {
             after: [("rax".to_string(), "0x7".to_string())].into(),
             writes: Vec::new(),
             complete: true,
+            unlogged: Vec::new(),
         })
         .collect();
     let signal = SignalEntry {
