@@ -353,3 +353,60 @@ fn an_incomplete_history_found_in_the_background_leaves_no_history() {
     assert_eq!(session.len(), 0);
     assert!(session.failure().is_some_and(|e| e.to_string().contains("incomplete")));
 }
+
+/// A call that writes more than a log record holds (16 MiB) logs the rest as ranges, and
+/// replay forgets only those: before, such a call was logged as incomplete and every value
+/// after it was lost (plain `sort` reads its whole input in one call, and at its first
+/// `write` on 200,000 lines rsp and the buffer were unknown, a user's check).
+#[test]
+fn a_read_over_the_log_bound_leaves_the_rest_of_memory_known() {
+    let dir = common::scratch("scale", "bigread");
+    let input = dir.join("17mib");
+    std::fs::write(&input, vec![b'x'; 17 << 20]).expect("input");
+    let rec = dir.join("rec");
+    let script = format!(
+        "import os; fd = os.open('{}', os.O_RDONLY); d = os.read(fd, 17 << 20); os.write(1, b'read %d' % len(d))",
+        input.display()
+    );
+    let status = Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .args(["record", "--backend", "qemu", "--out"])
+        .arg(&rec)
+        .env("RTIT_QEMU_PLUGIN", common::plugin())
+        .args(["--", "/usr/bin/python3", "-c", &script])
+        .stdout(Stdio::null())
+        .status()
+        .expect("rtit record");
+    assert!(status.success());
+    let recording = Recording::open(&rec).expect("recording");
+    let records = recording.syscalls().expect("syscalls");
+    let read = records
+        .iter()
+        .find(|r| r.nr == 0 && r.after.get("rax").map(String::as_str) == Some("0x1100000"))
+        .expect("the 17 MiB read");
+    assert!(!read.complete, "an older reader must forget all memory there");
+    assert_eq!(read.writes.iter().map(|w| w.bytes.len() / 2).sum::<usize>(), 16 << 20);
+    assert_eq!(read.unlogged.iter().map(|u| u.len).sum::<u64>(), 1 << 20);
+    let server = Server::start(&recording);
+    let out = server.gdb(
+        None,
+        &[
+            "monitor wait",
+            "maintenance flush register-cache",
+            "break write",
+            "continue",
+            "x/8xb $rsi",
+            "bt",
+        ],
+    );
+    let bytes = out
+        .lines()
+        .find(|l| l.contains(":\t0x"))
+        .unwrap_or_else(|| panic!("the buffer's bytes:\n{out}"));
+    let want: Vec<String> = b"read 178".iter().map(|b| format!("0x{b:02x}")).collect();
+    assert_eq!(
+        bytes.split('\t').skip(1).map(str::trim).collect::<Vec<_>>(),
+        want,
+        "the text written after the read:\n{out}"
+    );
+    assert!(out.contains("__libc_start_main"), "bt reaches the start:\n{out}");
+}
