@@ -203,17 +203,19 @@ pub struct MemoryWrite {
 }
 
 impl MemoryWrite {
-    /// A write of `bytes` at `address`. Two digits a byte from a table: a `format!` a byte
-    /// took about a millisecond for the 16 KiB a signal handler's entry logs, while the
-    /// program waited (a 1 ms interval timer then left it no time to run).
+    /// A write of `bytes` at `address`. Two digits a byte from a table, into bytes: a
+    /// `format!` a byte took about a millisecond for the 16 KiB a signal handler's entry
+    /// logs, while the program waited (a 1 ms interval timer then left it no time to run),
+    /// and pushing them as chars into a `String` still took 7 ns a byte, on QEMU's thread at
+    /// every `read` (55 ms of gzip's 8 MB, issue 20).
     pub fn new(address: u64, bytes: &[u8]) -> Self {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        let mut hex = String::with_capacity(2 * bytes.len());
-        for &b in bytes {
-            hex.push(char::from(DIGITS[usize::from(b >> 4)]));
-            hex.push(char::from(DIGITS[usize::from(b & 0xf)]));
+        let mut hex = vec![0u8; 2 * bytes.len()];
+        for (pair, &b) in hex.chunks_exact_mut(2).zip(bytes) {
+            pair[0] = DIGITS[usize::from(b >> 4)];
+            pair[1] = DIGITS[usize::from(b & 0xf)];
         }
-        Self { address, bytes: hex }
+        let bytes = String::from_utf8(hex).unwrap_or_default();
+        Self { address, bytes }
     }
 
     /// The bytes, if the hex digits are well formed.
@@ -222,12 +224,37 @@ impl MemoryWrite {
         if s.len() % 2 != 0 {
             return None;
         }
-        let digit = |c: u8| char::from(c).to_digit(16).map(|d| d as u8);
-        s.chunks_exact(2)
-            .map(|c| Some(digit(c[0])? << 4 | digit(c[1])?))
-            .collect()
+        let mut out = Vec::with_capacity(s.len() / 2);
+        for pair in s.chunks_exact(2) {
+            let (hi, lo) = (VALUES[usize::from(pair[0])], VALUES[usize::from(pair[1])]);
+            if (hi | lo) & 0xf0 != 0 {
+                return None;
+            }
+            out.push(hi << 4 | lo);
+        }
+        Some(out)
     }
 }
+
+/// Hex digits, lower case.
+const DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+/// What each byte is as a hex digit (either case), 0xff where none.
+const VALUES: [u8; 256] = {
+    let mut t = [0xffu8; 256];
+    let mut i = 0;
+    while i < 10 {
+        t[b'0' as usize + i] = i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        t[b'a' as usize + i] = 10 + i as u8;
+        t[b'A' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    t
+};
 
 /// A system call as a recorder saw it (`syscalls.jsonl`, one per line).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
