@@ -70,6 +70,9 @@ pub struct Outcome {
     /// The system calls, with their results and the memory they wrote, where the backend
     /// logged them.
     pub syscalls: Vec<rtit_replay_core::syscall::SyscallRecord>,
+    /// The system calls already written one JSON record a line, as the recording holds them
+    /// (the qemu plugin writes them): moved into the recording instead of `syscalls`.
+    pub syscalls_file: Option<std::path::PathBuf>,
     /// What cpuid, rdtsc, rdtscp and xgetbv returned, where the backend saw it.
     pub results: Vec<rtit_replay_core::recording::InsnResult>,
     /// Signal handlers' entries: registers and the frame, where the backend saw them.

@@ -274,7 +274,16 @@ fn write_into(tmp: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, Wr
         f.flush().map_err(io(&path))?;
     }
 
-    write_lines(&tmp.join(files::SYSCALLS), &outcome.syscalls)?;
+    match &outcome.syscalls_file {
+        // Renamed where the file system allows (the plugin's scratch directory is in /tmp).
+        Some(from) => {
+            let to = tmp.join(files::SYSCALLS);
+            std::fs::rename(from, &to)
+                .or_else(|_| std::fs::copy(from, &to).map(|_| ()))
+                .map_err(io(from))?;
+        }
+        None => write_lines(&tmp.join(files::SYSCALLS), &outcome.syscalls)?,
+    }
     write_lines(&tmp.join(files::RESULTS), &outcome.results)?;
     write_lines(&tmp.join(files::SIGNALS), &outcome.signals)?;
     if !outcome.cpuid.is_empty() {

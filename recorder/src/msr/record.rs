@@ -115,6 +115,7 @@ pub fn record(mut opts: MsrOptions) -> Result<Outcome, String> {
         gaps: traced.gaps,
         syscalls: placed.syscalls,
         results: Vec::new(),
+        syscalls_file: None,
         signals: placed.signals,
         cpuid: Vec::new(),
         xcr0,

@@ -389,6 +389,7 @@ fn run(
         children: report.children,
         warnings,
         syscalls: report.syscalls,
+        syscalls_file: Some(dir.join(files::SYSCALLS)).filter(|p| p.is_file()),
         results: Vec::new(),
         signals,
         cpuid,

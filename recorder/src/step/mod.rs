@@ -561,6 +561,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
     Ok(Outcome {
         syscalls,
         results,
+        syscalls_file: None,
         signals,
         cpuid: Vec::new(),
         xcr0,

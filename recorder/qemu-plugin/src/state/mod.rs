@@ -557,12 +557,20 @@ impl Plugin {
             (None, None, Some(code)) if self.engine.ended() || self.start_ip.is_none() => PluginEnd::Exited { code },
             _ => PluginEnd::Died { fault_ip: fault },
         };
+        // The system calls go to their own file, as the recording holds them; into the
+        // report only if that cannot be written.
+        let mut syscalls = std::mem::take(&mut self.syscalls);
+        if let Err(e) = write_lines(&Path::new(&self.args.out).join(files::SYSCALLS), &syscalls) {
+            self.notes.push(format!("{}: {e}", files::SYSCALLS));
+        } else {
+            syscalls.clear();
+        }
         let registers_end: RegisterMap = fault
             .map(|ip| ("rip".to_string(), format!("{ip:#x}")))
             .into_iter()
             .collect();
         let report = Report {
-            syscalls: std::mem::take(&mut self.syscalls),
+            syscalls,
             instructions: self.engine.position(),
             start_ip: self.start_ip,
             maps: Maps {
@@ -594,4 +602,17 @@ impl Plugin {
             crate::ffi::say(&format!("cannot write the report: {e}"));
         }
     }
+}
+
+/// Writes `records` to `path`, one JSON record a line (nothing, and no file, for none).
+fn write_lines(path: &Path, records: &[SyscallRecord]) -> std::io::Result<()> {
+    if records.is_empty() {
+        return Ok(());
+    }
+    let mut f = std::io::BufWriter::new(File::create(path)?);
+    for r in records {
+        serde_json::to_writer(&mut f, r)?;
+        f.write_all(b"\n")?;
+    }
+    f.flush()
 }
