@@ -220,6 +220,8 @@ fn monitor_why_unknown_names_what_lost_a_value() {
             "monitor why-unknown rsp",
             "monitor why-unknown 0x10",
             "monitor why-unknown xyz",
+            "monitor why-unknown xmm1",
+            "monitor why-unknown xmm32",
         ],
     );
     assert!(out.contains("rsp is known here: 0x"), "{out}");
@@ -229,6 +231,25 @@ fn monitor_why_unknown_names_what_lost_a_value() {
         "{out}"
     );
     assert!(out.contains("`xyz` is not a register rtit tracks"), "{out}");
+    // Vector registers too: recorded at main, so known there, lowest byte first.
+    // The widest form the recorder read (zmm1, ymm1 or xmm1): its low 32 hex digits are xmm1.
+    let widest = ["zmm1", "ymm1", "xmm1"]
+        .iter()
+        .find_map(|n| rec.manifest.registers_start.get(*n))
+        .expect("register 1 at main");
+    let digits = format!("{:0>128}", widest.trim_start_matches("0x"));
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("xmm1 is known here: "))
+        .unwrap_or_else(|| panic!("{out}"));
+    let shown: String = line["xmm1 is known here: ".len()..][..32]
+        .as_bytes()
+        .chunks(2)
+        .rev()
+        .map(|c| String::from_utf8_lossy(c).into_owned())
+        .collect();
+    assert_eq!(shown, digits[96..], "{out}");
+    assert!(out.contains("`xmm32` is not a register rtit tracks"), "{out}");
 }
 
 /// The commands that stop at the deepest level of the recursion example: fib(1) called from

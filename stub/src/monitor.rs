@@ -49,7 +49,7 @@ rtit monitor commands:
                       long history; until then some show as <unavailable>): for scripts
   monitor insns [N]   the instructions around the current position (N each side, default 5)
   monitor why-unknown REG|ADDR
-                      why a register (rax, rsp …) or the byte at a hex address is unknown here:
+                      why a register (rax, rsp, xmm0 …) or the byte at a hex address is unknown here:
                       what lost it, and at which position (for `monitor goto`)
   monitor help        this list";
 
@@ -129,6 +129,15 @@ fn why_unknown(target: &mut ReplayTarget, what: &str, out: &mut ConsoleOutput<'_
         };
         let known = s.read_memory(addr, 1).map(|b| u64::from(b[0]));
         (format!("the byte at {addr:#x}"), known, s.why_memory(addr))
+    } else if let Some(bytes) = s.vector_by_name(name) {
+        match bytes {
+            // Lowest byte first, as the register sits in memory (gdb's `p $xmm0` shows lanes).
+            Some(bytes) => {
+                let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                return outputln!(out, "{name} is known here: {hex} (bytes in memory order)");
+            }
+            None => (name.to_string(), None, s.why_register(name)),
+        }
     } else {
         let known = s.register(name);
         match s.why_register(name) {
@@ -148,15 +157,15 @@ fn why_unknown(target: &mut ReplayTarget, what: &str, out: &mut ConsoleOutput<'_
         // Known from one pass at least; say which pass lost it (a store through an address
         // only the other pass knows forgets memory in the first).
         outputln!(out, "{label} is known here: {v:#x}");
-        for (pass, w) in [("forwards", forward), ("backwards", backward)] {
+        for (pass, w, backwards) in [("forwards", forward, false), ("backwards", backward, true)] {
             if let Some(w) = w {
-                outputln!(out, "  going {pass}: unknown ({} at position {})", w.cause, w.position);
+                outputln!(out, "  going {pass}: unknown ({})", because(w, backwards));
             }
         }
         return;
     }
-    let describe = |w: Option<rtit_replay_core::state::Why>| match w {
-        Some(w) => format!("{} at position {}", w.cause, w.position),
+    let describe = |w: Option<rtit_replay_core::state::Why>, backwards: bool| match w {
+        Some(w) => because(w, backwards),
         None => "known, but the other pass disagrees (a model error; please report it)".to_string(),
     };
     outputln!(out, "{label} is unknown here (position {})", s.position());
@@ -169,8 +178,17 @@ fn why_unknown(target: &mut ReplayTarget, what: &str, out: &mut ConsoleOutput<'_
             done * 100 / total
         );
     }
-    outputln!(out, "  going forwards:  {}", describe(forward));
-    outputln!(out, "  going backwards: {}", describe(backward));
+    outputln!(out, "  going forwards:  {}", describe(forward, false));
+    outputln!(out, "  going backwards: {}", describe(backward, true));
+}
+
+/// What lost a value, and where: the backward pass starts from the end state, so what it
+/// never knew was not in that state.
+fn because(w: rtit_replay_core::state::Why, backwards: bool) -> String {
+    match w.cause {
+        rtit_replay_core::state::Cause::NotRecorded if backwards => "not in the end state".to_string(),
+        cause => format!("{cause} at position {}", w.position),
+    }
 }
 
 /// `monitor wait`: waits until the values are final, a dot a second (each console packet

@@ -477,6 +477,14 @@ impl Session {
         })
     }
 
+    /// Vector register `name` (xmm0–31, ymm0–31, zmm0–31) at the current position: its bytes
+    /// in memory order if all are known, else `Some(None)`; `None` for a name that is not a
+    /// vector register.
+    pub fn vector_by_name(&mut self, name: &str) -> Option<Option<Vec<u8>>> {
+        let (i, len) = vector_name(name)?;
+        Some(self.vector_register(i)[..len].iter().copied().collect())
+    }
+
     /// Vector register `i` (0–31) at the current position, byte by byte (zmm's 64 bytes, the
     /// low 32 being ymm and the low 16 xmm); a byte the passes disagree on is unknown and
     /// counted as a conflict.
@@ -511,6 +519,9 @@ impl Session {
     /// Why a register is unknown at the current position to the forward and the backward
     /// pass (`None` for a pass that knows it); `None` for a name that is not tracked.
     pub fn why_register(&mut self, name: &str) -> Option<(Option<Why>, Option<Why>)> {
+        if let Some((i, len)) = vector_name(name) {
+            return Some(self.known()?.why_vector(i, len));
+        }
         let r = Reg::from_name(name)?;
         Some(self.known()?.why_register(r))
     }
@@ -558,4 +569,14 @@ impl Session {
             d.values.note_conflicts(1);
         }
     }
+}
+
+/// Which vector register a name is, and how many of its bytes it means: xmmN 16, ymmN 32,
+/// zmmN 64 (N 0–31).
+fn vector_name(name: &str) -> Option<(usize, usize)> {
+    let (len, n) = [("xmm", 16), ("ymm", 32), ("zmm", 64)]
+        .iter()
+        .find_map(|&(prefix, len)| name.strip_prefix(prefix).map(|n| (len, n)))?;
+    let i: usize = n.parse().ok().filter(|&i| i < 32 && !n.starts_with('+'))?;
+    Some((i, len))
 }

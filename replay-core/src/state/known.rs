@@ -46,6 +46,12 @@ impl Known {
         (self.forward.regs.why(r), self.backward.regs.why(r))
     }
 
+    /// Why a byte of the low `len` of vector register `i` (0–31) is unknown to each pass
+    /// (forward, backward); `None` where all are known.
+    pub fn why_vector(&self, i: usize, len: usize) -> (Option<Why>, Option<Why>) {
+        (self.forward.vec.why(i, len), self.backward.vec.why(i, len))
+    }
+
     /// Why a byte is unknown to each pass (forward, backward); `None` where known.
     pub fn why_memory(&self, addr: u64) -> (Option<Why>, Option<Why>) {
         (

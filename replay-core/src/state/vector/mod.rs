@@ -140,6 +140,12 @@ impl VecFile {
         self.regs[i] = v;
     }
 
+    /// Why a byte of the low `len` of register `i` is unknown (the cause of its last write
+    /// that left any byte unknown); `None` if all are known.
+    pub fn why(&self, i: usize, len: usize) -> Option<Why> {
+        (!self.regs[i].all(0, len)).then_some(self.why[i])
+    }
+
     /// The low `len` bytes of register `i`, if all known.
     pub fn bytes(&self, i: usize, len: usize) -> Option<&[u8]> {
         self.regs[i].all(0, len).then(|| &self.regs[i].bytes[..len])
