@@ -41,11 +41,11 @@ fn run() {
             std::thread::sleep(NAP);
             continue;
         }
-        let mut guard = crate::shared::lock();
+        let mut guard = crate::shared::lock_as_feeder();
         let Some(plugin) = guard.as_mut() else {
             // The plugin finished: nothing more to feed.
             return;
         };
-        plugin.take_blocks(BATCH);
+        plugin.take_batch(BATCH);
     }
 }

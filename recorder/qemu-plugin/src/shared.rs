@@ -1,9 +1,11 @@
 //! The plugin behind its lock, as QEMU's callbacks, the feeder and the stop thread take it,
 //! and how the plugin starts threads of its own.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use crate::published::Line;
+use crate::ring::WANTED;
 use crate::state::Plugin;
 
 /// The plugin; `None` once it has finished.
@@ -15,10 +17,19 @@ pub fn with_plugin<R>(f: impl FnOnce(&mut Plugin) -> R) -> Option<R> {
     guard.as_mut().map(f)
 }
 
+/// The lock, for any thread but the feeder: the feeder's batch ends early while one waits
+/// (`ring::WANTED`).
+pub fn lock() -> MutexGuard<'static, Option<Plugin>> {
+    WANTED.fetch_add(1, Ordering::Relaxed);
+    let guard = lock_as_feeder();
+    WANTED.fetch_sub(1, Ordering::Relaxed);
+    guard
+}
+
 /// Spins for the lock before sleeping on it: it is held for a batch of blocks at most (tens
 /// of microseconds), while a sleep and a wake-up through the kernel took longer than that,
 /// and the vCPU and the feeder waking each other so made recordings several times slower.
-pub fn lock() -> MutexGuard<'static, Option<Plugin>> {
+pub fn lock_as_feeder() -> MutexGuard<'static, Option<Plugin>> {
     for _ in 0..SPINS {
         match PLUGIN.try_lock() {
             Ok(guard) => return guard,
@@ -29,7 +40,7 @@ pub fn lock() -> MutexGuard<'static, Option<Plugin>> {
     PLUGIN.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Tries of [`lock`] before it sleeps: about a millisecond.
+/// Tries of [`lock_as_feeder`] before it sleeps: about a millisecond.
 const SPINS: u32 = 1 << 16;
 
 /// Starts a thread of the plugin's own that blocks every signal: QEMU's signal handlers

@@ -390,7 +390,17 @@ impl Plugin {
     /// `published::POSITION`) before the ring says the blocks are taken: `rtit record` reads
     /// the position once they all are.
     pub fn take_blocks(&mut self, max: usize) {
-        crate::ring::take(max, |blocks| {
+        self.take(max, false);
+    }
+
+    /// [`Self::take_blocks`] for the feeder: a batch that ends early, and leaves the trace's
+    /// write for later, while another thread waits for the lock (`ring::WANTED`).
+    pub fn take_batch(&mut self, max: usize) {
+        self.take(max, true);
+    }
+
+    fn take(&mut self, max: usize, yielding: bool) {
+        crate::ring::take(max, yielding, |blocks| {
             self.take_translated();
             self.take_delivered();
             if !self.engine.tracing() {
@@ -414,7 +424,7 @@ impl Plugin {
         });
         // The trace goes to its file 64 KiB at a time: a write every 4096 blocks took 4 % of
         // the feeder's time on gzip (issue 20).
-        if self.engine.tracing() && self.engine.buffered() >= FLUSH_BYTES {
+        if self.engine.tracing() && self.engine.buffered() >= FLUSH_BYTES && !(yielding && crate::ring::wanted()) {
             self.flush();
         }
     }
