@@ -295,6 +295,53 @@ fn backtrace_at_the_deepest_recursion_matches_native_gdb() {
     assert!(out.contains("in main () at"), "up 11 reaches main: {out}");
 }
 
+/// gdb's `catch syscall` stops `continue` and `reverse-continue` at a system call's entry
+/// and return, with what native gdb shows there: printf's write of "total 232\n" (a user's
+/// check found catchpoints refused: "Your system does not support this type of catchpoint").
+#[test]
+fn catch_syscall_stops_at_a_calls_entry_and_return_both_ways() {
+    let rec = recording("recursion", false);
+    let exe = common::executable(&rec);
+    let program = &rec.manifest.command[0];
+    let look = ["p $rdx", "x/s $rsi"];
+    let mut args = vec!["-batch", "-nx", "-ex", "catch syscall write", "-ex", "run"];
+    for c in look.iter().chain(&["continue", "p $rax"]) {
+        args.extend(["-ex", c]);
+    }
+    let native = Command::new("gdb").args(&args).arg(program).output().expect("gdb");
+    let native = String::from_utf8_lossy(&native.stdout).into_owned() + &String::from_utf8_lossy(&native.stderr);
+    let values = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.starts_with('$') || l.starts_with("0x"))
+            .map(|l| l.split_once(['=', ':']).map_or("", |(_, v)| v).trim().to_string())
+            .collect()
+    };
+    assert_eq!(values(&native), ["10", "\"total 232\\n\"", "10"], "natively: {native}");
+    let server = Server::start(&rec);
+    let mut commands = vec!["catch syscall write", "continue"];
+    commands.extend(look);
+    commands.extend(["continue", "p $rax", "reverse-continue", "p $rdx", "reverse-continue"]);
+    // The call that ends the program never returned to be logged: its number is rax there.
+    commands.extend(["delete", "catch syscall exit_group", "continue", "p $rdi"]);
+    let out = server.gdb(Some(&exe), &commands);
+    assert_eq!(values(&out)[..3], values(&native)[..], "{out}");
+    let stops: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("Catchpoint 1 (call") || l.starts_with("Catchpoint 1 (returned"))
+        .collect();
+    assert_eq!(stops.len(), 3, "entry, return, entry again: {out}");
+    assert!(stops[0].contains("(call to syscall write)"), "{out}");
+    assert!(stops[1].contains("(returned from syscall write)"), "{out}");
+    assert!(stops[2].contains("(call to syscall write)"), "{out}");
+    assert_eq!(values(&out)[3], "10", "rdx at the entry again: {out}");
+    assert!(
+        out.contains("No more reverse-execution history"),
+        "no write before it: {out}"
+    );
+    assert!(out.contains("Catchpoint 2 (call to syscall exit_group)"), "{out}");
+    assert_eq!(values(&out)[4], "0", "exit_group(0): {out}");
+}
+
 #[test]
 fn finish_reports_the_returned_value() {
     let rec = recording("recursion", false);

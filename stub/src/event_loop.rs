@@ -6,6 +6,7 @@ use gdbstub::conn::{Connection, ConnectionExt};
 use gdbstub::stub::run_blocking::{BlockingEventLoop, Event, WaitForStopReasonError};
 use gdbstub::stub::SingleThreadStopReason;
 use gdbstub::target::ext::base::reverse_exec::ReplayLogPosition;
+use gdbstub::target::ext::catch_syscalls::CatchSyscallPosition;
 use gdbstub::target::Target;
 use rtit_replay_core::session::Stop;
 
@@ -31,11 +32,11 @@ impl BlockingEventLoop for ReplayEventLoop {
         WaitForStopReasonError<<ReplayTarget as Target>::Error, <Self::Connection as Connection>::Error>,
     > {
         let mut incoming = || conn.peek().map(|b| b.is_some()).unwrap_or(true);
-        let breakpoints = &target.breakpoints;
+        let (breakpoints, catch) = (&target.breakpoints, &target.catch);
         let session = &mut target.session;
         let stop = match target.pending.take() {
-            Some(Action::Continue) => session.continue_forward(breakpoints, &mut incoming),
-            Some(Action::ReverseContinue) => session.continue_backward(breakpoints, &mut incoming),
+            Some(Action::Continue) => session.continue_forward_catching(breakpoints, catch, &mut incoming),
+            Some(Action::ReverseContinue) => session.continue_backward_catching(breakpoints, catch, &mut incoming),
             Some(Action::Step) => session.step_forward(),
             Some(Action::ReverseStep) => session.step_backward(),
             None => Stop::Step,
@@ -56,6 +57,14 @@ impl BlockingEventLoop for ReplayEventLoop {
                 pos: ReplayLogPosition::End,
             },
             Stop::Signal(s) => StopReason::Signal(Signal(s as u8)),
+            Stop::Syscall { nr, entry } => StopReason::CatchSyscall {
+                tid: None,
+                number: nr,
+                position: match entry {
+                    true => CatchSyscallPosition::Entry,
+                    false => CatchSyscallPosition::Return,
+                },
+            },
             // Nothing to replay: end the connection (the server says why).
             Stop::NoHistory => {
                 return Err(WaitForStopReasonError::Target(

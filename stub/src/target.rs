@@ -13,9 +13,10 @@ use gdbstub::target::ext::base::BaseOps;
 use gdbstub::target::ext::breakpoints::{
     Breakpoints, BreakpointsOps, HwBreakpoint, HwBreakpointOps, SwBreakpoint, SwBreakpointOps,
 };
+use gdbstub::target::ext::catch_syscalls::{CatchSyscalls, CatchSyscallsOps, SyscallNumbers};
 use gdbstub::target::ext::monitor_cmd::MonitorCmdOps;
 use gdbstub::target::{Target, TargetError, TargetResult};
-use rtit_replay_core::session::Session;
+use rtit_replay_core::session::{Catch, Session};
 
 use crate::arch::{ReplayRegs, X86_64Replay, GPR_NAMES, SEGMENT_NAMES};
 use crate::files::Files;
@@ -42,6 +43,8 @@ pub struct ReplayTarget {
     pub session: Session,
     /// Breakpoint addresses.
     pub breakpoints: HashSet<u64>,
+    /// The system calls gdb's `catch syscall` asked to stop at.
+    pub catch: Catch,
     /// The resume request gdb made last.
     pub pending: Option<Action>,
     /// The recording's files, as gdb asks for them.
@@ -70,6 +73,7 @@ impl ReplayTarget {
             gdb_flushes: false,
             session,
             breakpoints: HashSet::new(),
+            catch: Catch::Nothing,
             pending: None,
         }
     }
@@ -78,6 +82,7 @@ impl ReplayTarget {
     pub fn reset(&mut self) {
         self.session.set_position(0);
         self.breakpoints.clear();
+        self.catch = Catch::Nothing;
         self.pending = None;
         self.files.close_all();
         self.gdb_flushes = false;
@@ -90,6 +95,10 @@ impl Target for ReplayTarget {
 
     fn base_ops(&mut self) -> BaseOps<'_, Self::Arch, Self::Error> {
         BaseOps::SingleThread(self)
+    }
+
+    fn support_catch_syscalls(&mut self) -> Option<CatchSyscallsOps<'_, Self>> {
+        Some(self)
     }
 
     fn support_breakpoints(&mut self) -> Option<BreakpointsOps<'_, Self>> {
@@ -262,5 +271,20 @@ impl HwBreakpoint for ReplayTarget {
 
     fn remove_hw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
         Ok(self.breakpoints.remove(&addr))
+    }
+}
+
+impl CatchSyscalls for ReplayTarget {
+    fn enable_catch_syscalls(&mut self, filter: Option<SyscallNumbers<'_, u64>>) -> TargetResult<(), Self> {
+        self.catch = match filter {
+            None => Catch::All,
+            Some(numbers) => Catch::Numbers(numbers.collect()),
+        };
+        Ok(())
+    }
+
+    fn disable_catch_syscalls(&mut self) -> TargetResult<(), Self> {
+        self.catch = Catch::Nothing;
+        Ok(())
     }
 }

@@ -11,6 +11,7 @@
 //! unknown is acceptable, wrong is not).
 
 mod background;
+mod catch;
 mod history;
 mod open;
 
@@ -25,6 +26,7 @@ use crate::timeline::cache::{CacheError, Origin, Policy};
 use crate::timeline::{self as tl, Hit, Timeline};
 use background::Background;
 pub use background::OnDone;
+pub use catch::Catch;
 pub use history::History;
 use history::{errors, spins, NO_TIMELINE};
 use open::{Decoded, Work};
@@ -44,6 +46,14 @@ pub enum Stop {
     Signal(i32),
     /// Interrupted (Ctrl-C) before reaching anything.
     Interrupted,
+    /// At a system call `catch syscall` asked for ([`Catch`]): its entry (the position of the
+    /// `syscall` instruction) or its return (the position after it).
+    Syscall {
+        /// Its number.
+        nr: u64,
+        /// Whether this is its entry rather than its return.
+        entry: bool,
+    },
     /// There is no history to move in: decoding it failed ([`Session::failure`] says why).
     NoHistory,
 }

@@ -51,6 +51,12 @@ pub(super) struct Decoded {
     pub(super) origin: Origin,
     /// The timeline being stored next to the recording, if it is.
     pub(super) storing: Option<std::thread::JoinHandle<Result<std::path::PathBuf, CacheError>>>,
+    /// The system calls the recording logged, as (position of the `syscall` instruction,
+    /// number), in order: those whose address is the history's there (`catch syscall`).
+    pub(super) syscalls: Vec<(u64, u64)>,
+    /// The position of a `syscall` instruction that ends the history unlogged: the call that
+    /// ended the program (`exit_group`), which never returned to be logged.
+    pub(super) final_syscall: Option<u64>,
 }
 
 /// A state with a snapshot's registers and memory.
@@ -264,6 +270,20 @@ pub(super) fn decode(work: Work, progress: &mut (dyn FnMut(u64) + Send)) -> Resu
     let timeline = Arc::new(timeline);
     let storing = pending.store(timeline.clone());
     let complete = incomplete.is_none();
+    let mut syscalls: Vec<(u64, u64)> = prepared
+        .syscalls
+        .iter()
+        .filter(|r| r.position < retired && timeline.ip_at(r.position) == Some(r.ip))
+        .map(|r| (r.position, r.nr))
+        .collect();
+    syscalls.sort_unstable();
+    let final_syscall = (timeline.len().checked_sub(1))
+        .filter(|&p| fault.is_none() && syscalls.last().map_or(true, |&(q, _)| q != p))
+        .filter(|&p| {
+            let ip = timeline.ip_at(p);
+            ip.and_then(|ip| space.read_only_bytes_at(ip))
+                .is_some_and(|b| b.starts_with(&[0x0f, 0x05]))
+        });
     let values = Values::new(space, inputs(prepared, timeline.clone(), fault.is_some(), complete)?);
     Ok(Decoded {
         timeline,
@@ -273,6 +293,8 @@ pub(super) fn decode(work: Work, progress: &mut (dyn FnMut(u64) + Send)) -> Resu
         incomplete,
         origin,
         storing,
+        syscalls,
+        final_syscall,
     })
 }
 
