@@ -570,7 +570,7 @@ impl Plugin {
         // The system calls go to their own file, as the recording holds them; into the
         // report only if that cannot be written.
         let mut syscalls = std::mem::take(&mut self.syscalls);
-        if let Err(e) = write_lines(&Path::new(&self.args.out).join(files::SYSCALLS), &syscalls) {
+        if let Err(e) = syscalls::write_lines(&Path::new(&self.args.out).join(files::SYSCALLS), &syscalls) {
             self.notes.push(format!("{}: {e}", files::SYSCALLS));
         } else {
             syscalls.clear();
@@ -612,17 +612,4 @@ impl Plugin {
             crate::ffi::say(&format!("cannot write the report: {e}"));
         }
     }
-}
-
-/// Writes `records` to `path`, one JSON record a line (nothing, and no file, for none).
-fn write_lines(path: &Path, records: &[SyscallRecord]) -> std::io::Result<()> {
-    if records.is_empty() {
-        return Ok(());
-    }
-    let mut f = std::io::BufWriter::new(File::create(path)?);
-    for r in records {
-        serde_json::to_writer(&mut f, r)?;
-        f.write_all(b"\n")?;
-    }
-    f.flush()
 }

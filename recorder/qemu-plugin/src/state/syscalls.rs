@@ -1,6 +1,10 @@
 //! The plugin at system calls: what the call wrote (the log), the memory map it changed,
 //! threads and execve (which stop the recording), and the processes it created.
 
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+
 use rtit_recorder::outcome::RegisterMap;
 use rtit_recorder::qemu::engine::{Counts, SyscallAction};
 use rtit_recorder::sideband::{diff, nr};
@@ -236,4 +240,18 @@ impl Plugin {
         });
         true
     }
+}
+
+/// Writes `records` to `path`, one JSON record a line, as the recording holds them (nothing,
+/// and no file, for none).
+pub(super) fn write_lines(path: &Path, records: &[SyscallRecord]) -> std::io::Result<()> {
+    if records.is_empty() {
+        return Ok(());
+    }
+    let mut f = std::io::BufWriter::new(File::create(path)?);
+    for r in records {
+        serde_json::to_writer(&mut f, r)?;
+        f.write_all(b"\n")?;
+    }
+    f.flush()
 }
