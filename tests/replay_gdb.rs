@@ -342,6 +342,40 @@ fn catch_syscall_stops_at_a_calls_entry_and_return_both_ways() {
     assert_eq!(values(&out)[4], "0", "exit_group(0): {out}");
 }
 
+/// gdb reads the process's `/proc` files at connection and for `info proc`: served from the
+/// recording (the map as it stands at the position, the command, the executable and the
+/// directory), where every replay warned "unable to open /proc file".
+#[test]
+fn info_proc_shows_the_recorded_process() {
+    let rec = recording("recursion", false);
+    let exe = common::executable(&rec);
+    let server = Server::start(&rec);
+    let out = server.gdb(Some(&exe), &["info proc", "info proc mappings"]);
+    assert!(!out.contains("unable to open /proc file"), "{out}");
+    let program = &rec.manifest.command[0];
+    assert!(out.contains(&format!("exe = '{program}'")), "{out}");
+    assert!(out.contains(&format!("cwd = '{}'", rec.manifest.cwd)), "{out}");
+    assert!(out.contains(&format!("cmdline = '{program}'")), "{out}");
+    let maps = rec.maps().expect("maps");
+    let stack = maps
+        .initial
+        .iter()
+        .find(|m| m.path.as_deref() == Some("[stack]"))
+        .expect("a stack");
+    let line = out
+        .lines()
+        .find(|l| l.trim_end().ends_with("[stack]"))
+        .unwrap_or_else(|| panic!("the stack in the mappings: {out}"));
+    assert!(
+        line.contains(&format!("{:#x}", stack.start)) && line.contains(&format!("{:#x}", stack.end)),
+        "{line}"
+    );
+    assert!(
+        out.lines().any(|l| l.trim_end().ends_with(program.as_str())),
+        "the executable mapped: {out}"
+    );
+}
+
 #[test]
 fn finish_reports_the_returned_value() {
     let rec = recording("recursion", false);

@@ -5,8 +5,9 @@ use gdbstub::common::Pid;
 use gdbstub::target::ext::auxv::Auxv;
 use gdbstub::target::ext::exec_file::ExecFile;
 use gdbstub::target::ext::host_io::{
-    FsKind, HostIo, HostIoClose, HostIoCloseOps, HostIoFstat, HostIoFstatOps, HostIoOpen, HostIoOpenFlags,
-    HostIoOpenMode, HostIoOpenOps, HostIoPread, HostIoPreadOps, HostIoResult, HostIoSetfs, HostIoSetfsOps, HostIoStat,
+    FsKind, HostIo, HostIoClose, HostIoCloseOps, HostIoErrno, HostIoError, HostIoFstat, HostIoFstatOps, HostIoOpen,
+    HostIoOpenFlags, HostIoOpenMode, HostIoOpenOps, HostIoPread, HostIoPreadOps, HostIoReadlink, HostIoReadlinkOps,
+    HostIoResult, HostIoSetfs, HostIoSetfsOps, HostIoStat,
 };
 use gdbstub::target::ext::libraries::LibrariesSvr4;
 use gdbstub::target::TargetResult;
@@ -54,11 +55,26 @@ impl HostIo for ReplayTarget {
     fn support_setfs(&mut self) -> Option<HostIoSetfsOps<'_, Self>> {
         Some(self)
     }
+    fn support_readlink(&mut self) -> Option<HostIoReadlinkOps<'_, Self>> {
+        Some(self)
+    }
+}
+
+impl HostIoReadlink for ReplayTarget {
+    fn readlink(&mut self, filename: &[u8], buf: &mut [u8]) -> HostIoResult<usize, Self> {
+        let target = self.files.readlink(filename)?;
+        let bytes = target.as_bytes();
+        if bytes.len() > buf.len() {
+            return Err(HostIoError::Errno(HostIoErrno::ENAMETOOLONG));
+        }
+        buf[..bytes.len()].copy_from_slice(bytes);
+        Ok(bytes.len())
+    }
 }
 
 impl HostIoOpen for ReplayTarget {
     fn open(&mut self, filename: &[u8], flags: HostIoOpenFlags, _mode: HostIoOpenMode) -> HostIoResult<u32, Self> {
-        self.files.open(filename, flags)
+        self.files.open(filename, flags, self.session.position())
     }
 }
 

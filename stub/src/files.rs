@@ -12,7 +12,9 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use gdbstub::target::ext::host_io::{HostIoErrno, HostIoError, HostIoOpenFlags, HostIoOpenMode, HostIoStat};
-use rtit_replay_core::recording::{ImageKind, ImageRecord, Recording};
+use rtit_replay_core::recording::{ImageKind, ImageRecord, Maps, Recording};
+
+use crate::proc_files::{cmdline_bytes, maps_text, ProcFile};
 
 /// The recording's files as gdb asks for them.
 #[derive(Debug, Default)]
@@ -22,8 +24,21 @@ pub struct Files {
     exec: Option<String>,
     auxv: Vec<u8>,
     svr4: String,
-    open: HashMap<u32, File>,
+    /// The memory map and its changes, for `/proc/PID/maps` (empty if unreadable).
+    maps: Maps,
+    /// The command, for `/proc/PID/cmdline`.
+    command: Vec<String>,
+    /// The working directory it ran in, for `/proc/PID/cwd`.
+    cwd: String,
+    open: HashMap<u32, Open>,
     next_fd: u32,
+}
+
+/// A file gdb opened: a copy in the recording, or text made for it (`proc_files`).
+#[derive(Debug)]
+enum Open {
+    File(File),
+    Text(Vec<u8>),
 }
 
 /// The recorded executable among the images: the one named like the command, else the first.
@@ -129,6 +144,9 @@ impl Files {
             .flat_map(|(k, v)| k.to_le_bytes().into_iter().chain(v.to_le_bytes()))
             .collect();
         files.svr4 = libraries;
+        files.maps = rec.maps().unwrap_or_default();
+        files.command = rec.manifest.command.clone();
+        files.cwd = rec.manifest.cwd.clone();
         files
     }
 
@@ -152,21 +170,41 @@ impl Files {
         self.open.clear();
     }
 
-    /// Opens a file of the recording by its original path; anything else does not exist.
-    pub fn open<E>(&mut self, filename: &[u8], flags: HostIoOpenFlags) -> Result<u32, HostIoError<E>> {
+    /// Opens a file of the recording by its original path, or a `/proc` file of the process
+    /// as it stands at `position` (`proc_files`); anything else does not exist.
+    pub fn open<E>(&mut self, filename: &[u8], flags: HostIoOpenFlags, position: u64) -> Result<u32, HostIoError<E>> {
         if flags != HostIoOpenFlags::O_RDONLY {
             return Err(HostIoError::Errno(HostIoErrno::EACCES));
         }
         let name = String::from_utf8_lossy(filename);
-        let copy = self
-            .by_path
-            .get(name.as_ref())
-            .ok_or(HostIoError::Errno(HostIoErrno::ENOENT))?;
-        let file = File::open(copy)?;
+        let open = match ProcFile::parse(&name) {
+            Some(ProcFile::Maps) => Open::Text(maps_text(&self.maps, position).into_bytes()),
+            Some(ProcFile::Cmdline) => Open::Text(cmdline_bytes(&self.command)),
+            Some(ProcFile::Exe | ProcFile::Cwd) => return Err(HostIoError::Errno(HostIoErrno::EISDIR)),
+            None => {
+                let copy = self
+                    .by_path
+                    .get(name.as_ref())
+                    .ok_or(HostIoError::Errno(HostIoErrno::ENOENT))?;
+                Open::File(File::open(copy)?)
+            }
+        };
         let fd = self.next_fd;
         self.next_fd += 1;
-        self.open.insert(fd, file);
+        self.open.insert(fd, open);
         Ok(fd)
+    }
+
+    /// Where a `/proc` link of the process points: `exe` to the executable's original path,
+    /// `cwd` to the directory the program was recorded in; anything else is no link.
+    pub fn readlink<E>(&self, filename: &[u8]) -> Result<String, HostIoError<E>> {
+        let name = String::from_utf8_lossy(filename);
+        let target = match ProcFile::parse(&name) {
+            Some(ProcFile::Exe) => self.exec.clone(),
+            Some(ProcFile::Cwd) => Some(self.cwd.clone()).filter(|c| !c.is_empty()),
+            _ => None,
+        };
+        target.ok_or(HostIoError::Errno(HostIoErrno::ENOENT))
     }
 
     /// Closes an open file.
@@ -179,15 +217,19 @@ impl Files {
 
     /// Reads at most `count` bytes at `offset` of an open file.
     pub fn pread<E>(&self, fd: u32, count: usize, offset: u64, buf: &mut [u8]) -> Result<usize, HostIoError<E>> {
-        let file = self.open.get(&fd).ok_or(HostIoError::Errno(HostIoErrno::EBADF))?;
         let n = count.min(buf.len());
-        Ok(file.read_at(&mut buf[..n], offset)?)
+        match self.open.get(&fd).ok_or(HostIoError::Errno(HostIoErrno::EBADF))? {
+            Open::File(file) => Ok(file.read_at(&mut buf[..n], offset)?),
+            Open::Text(text) => Ok(copy_out(text, offset, n, buf)),
+        }
     }
 
     /// An open file's size, as a read-only regular file.
     pub fn fstat<E>(&self, fd: u32) -> Result<HostIoStat, HostIoError<E>> {
-        let file = self.open.get(&fd).ok_or(HostIoError::Errno(HostIoErrno::EBADF))?;
-        let size = file.metadata()?.len();
+        let size = match self.open.get(&fd).ok_or(HostIoError::Errno(HostIoErrno::EBADF))? {
+            Open::File(file) => file.metadata()?.len(),
+            Open::Text(text) => text.len() as u64,
+        };
         Ok(HostIoStat {
             st_dev: 0,
             st_ino: fd,

@@ -8,7 +8,7 @@
 //!   breakpoints);
 //! - `monitor`: monitor commands, and the gdb hook `monitor goto` needs;
 //! - `files`, `file_ops`: exec-file, host I/O, auxv and the SVR4 library list, so gdb finds
-//!   the code;
+//!   the code; `proc_files`: the `/proc` files gdb reads of the process (maps, cmdline);
 //! - `event_loop`: carrying out resume requests and reporting stops;
 //! - `conn`: the connection gdbstub reads and writes (buffered; `m` requests capped);
 //! - `server`: accepting connections, one debugging gdb at a time.
@@ -19,6 +19,7 @@ pub mod event_loop;
 mod file_ops;
 pub mod files;
 pub mod monitor;
+mod proc_files;
 pub mod server;
 pub mod target;
 
