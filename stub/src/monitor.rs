@@ -33,8 +33,10 @@ const MAX_INSNS: u64 = 1000;
 /// is waiting, and then between two console packets: each restarts gdb's wait for the
 /// answer (its default remote timeout is 2 s), so the command can wait as long as the decode
 /// takes. It gave up after one second before, and a script's `monitor goto` right after
-/// connecting to a large recording was skipped, every answer after it about position 0.
-const HISTORY_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+/// connecting to a large recording was skipped, every answer after it about position 0. Half
+/// a second, not one: on a loaded machine a dot came more than 2 s after the last, gdb gave up
+/// and NACKed the next packet, and gdbstub (which does not retransmit) dropped the connection.
+const HISTORY_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// How long a monitor command waits for the history at most.
 const HISTORY_PATIENCE: std::time::Duration = std::time::Duration::from_secs(600);
@@ -69,7 +71,7 @@ impl MonitorCmd for ReplayTarget {
         }
         let needs_history = !matches!(first, Some("flushes-caches" | "help") | None);
         // The history may still be decoded in the background: wait for it, telling gdb so
-        // every second (see `HISTORY_WAIT`).
+        // every half second (see `HISTORY_WAIT`).
         if needs_history && !self.session.wait_ready(HISTORY_WAIT) {
             let n = self.session.recording().manifest.instructions;
             output!(out, "waiting for the history ({n} instructions) to be decoded");
@@ -121,8 +123,14 @@ fn goto(target: &mut ReplayTarget, n: &str, out: &mut ConsoleOutput<'_>) {
 
 /// `monitor why-unknown REG|ADDR`: the cause each pass gives for an unknown value.
 fn why_unknown(target: &mut ReplayTarget, what: &str, out: &mut ConsoleOutput<'_>) {
-    let s = &mut target.session;
     let name = what.trim_start_matches('$');
+    if !target.avx512 && is_avx512_only(name) {
+        return outputln!(
+            out,
+            "why-unknown: `{what}` is not a register of this recording's CPU (no AVX-512)"
+        );
+    }
+    let s = &mut target.session;
     let (label, known, why) = if let Some(hex) = name.strip_prefix("0x") {
         let Ok(addr) = u64::from_str_radix(hex, 16) else {
             return outputln!(out, "why-unknown: `{what}` is not a hex address");
@@ -145,7 +153,7 @@ fn why_unknown(target: &mut ReplayTarget, what: &str, out: &mut ConsoleOutput<'_
             None => {
                 return outputln!(
                     out,
-                    "why-unknown: `{what}` is not a register rtit tracks, nor a 0x address"
+                    "why-unknown: `{what}` is not a register rtit tracks the causes of (general and vector registers), nor a 0x address"
                 )
             }
         }
@@ -182,6 +190,12 @@ fn why_unknown(target: &mut ReplayTarget, what: &str, out: &mut ConsoleOutput<'_
     outputln!(out, "  going backwards: {}", describe(backward, true));
 }
 
+/// Whether `name` is a register only AVX-512 has: zmm0-31, and xmm/ymm 16-31.
+fn is_avx512_only(name: &str) -> bool {
+    let number = |prefix: &str| name.strip_prefix(prefix).and_then(|n| n.parse::<u32>().ok());
+    number("zmm").is_some() || number("xmm").or(number("ymm")).is_some_and(|n| (16..32).contains(&n))
+}
+
 /// What lost a value, and where: the backward pass starts from the end state, so what it
 /// never knew was not in that state.
 fn because(w: rtit_replay_core::state::Why, backwards: bool) -> String {
@@ -191,7 +205,7 @@ fn because(w: rtit_replay_core::state::Why, backwards: bool) -> String {
     }
 }
 
-/// `monitor wait`: waits until the values are final, a dot a second (each console packet
+/// `monitor wait`: waits until the values are final, a dot every half second (each console packet
 /// restarts gdb's wait for the answer, as for the history); at most [`HISTORY_PATIENCE`].
 /// A gdb not started by `rtit replay` keeps the registers it read before: it must flush them.
 fn wait_values(target: &mut ReplayTarget, out: &mut ConsoleOutput<'_>) {

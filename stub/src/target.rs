@@ -54,7 +54,7 @@ pub struct ReplayTarget {
     pub gdb_flushes: bool,
     /// The target description: with AVX-512's registers if the recording's XCR0 enabled them.
     description: String,
-    avx512: bool,
+    pub(crate) avx512: bool,
 }
 
 impl ReplayTarget {

@@ -3,7 +3,9 @@
 //! at the `syscall` instruction's position (the registers as the call found them: its number
 //! in rax, its arguments), and its return at the next position (its result in rax). A live
 //! Linux thread stops at both with rip already past the instruction; a position holds one
-//! state, so the entry shows rip at the instruction itself.
+//! state, so the entry shows rip at the instruction itself. A call after which a signal
+//! handler runs returns into the handler: the history has no position for its return, which
+//! is left out (the handler's `rt_sigreturn` returns to where the call would have).
 
 use std::collections::HashSet;
 
@@ -110,6 +112,7 @@ impl Session {
         let d = self.decoded()?;
         let (last, c, exit) = (self.last(), self.position, d.final_syscall);
         let from = d.syscalls.partition_point(|&(p, _)| p < c);
+        let handler = |p: u64| d.handler_entries.binary_search(&p).is_ok();
         let logged = d.syscalls[from..]
             .iter()
             .filter(|(_, nr)| catch.wants(*nr))
@@ -121,8 +124,9 @@ impl Session {
                         entry: true,
                     })
                 } else {
-                    // At its entry: its return is next, unless it never returned (the last).
-                    (p < last).then_some(Event {
+                    // At its entry: its return is next, unless it never returned (the last)
+                    // or returned into a signal handler (then the next call's).
+                    (p < last && !handler(p + 1)).then_some(Event {
                         position: p + 1,
                         nr,
                         entry: false,
@@ -160,14 +164,15 @@ impl Session {
 
     /// The last stop at a system call before the current position.
     fn previous_event(&self, catch: &Catch) -> Option<Event> {
-        let syscalls = self.decoded()?.syscalls.as_slice();
+        let d = self.decoded()?;
         let c = self.position;
-        let below = syscalls.partition_point(|&(p, _)| p < c);
-        syscalls[..below]
+        let handler = |p: u64| d.handler_entries.binary_search(&p).is_ok();
+        let below = d.syscalls.partition_point(|&(p, _)| p < c);
+        d.syscalls[..below]
             .iter()
             .rev()
             .find(|(_, nr)| catch.wants(*nr))
-            .map(|&(p, nr)| match p + 1 < c {
+            .map(|&(p, nr)| match p + 1 < c && !handler(p + 1) {
                 true => Event {
                     position: p + 1,
                     nr,

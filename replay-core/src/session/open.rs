@@ -57,6 +57,9 @@ pub(super) struct Decoded {
     /// The position of a `syscall` instruction that ends the history unlogged: the call that
     /// ended the program (`exit_group`), which never returned to be logged.
     pub(super) final_syscall: Option<u64>,
+    /// The positions of signal handlers' first instructions, in order: a call after which a
+    /// handler runs returns into it, so its return is no position of the history.
+    pub(super) handler_entries: Vec<u64>,
 }
 
 /// A state with a snapshot's registers and memory.
@@ -284,6 +287,8 @@ pub(super) fn decode(work: Work, progress: &mut (dyn FnMut(u64) + Send)) -> Resu
             ip.and_then(|ip| space.read_only_bytes_at(ip))
                 .is_some_and(|b| b.starts_with(&[0x0f, 0x05]))
         });
+    let mut handler_entries: Vec<u64> = prepared.signals.iter().map(|e| e.position).collect();
+    handler_entries.sort_unstable();
     let values = Values::new(space, inputs(prepared, timeline.clone(), fault.is_some(), complete)?);
     Ok(Decoded {
         timeline,
@@ -295,6 +300,7 @@ pub(super) fn decode(work: Work, progress: &mut (dyn FnMut(u64) + Send)) -> Resu
         storing,
         syscalls,
         final_syscall,
+        handler_entries,
     })
 }
 
