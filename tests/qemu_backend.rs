@@ -400,3 +400,31 @@ fn registers_after_a_handler_returns_are_the_interrupted_codes() {
         assert!(text.contains(&line), "{line} in gdb:\n{text}");
     }
 }
+
+/// The program's descriptors are numbered as without rtit: QEMU's gdbstub sockets, which took
+/// 3 and 4 in the program's table before it ran, are moved out of the way (a user's check:
+/// every `openat` returned two more than natively). python3 prints what it gets.
+#[test]
+fn the_programs_descriptors_are_numbered_as_without_rtit() {
+    let script = "import os, socket; print(os.open('/etc/hostname', 0), socket.socket().fileno())";
+    let native = Command::new("/usr/bin/python3")
+        .args(["-c", script])
+        .output()
+        .expect("python3");
+    assert_eq!(String::from_utf8_lossy(&native.stdout), "3 4\n", "natively");
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("qemu_backend/descriptors");
+    let _ = std::fs::remove_dir_all(&out);
+    let result = rtit(&[
+        "record",
+        "--backend",
+        "qemu",
+        "--out",
+        s(&out),
+        "--",
+        "/usr/bin/python3",
+        "-c",
+        script,
+    ]);
+    assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
+    assert_eq!(String::from_utf8_lossy(&result.stdout), "3 4\n", "under rtit record");
+}

@@ -16,6 +16,7 @@
 mod feeder;
 mod ffi;
 mod floor;
+mod high_fds;
 mod published;
 mod ring;
 mod shared;
@@ -100,6 +101,8 @@ fn push(entry: Started) {
 }
 
 extern "C" fn tb_trans(_id: PluginId, tb: *mut Tb) {
+    // The program's first block: from here on, sockets are the program's (`high_fds`).
+    high_fds::program_started();
     if inert() {
         return;
     }
