@@ -242,8 +242,8 @@ fn monitor_why_unknown_names_what_lost_a_value() {
         .lines()
         .find(|l| l.starts_with("xmm1 is known here: "))
         .unwrap_or_else(|| panic!("{out}"));
-    let shown: String = line["xmm1 is known here: ".len()..][..32]
-        .as_bytes()
+    let start = "xmm1 is known here: ".len();
+    let shown: String = line.as_bytes()[start..start + 32]
         .chunks(2)
         .rev()
         .map(|c| String::from_utf8_lossy(c).into_owned())

@@ -25,7 +25,7 @@ pub fn program_started() {
 /// `fd` at or above `HIGH_FD` with the same descriptor flags, the low one closed; `fd` itself
 /// where it cannot move (an error, or the program's own).
 fn raised(fd: c_int) -> c_int {
-    if fd < 0 || fd >= HIGH_FD || STARTED.load(Ordering::Relaxed) {
+    if !(0..HIGH_FD).contains(&fd) || STARTED.load(Ordering::Relaxed) {
         return fd;
     }
     // SAFETY: fcntl and close on a descriptor this call owns.
