@@ -149,27 +149,8 @@ fn plain_sort_s_output_is_known_at_its_first_write() {
         .take(8)
         .map(|b| format!("0x{b:02x}"))
         .collect();
-    let server = Server::start(&rec);
-    let out = server.gdb(
-        None,
-        &[
-            "monitor wait",
-            "maintenance flush register-cache",
-            "break write",
-            "continue",
-            "x/8xb $rsi",
-            "bt",
-        ],
-    );
-    let bytes = out
-        .lines()
-        .find(|l| l.contains(":\t0x"))
-        .unwrap_or_else(|| panic!("the buffer's bytes:\n{out}"));
-    assert_eq!(
-        bytes.split('\t').skip(1).map(str::trim).collect::<Vec<_>>(),
-        first,
-        "the first line sort writes:\n{out}"
-    );
+    let (bytes, out) = first_write(&rec);
+    assert_eq!(bytes, first, "the first line sort writes:\n{out}");
     assert!(out.contains("#10 "), "bt reaches __libc_start_main:\n{out}");
     assert!(out.contains("__libc_start_main"), "{out}");
 }
@@ -386,7 +367,16 @@ fn a_read_over_the_log_bound_leaves_the_rest_of_memory_known() {
     assert!(!read.complete, "an older reader must forget all memory there");
     assert_eq!(read.writes.iter().map(|w| w.bytes.len() / 2).sum::<usize>(), 16 << 20);
     assert_eq!(read.unlogged.iter().map(|u| u.len).sum::<u64>(), 1 << 20);
-    let server = Server::start(&recording);
+    let (bytes, out) = first_write(&recording);
+    let want: Vec<String> = b"read 178".iter().map(|b| format!("0x{b:02x}")).collect();
+    assert_eq!(bytes, want, "the text written after the read:\n{out}");
+    assert!(out.contains("__libc_start_main"), "bt reaches the start:\n{out}");
+}
+
+/// At the program's first `write` (values final): the first 8 bytes of its buffer as gdb
+/// prints them (`0x..` each), and gdb's whole output (with `bt`).
+fn first_write(rec: &Recording) -> (Vec<String>, String) {
+    let server = Server::start(rec);
     let out = server.gdb(
         None,
         &[
@@ -398,15 +388,10 @@ fn a_read_over_the_log_bound_leaves_the_rest_of_memory_known() {
             "bt",
         ],
     );
-    let bytes = out
+    let line = out
         .lines()
         .find(|l| l.contains(":\t0x"))
         .unwrap_or_else(|| panic!("the buffer's bytes:\n{out}"));
-    let want: Vec<String> = b"read 178".iter().map(|b| format!("0x{b:02x}")).collect();
-    assert_eq!(
-        bytes.split('\t').skip(1).map(str::trim).collect::<Vec<_>>(),
-        want,
-        "the text written after the read:\n{out}"
-    );
-    assert!(out.contains("__libc_start_main"), "bt reaches the start:\n{out}");
+    let bytes = line.split('\t').skip(1).map(|b| b.trim().to_string()).collect();
+    (bytes, out)
 }

@@ -29,8 +29,8 @@ pub enum Edge {
 }
 
 impl Edge {
-    /// The edge of an instruction of class `cofi` (a near one: far transfers have none) that
-    /// went to `next`, for a conditional branch taken or not (`taken`).
+    /// The edge of an instruction of class `cofi` (a near one: far transfers have none); for
+    /// a conditional branch, taken or not (`taken`).
     #[inline(always)]
     pub fn of(cofi: Cofi, taken: bool) -> Self {
         match cofi {

@@ -10,7 +10,6 @@
 use std::collections::HashSet;
 
 use super::{Session, Stop};
-use crate::timeline::Hit;
 
 /// Which system calls stop a `continue` (gdb's `QCatchSyscalls`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -64,7 +63,7 @@ impl Session {
         let hit = self
             .timeline()
             .next_hit(self.position + 1, event.position, breakpoints, interrupted);
-        self.stop_at(hit, event)
+        self.land(hit, |s| s.at_event(event))
     }
 
     /// Backwards to the previous position whose instruction is a breakpoint, or the previous
@@ -83,27 +82,15 @@ impl Session {
         let hit = self
             .timeline()
             .previous_hit(from, event.position + 1, breakpoints, interrupted);
-        self.stop_at(hit, event)
+        self.land(hit, |s| s.at_event(event))
     }
 
-    /// Where a search for breakpoints up to a system call's `event` stopped.
-    fn stop_at(&mut self, hit: Hit, event: Event) -> Stop {
-        match hit {
-            Hit::At(p) => {
-                self.position = p;
-                Stop::Breakpoint
-            }
-            Hit::Interrupted(p) => {
-                self.position = p;
-                Stop::Interrupted
-            }
-            Hit::None => {
-                self.position = event.position;
-                Stop::Syscall {
-                    nr: event.nr,
-                    entry: event.entry,
-                }
-            }
+    /// At a system call's `event`, no breakpoint before it.
+    fn at_event(&mut self, event: Event) -> Stop {
+        self.position = event.position;
+        Stop::Syscall {
+            nr: event.nr,
+            entry: event.entry,
         }
     }
 

@@ -370,23 +370,13 @@ impl Session {
         if let Err(stop) = self.await_history(&mut interrupted) {
             return stop;
         }
-        match self
+        let hit = self
             .timeline()
-            .next_hit(self.position + 1, self.retired(), breakpoints, interrupted)
-        {
-            Hit::At(p) => {
-                self.position = p;
-                Stop::Breakpoint
-            }
-            Hit::Interrupted(p) => {
-                self.position = p.min(self.last());
-                Stop::Interrupted
-            }
-            Hit::None => {
-                self.position = self.last();
-                self.arrived(self.position).unwrap_or(Stop::End)
-            }
-        }
+            .next_hit(self.position + 1, self.retired(), breakpoints, interrupted);
+        self.land(hit, |s| {
+            s.position = s.last();
+            s.arrived(s.position).unwrap_or(Stop::End)
+        })
     }
 
     /// Backwards to the previous position whose instruction is a breakpoint, or to position 0.
@@ -395,19 +385,26 @@ impl Session {
             return Stop::Begin;
         }
         let from = self.position.min(self.retired());
-        match self.timeline().previous_hit(from, 0, breakpoints, interrupted) {
+        let hit = self.timeline().previous_hit(from, 0, breakpoints, interrupted);
+        self.land(hit, |s| {
+            s.position = 0;
+            Stop::Begin
+        })
+    }
+
+    /// Where a search for breakpoints leaves a `continue`: at the breakpoint it found, where
+    /// Ctrl-C interrupted it, or, when it found none, where `otherwise` puts it.
+    fn land(&mut self, hit: Hit, otherwise: impl FnOnce(&mut Self) -> Stop) -> Stop {
+        match hit {
             Hit::At(p) => {
                 self.position = p;
                 Stop::Breakpoint
             }
             Hit::Interrupted(p) => {
-                self.position = p;
+                self.position = p.min(self.last());
                 Stop::Interrupted
             }
-            Hit::None => {
-                self.position = 0;
-                Stop::Begin
-            }
+            Hit::None => otherwise(self),
         }
     }
 

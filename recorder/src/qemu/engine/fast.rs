@@ -87,7 +87,7 @@ impl Engine {
     pub(super) fn settle_common(&mut self, p: Pending, counts: Counts, next: u64) -> bool {
         let h = self.hot[p.id as usize];
         let ordinary = matches!(self.kernel, Kernel::User) && p.first == 0;
-        let Some(edge) = edge(&h, counts, next, &self.handlers).filter(|_| ordinary) else {
+        let Some(edge) = ordinary.then(|| edge(&h, counts, next, &self.handlers)).flatten() else {
             return false;
         };
         let Some(model) = self.model.as_mut() else {
@@ -139,10 +139,9 @@ fn edge(h: &Hot, counts: Counts, next: u64, handlers: &[u64]) -> Option<Edge> {
         Some(h.on_first)
     } else if next == h.nlip && h.conditional {
         Some(Edge::NotTaken)
-    } else if next != h.last_ip() && !is_handler(handlers, next) {
-        h.indirect
     } else {
-        None
+        h.indirect
+            .filter(|_| next != h.last_ip() && !is_handler(handlers, next))
     }
 }
 
