@@ -72,8 +72,26 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("rtit: error: {err:#}");
+            eprintln!("rtit: error: {}", said_once(&err));
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error and its causes on one line, each said once: an error whose message already
+/// quotes its cause (`cannot read F: Is a directory (os error 21)`) is not followed by that
+/// cause again, as anyhow's `{:#}` would.
+fn said_once(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }

@@ -33,18 +33,22 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// Sets the value at a JSON pointer, creating the last key if it is missing.
+/// Sets the value at a JSON pointer, creating the last key if it is missing (or appending,
+/// one past an array's end).
 fn set(doc: &mut Value, pointer: &str, value: Value) {
     if let Some(slot) = doc.pointer_mut(pointer) {
         *slot = value;
         return;
     }
     let (parent, key) = pointer.rsplit_once('/').expect("a pointer");
-    let parent = doc
-        .pointer_mut(parent)
-        .and_then(Value::as_object_mut)
-        .expect("parent object");
-    parent.insert(key.to_string(), value);
+    match doc.pointer_mut(parent).expect("parent") {
+        Value::Object(map) => {
+            map.insert(key.to_string(), value);
+        }
+        // One past an array's end appends.
+        Value::Array(items) if key.parse() == Ok(items.len()) => items.push(value),
+        other => panic!("cannot set {pointer} in {other}"),
+    }
 }
 
 /// Applies a case's damage to the recording in `dir`.
@@ -64,6 +68,23 @@ fn damage(dir: &Path, case: &Value) {
             bytes[at as usize] ^= mask as u8;
         }
         std::fs::write(&file, bytes).expect("write");
+    }
+    if let Some(text) = case["write"].as_str() {
+        std::fs::write(&file, text).expect("write");
+    }
+    if let Some(kind) = case["replace"].as_str() {
+        let _ = std::fs::remove_file(&file);
+        match kind {
+            "fifo" => assert!(Command::new("mkfifo").arg(&file).status().expect("mkfifo").success()),
+            "zero" => std::os::unix::fs::symlink("/dev/zero", &file).expect("symlink"),
+            "dir" => std::fs::create_dir(&file).expect("mkdir"),
+            "outside" => {
+                let outside = dir.parent().expect("scratch").join("outside-file");
+                std::fs::write(&outside, b"not a trace").expect("write");
+                std::os::unix::fs::symlink(&outside, &file).expect("symlink");
+            }
+            other => panic!("unknown replacement {other}"),
+        }
     }
     if let Some(change) = case["set"].as_array() {
         let mut doc: Value = serde_json::from_slice(&std::fs::read(&file).expect("read")).expect("json");
@@ -120,26 +141,42 @@ fn replay_and_step(dir: &Path) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
 }
 
-#[test]
-fn every_damaged_recording_ends_in_one_clear_error_within_bounds() {
+/// Applies every case of the corpus to a copy of the base recording (sealed first, as this
+/// rtit writes recordings, if `sealed`) and runs the commands on it; what went otherwise than
+/// the case says.
+fn run_corpus(sealed: bool) -> Vec<String> {
     let cases: Vec<Value> =
         serde_json::from_slice(&std::fs::read(corpus().join("cases.json")).expect("cases.json")).expect("json");
     assert!(cases.len() >= 20, "the corpus is all there");
-    let scratch = Path::new(env!("CARGO_TARGET_TMPDIR")).join("corrupt_recordings");
+    let suite = if sealed { "corrupt_sealed" } else { "corrupt_recordings" };
+    let scratch = Path::new(env!("CARGO_TARGET_TMPDIR")).join(suite);
     let _ = std::fs::remove_dir_all(&scratch);
     let mut failures = Vec::new();
     for (i, case) in cases.iter().enumerate() {
         let name = case["name"].as_str().expect("name");
         let dir = scratch.join(format!("case-{i}"));
         copy_dir(&corpus().join("base"), &dir);
+        if sealed {
+            rtit_replay_core::recording::seal::seal(&dir).expect("seal");
+        }
         damage(&dir, case);
-        let expect = case["expect"].as_str().expect("expect");
+        // Sealed, damage to a file is refused by its seal where no check before caught it:
+        // the error names the file, unless the case says what it is.
+        let file_named = format!("{}: ", case["file"].as_str().expect("file"));
+        let expect = match (sealed, case["sealed_expect"].as_str()) {
+            (false, _) => case["expect"].as_str().expect("expect"),
+            (true, Some(e)) => e,
+            (true, None) => &file_named,
+        };
         let d = dir.to_str().expect("utf-8 path");
         let commands: Vec<&str> = match case["commands"].as_array() {
             Some(c) => c.iter().filter_map(Value::as_str).collect(),
             None => vec!["info", "insns", "calls", "replay"],
         };
-        for command in commands {
+        for mut command in commands {
+            if command == "replay-ok" && expect != "listening on" {
+                command = "replay";
+            }
             if command == "replay-ok" {
                 let out = replay_and_step(&dir);
                 if !out.contains("= 0x401000") {
@@ -173,6 +210,21 @@ fn every_damaged_recording_ends_in_one_clear_error_within_bounds() {
             }
         }
     }
+    failures
+}
+
+/// The corpus on the base as an older rtit wrote it, without a seal: the checks of each
+/// file's form and meaning refuse each case.
+#[test]
+fn every_damaged_recording_ends_in_one_clear_error_within_bounds() {
+    let failures = run_corpus(false);
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// The corpus on a sealed copy of the base: every change to a file is refused, naming it.
+#[test]
+fn every_damaged_sealed_recording_is_refused_naming_the_file() {
+    let failures = run_corpus(true);
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
@@ -184,6 +236,10 @@ fn the_undamaged_recording_reads_cleanly() {
     for args in [vec!["info", "--decode", d], vec!["insns", d], vec!["calls", d]] {
         let (code, stderr) = limited(&args);
         assert_eq!(code, 0, "rtit {}: {stderr}", args.join(" "));
+        // Made before rtit sealed recordings: it opens, and says damage cannot be told.
+        let warning = format!("rtit: warning: {d} was made by an rtit that did not seal its files");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert!(lines.len() == 1 && lines[0].starts_with(&warning), "{stderr}");
     }
     let out = replay_and_step(&corpus().join("base"));
     assert!(out.contains("= 0x401000"), "{out}");

@@ -312,6 +312,8 @@ fn an_incomplete_history_found_in_the_background_leaves_no_history() {
     let n = manifest["instructions"].as_u64().expect("a count");
     manifest["instructions"] = (n + 1).into();
     std::fs::write(&path, serde_json::to_vec(&manifest).expect("json")).expect("manifest");
+    // Sealed again, as a recorder that miscounted would have written it.
+    rtit_replay_core::recording::seal::seal(&rec.dir).expect("seal");
     let rec = Recording::open(&rec.dir).expect("recording");
     let refused = Session::open_cached(rec.clone(), false, Policy::Off, &mut |_| {}).err();
     assert!(

@@ -1,6 +1,7 @@
 //! Writes a recording directory (format in `rtit_replay_core::recording`). Everything goes
 //! into a temporary sibling directory first, renamed into place when complete, so a directory
-//! with a manifest is never half-written; on failure the temporary directory is removed.
+//! with a manifest is never half-written; on failure the temporary directory is removed. The
+//! last step seals it (`rtit_replay_core::recording::seal`): a file changed afterwards is refused.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -357,12 +358,15 @@ fn write_into(tmp: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, Wr
         trace_end: outcome.trace_end,
         children: outcome.children.clone(),
         warnings: outcome.warnings.clone(),
+        seal: None,
     };
     let path = tmp.join(files::MANIFEST);
     let text = serde_json::to_vec_pretty(&manifest).map_err(|e| io(&path)(e.into()))?;
     std::fs::write(&path, text).map_err(io(&path))?;
-    match &outcome.from_trace {
-        Some(from) => Ok(crate::complete::from_trace(tmp, from)?),
-        None => Ok(manifest),
+    if let Some(from) = &outcome.from_trace {
+        crate::complete::from_trace(tmp, from)?;
     }
+    // Last: what every file holds now is what a reader will accept.
+    let path = tmp.join(files::MANIFEST);
+    rtit_replay_core::recording::seal::seal(tmp).map_err(io(&path))
 }

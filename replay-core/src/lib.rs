@@ -9,7 +9,8 @@
 //! - [`image`]: the address space: ELF images at their addresses, symbols, source lines;
 //! - [`flow`]: the reconstruction of every executed instruction from packets and images;
 //! - [`timeline`]: that history indexed by position, a block number a run;
-//! - [`recording`]: the recording format and its reader ([`hex`]: addresses as hex strings);
+//! - [`recording`]: the recording format and its reader ([`hex`]: addresses as hex strings;
+//!   [`plain_file`]: how its files are read);
 //! - [`state`]: registers and memory at a position, known or unknown (forward and backward
 //!   semantics from the snapshots, checkpoints);
 //! - [`syscall`]: what system calls do to user state, and the recorders' log of them;
@@ -25,6 +26,7 @@ pub mod hex;
 pub mod image;
 pub mod ip;
 pub mod packet;
+pub mod plain_file;
 pub mod recording;
 pub mod regs;
 pub mod session;

@@ -111,7 +111,7 @@ impl TraceArgs {
             config.packets = DecoderConfig { cycle_accurate: true };
         }
         let mut items = Vec::new();
-        let end = rec.as_ref().and_then(|r| r.trace_end());
+        let end = rec.as_ref().and_then(|r| r.trace_end(trace.len()));
         FlowDecoder::new(&trace, config, &space)
             .with_gaps(&gaps)
             .with_end(end)

@@ -43,14 +43,11 @@ pub fn run(args: &InfoArgs) -> Result<()> {
     // What the recorder logged beside the trace. A signal shows in the decoded flow as the
     // trace leaving user mode and coming back, not as an interrupt (which is a handler the
     // trace holds), so its count is here.
-    match (rec.syscalls(), rec.signals()) {
-        (Ok(calls), Ok(signals)) => println!(
-            "logged        {} system calls, {} signal deliveries to handlers",
-            calls.len(),
-            signals.len()
-        ),
-        (Err(e), _) | (_, Err(e)) => println!("logged        {e}"),
-    }
+    println!(
+        "logged        {} system calls, {} signal deliveries to handlers",
+        rec.syscalls()?.len(),
+        rec.signals()?.len()
+    );
     for warning in &m.warnings {
         println!("warning       {warning}");
     }

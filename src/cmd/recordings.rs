@@ -2,11 +2,12 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use rtit_replay_core::recording::RecordingError;
 use rtit_replay_core::recording::{default_root, Recording};
 
-/// The recording at `arg`, or the latest under the default root.
+/// The recording at `arg`, or the latest under the default root; a warning on stderr if it
+/// carries no seal (made by an older rtit).
 pub fn open(arg: Option<&Path>) -> Result<Recording> {
     let dir: PathBuf = match arg {
         Some(dir) => dir.to_path_buf(),
@@ -21,7 +22,15 @@ pub fn open(arg: Option<&Path>) -> Result<Recording> {
             latest
         }
     };
-    Recording::open(&dir).with_context(|| format!("cannot open the recording {}", dir.display()))
+    // Its errors name the directory or the file, and what is wrong.
+    let rec = Recording::open(&dir)?;
+    if !rec.sealed() {
+        eprintln!(
+            "rtit: warning: {} was made by an rtit that did not seal its files: damage to them since cannot be told",
+            dir.display()
+        );
+    }
+    Ok(rec)
 }
 
 /// Whether `rec`'s trace (`trace_len` bytes, `decoded` instructions) holds everything the

@@ -21,6 +21,8 @@ use crate::proc_files::{cmdline_bytes, maps_text, ProcFile};
 pub struct Files {
     /// Original path (and the copy's own path) → the copy.
     by_path: HashMap<String, PathBuf>,
+    /// The recording's directory, which every copy served must lie in.
+    dir: PathBuf,
     exec: Option<String>,
     auxv: Vec<u8>,
     svr4: String,
@@ -92,6 +94,7 @@ impl Files {
     pub fn new(rec: &Recording) -> Self {
         let mut files = Files {
             next_fd: 3,
+            dir: rec.dir.clone(),
             ..Files::default()
         };
         for image in &rec.manifest.images {
@@ -104,7 +107,7 @@ impl Files {
         let mut auxv: Vec<(u64, u64)> = Vec::new();
         let mut libraries = String::from("<library-list-svr4 version=\"1.0\">");
         for (n, image) in rec.manifest.images.iter().enumerate() {
-            let Ok(bytes) = std::fs::read(rec.dir.join(&image.file)) else {
+            let Ok(bytes) = rec.image_bytes(image) else {
                 continue;
             };
             let Some(l) = elf_layout(&bytes) else {
@@ -186,7 +189,11 @@ impl Files {
                     .by_path
                     .get(name.as_ref())
                     .ok_or(HostIoError::Errno(HostIoErrno::ENOENT))?;
-                Open::File(File::open(copy)?)
+                // A plain file inside the recording only: a FIFO or a link out of it put
+                // there since it was opened is not served.
+                let (file, _) = rtit_replay_core::plain_file::open(copy, Some(&self.dir))
+                    .map_err(|_| HostIoError::Errno(HostIoErrno::EACCES))?;
+                Open::File(file)
             }
         };
         let fd = self.next_fd;

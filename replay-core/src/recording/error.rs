@@ -1,11 +1,9 @@
-//! A failure to read a recording, and the two ways every file is read.
+//! A failure to read a recording.
 
-use std::path::Path;
 use std::sync::Arc;
 
-use serde::Deserialize;
-
 use crate::image::ImageError;
+use crate::plain_file::PlainFileError;
 
 /// A failure to read a recording.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -38,31 +36,23 @@ pub enum RecordingError {
         trace_bytes: u64,
         /// Instructions the manifest says ran.
         expected: u64,
-        /// Instructions decoded from the trace.
-        decoded: u64,
+        /// Instructions decoded from the trace (`None`: refused before decoding).
+        decoded: Option<u64>,
     },
     /// An image of the recording failed to load.
     #[error(transparent)]
     Image(#[from] ImageError),
-}
-
-pub(super) fn read(path: &Path) -> Result<Vec<u8>, RecordingError> {
-    std::fs::read(path).map_err(|source| RecordingError::Io {
-        path: path.display().to_string(),
-        source: Arc::new(source),
-    })
-}
-
-pub(super) fn json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, RecordingError> {
-    serde_json::from_slice(&read(path)?).map_err(|e| RecordingError::Invalid {
-        path: path.display().to_string(),
-        message: e.to_string(),
-    })
+    /// A file is not a plain file of the recording, or cannot be read.
+    #[error(transparent)]
+    File(#[from] PlainFileError),
 }
 
 /// What an incomplete recording lacks, in words: where its trace ends and what it decodes to.
-fn shortfall(trace_len: u64, trace_bytes: u64, expected: u64, decoded: u64) -> String {
-    let counts = format!("the manifest expects {expected} instructions, decoded {decoded}");
+fn shortfall(trace_len: u64, trace_bytes: u64, expected: u64, decoded: Option<u64>) -> String {
+    let counts = match decoded {
+        Some(decoded) => format!("the manifest expects {expected} instructions, decoded {decoded}"),
+        None => format!("the manifest expects {expected} instructions"),
+    };
     if trace_len == trace_bytes {
         // All of it is there: what differs is the decode (code no image holds, such as a
         // JIT's, or code that changed while the program ran, decodes as errors).

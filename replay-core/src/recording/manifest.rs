@@ -270,6 +270,11 @@ pub struct Manifest {
     /// What the recorder warned about (a set-user-ID program run without its privileges...).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// What every file held when the recording was finished (absent in recordings made
+    /// before rtit sealed them). Always the last field: the manifest's own hash is found at
+    /// the end of its text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seal: Option<super::seal::Seal>,
 }
 
 /// The end of the trace as the recorder saw it when tracing stopped: the TNT bits still in

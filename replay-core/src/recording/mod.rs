@@ -20,6 +20,8 @@ pub mod cpuid;
 mod error;
 pub use crate::hex;
 mod manifest;
+mod read;
+pub mod seal;
 mod validate;
 pub mod xsave_layout;
 
@@ -34,7 +36,6 @@ use serde::{Deserialize, Serialize};
 use crate::flow::{FlowConfig, FlowDecoder, TraceEnd};
 use crate::image::{AddressSpace, Image};
 use crate::packet::Tnt;
-use error::{json, read};
 
 /// The `format` field of every manifest.
 pub const FORMAT: &str = "rtit-recording";
@@ -102,16 +103,25 @@ impl Recording {
         dir.join(files::MANIFEST).is_file()
     }
 
-    /// Opens the recording in `dir`, checking its format and version.
+    /// Opens the recording in `dir`, checking its format and version, its seal (the
+    /// manifest as written, every file it lists there) and its fields.
     pub fn open(dir: &Path) -> Result<Self, RecordingError> {
         let path = dir.join(files::MANIFEST);
-        if !path.is_file() {
+        if !dir.is_dir() {
+            return Err(RecordingError::Invalid {
+                path: dir.display().to_string(),
+                message: "no such directory".to_string(),
+            });
+        }
+        // Anything in the manifest's place (a FIFO, a link) is read, and refused, as itself.
+        if path.symlink_metadata().is_err() {
             return Err(RecordingError::Invalid {
                 path: dir.display().to_string(),
                 message: "not a recording (no manifest.json)".to_string(),
             });
         }
-        let manifest: Manifest = json(&path)?;
+        let text = crate::plain_file::read(&path, Some(dir), read::JSON_LIMIT)?;
+        let manifest: Manifest = parse(&path, &text)?;
         if manifest.format != FORMAT || !(OLDEST_VERSION..=VERSION).contains(&manifest.version) {
             return Err(RecordingError::Invalid {
                 path: path.display().to_string(),
@@ -121,17 +131,35 @@ impl Recording {
                 ),
             });
         }
+        if let Some(seal) = &manifest.seal {
+            seal::check_manifest(&path, &text, seal)?;
+        }
         validate::manifest(&path, &manifest)?;
-        Ok(Self {
+        let recording = Self {
             dir: dir.to_path_buf(),
             manifest,
-        })
+        };
+        recording.check_present()?;
+        Ok(recording)
     }
 
-    /// The packet bytes.
+    /// Whether the recording carries a seal: recordings made before rtit sealed them cannot
+    /// tell a file changed after recording from the one written.
+    pub fn sealed(&self) -> bool {
+        self.manifest.seal.is_some()
+    }
+
+    /// The packet bytes. A trace shorter than the recorder wrote is returned with its whole
+    /// pieces checked ([`Self::check_complete`] then says it is incomplete); any other
+    /// difference from what was written is an error.
     pub fn trace(&self) -> Result<Vec<u8>, RecordingError> {
         let path = self.dir.join(files::TRACE);
-        let bytes = read(&path)?;
+        let (bytes, _) = self
+            .read_checked(files::TRACE)?
+            .ok_or_else(|| RecordingError::Invalid {
+                path: path.display().to_string(),
+                message: "missing: every recording has it".to_string(),
+            })?;
         validate::trace(&path, &bytes)?;
         Ok(bytes)
     }
@@ -139,15 +167,41 @@ impl Recording {
     /// The memory map and its changes.
     pub fn maps(&self) -> Result<Maps, RecordingError> {
         let path = self.dir.join(files::MAPS);
-        let maps = json(&path)?;
-        validate::maps(&path, &maps)?;
+        let maps = parse(&path, &self.read_required(files::MAPS)?)?;
+        validate::maps(&path, &maps, self.history_bound())?;
         Ok(maps)
+    }
+
+    /// Whether the recording has a memory map (recordings of raw traces have none).
+    pub fn has_maps(&self) -> bool {
+        self.dir.join(files::MAPS).symlink_metadata().is_ok()
+    }
+
+    /// Whether every instruction that ran has a position of its own, so that two logged
+    /// system calls or results never share one: no IP filter (RTIT_EVENTS' filter event 111,
+    /// always, §3.3.5), nothing lost, and positions counted as the program ran (the msr
+    /// backend finds them by decoding, where a loss of trace bytes would merge them).
+    fn own_positions(&self) -> bool {
+        let m = &self.manifest;
+        m.rtit.events & 0b111 == 0b111 && m.gaps.is_empty() && m.backend != "msr"
+    }
+
+    /// The most positions a record of the logs may name: the instructions the trace holds
+    /// (a map change or handler entry may lie at its very end); `None` for a version 1
+    /// recording, whose count is approximate.
+    fn history_bound(&self) -> Option<u64> {
+        (self.manifest.version >= 2).then_some(self.manifest.instructions)
     }
 
     /// What the trace's bytes leave unsaid at its end, for the flow decoder: the bits left
     /// in RTIT_TNT_BUFF and the instruction count (absent for a recorder that could not know
-    /// them).
-    pub fn trace_end(&self) -> Option<TraceEnd> {
+    /// them). They describe the end of the whole trace: a trace of `trace_len` bytes that is
+    /// not all of it has none, so its decode stops where its bytes do, and the count
+    /// reported for it is what they hold.
+    pub fn trace_end(&self, trace_len: usize) -> Option<TraceEnd> {
+        if trace_len as u64 != self.manifest.trace_bytes {
+            return None;
+        }
         let end = self.manifest.trace_end?;
         Some(TraceEnd {
             tnt_buff: Tnt::from_header(end.tnt_buff as u8),
@@ -165,7 +219,7 @@ impl Recording {
     ) -> FlowDecoder<'a> {
         FlowDecoder::new(trace, self.flow_config(), space)
             .with_gaps(gaps)
-            .with_end(self.trace_end())
+            .with_end(self.trace_end(trace.len()))
     }
 
     /// What the timeline is decoded from, on every core ([`crate::timeline::parallel`]):
@@ -181,7 +235,7 @@ impl Recording {
             config: self.flow_config(),
             space,
             gaps,
-            end: self.trace_end(),
+            end: self.trace_end(trace.len()),
         }
     }
 
@@ -202,7 +256,23 @@ impl Recording {
             trace_len: trace_len as u64,
             trace_bytes: m.trace_bytes,
             expected: m.instructions,
-            decoded,
+            decoded: Some(decoded),
+        })
+    }
+
+    /// Whether the trace (`trace_len` bytes) is all the recorder wrote, before decoding it:
+    /// an error that says where it ends, without a count of what it decodes to.
+    pub fn check_length(&self, trace_len: usize) -> Result<(), RecordingError> {
+        let m = &self.manifest;
+        if trace_len as u64 == m.trace_bytes {
+            return Ok(());
+        }
+        Err(RecordingError::Incomplete {
+            path: self.dir.display().to_string(),
+            trace_len: trace_len as u64,
+            trace_bytes: m.trace_bytes,
+            expected: m.instructions,
+            decoded: None,
         })
     }
 
@@ -228,8 +298,7 @@ impl Recording {
     /// Checks every image copy against the hash the recorder wrote, without loading it.
     pub fn verify_images(&self) -> Result<(), RecordingError> {
         for image in &self.manifest.images {
-            let path = self.dir.join(&image.file);
-            validate::image_bytes(&path, image, &read(&path)?)?;
+            self.image_bytes(image)?;
         }
         Ok(())
     }
@@ -238,9 +307,7 @@ impl Recording {
     pub fn address_space(&self) -> Result<AddressSpace, RecordingError> {
         let mut space = AddressSpace::new();
         for image in &self.manifest.images {
-            let path = self.dir.join(&image.file);
-            let bytes = read(&path)?;
-            validate::image_bytes(&path, image, &bytes)?;
+            let bytes = self.image_bytes(image)?;
             let name = image.path.clone();
             let loaded = match image.kind {
                 ImageKind::Elf | ImageKind::Vdso => {
@@ -260,7 +327,7 @@ impl Recording {
         }
         // Image pages the program made writable may hold code it rewrote (see
         // `AddressSpace::mark_writable`); a recording without a map has none to tell.
-        if self.dir.join(files::MAPS).exists() {
+        if self.has_maps() {
             let maps = self.maps()?;
             let added = maps.changes.iter().flat_map(|c| &c.added);
             for m in maps.initial.iter().chain(added).filter(|m| m.perms.contains('w')) {
@@ -270,19 +337,24 @@ impl Recording {
         Ok(space)
     }
 
-    /// Where the memory snapshots' bytes come from.
-    pub fn memory_index(&self) -> Result<MemoryIndex, RecordingError> {
-        json(&self.dir.join(files::MEMORY))
+    /// Where the memory snapshots' bytes come from (`None`: the recording has no snapshots).
+    pub fn memory_index(&self) -> Result<Option<MemoryIndex>, RecordingError> {
+        let path = self.dir.join(files::MEMORY);
+        let Some(text) = self.read_optional(files::MEMORY)? else {
+            return Ok(None);
+        };
+        let index = parse(&path, &text)?;
+        validate::memory_index(&path, &index)?;
+        Ok(Some(index))
     }
 
     /// A memory snapshot's regions with their bytes: `end` false for the start snapshot,
     /// true for the end one. A recording without snapshots has none.
     pub fn snapshot(&self, end: bool) -> Result<Vec<(u64, Vec<u8>)>, RecordingError> {
         let index_path = self.dir.join(files::MEMORY);
-        if !index_path.exists() {
+        let Some(index) = self.memory_index()? else {
             return Ok(Vec::new());
-        }
-        let index = self.memory_index()?;
+        };
         let (which, file, regions) = match end {
             false => ("start", files::MEMORY_START, &index.start),
             true => ("end", files::MEMORY_END, &index.end),
@@ -293,7 +365,7 @@ impl Recording {
         let bytes = if regions.iter().all(|r| r.zero) {
             Vec::new()
         } else {
-            read(&self.dir.join(file))?
+            self.read_required(file)?
         };
         validate::snapshot(&index_path, which, regions, file, bytes.len() as u64)?;
         Ok(regions
@@ -312,10 +384,9 @@ impl Recording {
     /// The retired instruction addresses `rtit record --truth` wrote, if any.
     pub fn truth(&self) -> Result<Option<Vec<u64>>, RecordingError> {
         let path = self.dir.join(files::TRUTH);
-        if !path.exists() {
+        let Some(bytes) = self.read_optional(files::TRUTH)? else {
             return Ok(None);
-        }
-        let bytes = read(&path)?;
+        };
         if bytes.len() % 8 != 0 {
             return Err(RecordingError::Invalid {
                 path: path.display().to_string(),
@@ -336,74 +407,92 @@ impl Recording {
 
     /// The system calls the recorder logged (none if it logged none).
     pub fn syscalls(&self) -> Result<Vec<crate::syscall::SyscallRecord>, RecordingError> {
-        let path = self.dir.join(files::SYSCALLS);
-        if !path.exists() {
-            return Ok(Vec::new());
-        }
-        let records = json_lines(&path)?;
-        validate::syscalls(&path, &records)?;
+        let records = self.json_lines(files::SYSCALLS)?.unwrap_or_default();
+        validate::syscalls(
+            &self.dir.join(files::SYSCALLS),
+            &records,
+            self.history_bound(),
+            self.own_positions(),
+        )?;
         Ok(records)
     }
 
     /// The results of instructions the recorder logged (none if it logged none).
     pub fn results(&self) -> Result<Vec<InsnResult>, RecordingError> {
-        let path = self.dir.join(files::RESULTS);
-        if !path.exists() {
-            return Ok(Vec::new());
-        }
-        let records: Vec<InsnResult> = json_lines(&path)?;
-        validate::results(&path, &records)?;
+        let records = self.json_lines(files::RESULTS)?.unwrap_or_default();
+        validate::results(
+            &self.dir.join(files::RESULTS),
+            &records,
+            self.history_bound(),
+            self.own_positions(),
+        )?;
         Ok(records)
     }
 
     /// The CPUID table of the recording's CPU model (empty if it has none).
     pub fn cpuid(&self) -> Result<Vec<cpuid::CpuidLeaf>, RecordingError> {
         let path = self.dir.join(files::CPUID);
-        if !path.exists() {
+        let Some(text) = self.read_optional(files::CPUID)? else {
             return Ok(Vec::new());
-        }
-        let text = read(&path)?;
-        serde_json::from_slice(&text).map_err(|e| RecordingError::Invalid {
+        };
+        let table: Vec<cpuid::CpuidLeaf> = serde_json::from_slice(&text).map_err(|e| RecordingError::Invalid {
             path: path.display().to_string(),
             message: format!("not a CPUID table: {e}"),
-        })
+        })?;
+        validate::cpuid(&path, &table)?;
+        Ok(table)
     }
 
     /// The signal deliveries the recorder logged (none if it logged none).
     pub fn signals(&self) -> Result<Vec<SignalEntry>, RecordingError> {
-        let path = self.dir.join(files::SIGNALS);
-        if !path.exists() {
-            return Ok(Vec::new());
-        }
-        let records: Vec<SignalEntry> = json_lines(&path)?;
-        validate::signals(&path, &records)?;
+        let records = self.json_lines(files::SIGNALS)?.unwrap_or_default();
+        validate::signals(&self.dir.join(files::SIGNALS), &records, self.history_bound())?;
         Ok(records)
     }
 
     /// The registers `rtit record --truth` sampled: (position, name → value), if any.
     pub fn truth_registers(&self) -> Result<Option<Vec<TruthSample>>, RecordingError> {
-        let path = self.dir.join(files::TRUTH_REGS);
-        if !path.exists() {
+        let Some(samples) = self.json_lines::<TruthSample>(files::TRUTH_REGS)? else {
             return Ok(None);
-        }
-        json_lines(&path).map(Some)
+        };
+        let positions = samples.iter().map(|s| s.position);
+        validate::in_order(
+            &self.dir.join(files::TRUTH_REGS),
+            positions,
+            self.history_bound(),
+            false,
+        )?;
+        Ok(Some(samples))
+    }
+
+    /// A file of one JSON value per line (blank lines skipped), none if the recording has no
+    /// such file; an error names the line.
+    fn json_lines<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<Option<Vec<T>>, RecordingError> {
+        let path = self.dir.join(name);
+        let Some(text) = self.read_optional(name)? else {
+            return Ok(None);
+        };
+        String::from_utf8_lossy(&text)
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .map(|(i, l)| {
+                serde_json::from_str(l).map_err(|e| RecordingError::Invalid {
+                    path: path.display().to_string(),
+                    message: format!("line {}: {e}", i + 1),
+                })
+            })
+            .collect::<Result<_, _>>()
+            .map(Some)
     }
 }
 
-/// A file of one JSON value per line (blank lines skipped); an error names the line.
-fn json_lines<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, RecordingError> {
-    let text = read(path)?;
-    String::from_utf8_lossy(&text)
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| {
-            serde_json::from_str(l).map_err(|e| RecordingError::Invalid {
-                path: path.display().to_string(),
-                message: format!("line {}: {e}", i + 1),
-            })
-        })
-        .collect()
+/// A JSON file's value; an error names the file.
+fn parse<T: serde::de::DeserializeOwned>(path: &Path, text: &[u8]) -> Result<T, RecordingError> {
+    serde_json::from_slice(text).map_err(|e| RecordingError::Invalid {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })
 }
 
 /// One line of `results.jsonl`: the registers an instruction whose result the trace cannot

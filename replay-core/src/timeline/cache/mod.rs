@@ -36,6 +36,9 @@ pub enum CacheError {
     /// Reading or writing the file failed.
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// It is not a plain file of the recording.
+    #[error("{0}")]
+    File(crate::plain_file::PlainFileError),
     /// The file is not a stored timeline (or of a format this rtit does not read).
     #[error("not a stored timeline of this format")]
     NotACache,
@@ -219,12 +222,12 @@ pub fn obtain(
 /// The timeline stored in `dir` under `key`, if there is one (`Ok(None)`: no file).
 pub fn load(dir: &Path, key: &Key) -> Result<Option<Timeline>, CacheError> {
     let path = dir.join(FILE);
-    let file = match File::open(&path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e.into()),
+    // A plain file in the recording only: a FIFO there would block, a device never end.
+    let (file, size) = match crate::plain_file::open(&path, Some(dir)) {
+        Ok(opened) => opened,
+        Err(e) if e.is_missing() => return Ok(None),
+        Err(e) => return Err(CacheError::File(e)),
     };
-    let size = file.metadata()?.len();
     format::read(BufReader::with_capacity(1 << 20, file), key, size).map(Some)
 }
 

@@ -6,11 +6,16 @@ use std::path::{Component, Path};
 
 use sha2::{Digest, Sha256};
 
-use super::{ImageRecord, Manifest, Maps, MemoryRegion, RecordingError};
+use super::{ImageRecord, Manifest, RecordingError};
 use crate::packet::PSB_BYTES;
-use crate::syscall::SyscallRecord;
 
-fn invalid(path: &Path, message: String) -> RecordingError {
+mod logs;
+mod memory;
+
+pub(super) use logs::{in_order, results, signals, syscalls};
+pub(super) use memory::{cpuid, maps, memory_index, snapshot};
+
+pub(super) fn invalid(path: &Path, message: String) -> RecordingError {
     RecordingError::Invalid {
         path: path.display().to_string(),
         message,
@@ -110,143 +115,30 @@ pub(super) fn trace(path: &Path, bytes: &[u8]) -> Result<(), RecordingError> {
     Ok(())
 }
 
-/// Every mapping's range.
-pub(super) fn maps(path: &Path, maps: &Maps) -> Result<(), RecordingError> {
-    let initial = maps.initial.iter().map(|m| ("initial".to_string(), m));
-    let changes = maps.changes.iter().enumerate().flat_map(|(i, c)| {
-        let added = c.added.iter().map(move |m| (format!("changes[{i}].added"), m));
-        let removed = c.removed.iter().map(move |m| (format!("changes[{i}].removed"), m));
-        added.chain(removed)
-    });
-    for (at, m) in initial.chain(changes) {
-        if m.start > m.end {
-            let what = format!("{at}: mapping {:#x}-{:#x} ends before it starts", m.start, m.end);
-            return Err(invalid(path, what));
-        }
-    }
-    Ok(())
-}
-
-/// A snapshot's regions (`which`: "start" or "end") against the file holding their bytes.
-pub(super) fn snapshot(
-    index: &Path,
-    which: &str,
-    regions: &[MemoryRegion],
-    file: &str,
-    file_len: u64,
-) -> Result<(), RecordingError> {
-    for (i, r) in regions.iter().enumerate() {
-        let len = r.mapping.end.checked_sub(r.mapping.start);
-        if r.zero && len.is_some() {
-            continue;
-        }
-        let end = len.and_then(|n| r.file_offset.checked_add(n));
-        if !end.is_some_and(|e| e <= file_len) {
-            let what = format!(
-                "{which}[{i}] ({:#x}-{:#x} at byte {}) runs past the {file_len} bytes of {file}",
-                r.mapping.start, r.mapping.end, r.file_offset
-            );
-            return Err(invalid(index, what));
-        }
-    }
-    Ok(())
-}
-
-/// Each system call record's memory contents.
-pub(super) fn syscalls(path: &Path, records: &[SyscallRecord]) -> Result<(), RecordingError> {
-    for (i, r) in records.iter().enumerate() {
-        if let Some(w) = r.writes.iter().find(|w| w.data().is_none()) {
-            let what = format!(
-                "record {} (position {}): the bytes written at {:#x} are not hexadecimal pairs",
-                i + 1,
-                r.position,
-                w.address
-            );
-            return Err(invalid(path, what));
-        }
-    }
-    Ok(())
-}
-
-/// Each instruction result's registers: known names, hexadecimal values.
-pub(super) fn results(path: &Path, records: &[super::InsnResult]) -> Result<(), RecordingError> {
-    for (i, r) in records.iter().enumerate() {
-        registers(path, i, r.position, &r.after, false)?;
-    }
-    Ok(())
-}
-
-/// A record's register map: names of tracked registers, MXCSR and the vector and opmask
-/// registers (with `eflags` and `rip` where `whole` is set: a signal entry has every
-/// register; else `xstate_bv`, the header an XSAVEC wrote), hexadecimal values.
-fn registers(
-    path: &Path,
-    i: usize,
-    position: u64,
-    map: &std::collections::BTreeMap<String, String>,
-    whole: bool,
-) -> Result<(), RecordingError> {
-    for (name, value) in map {
-        let vector = crate::state::vector::named::Named::parse(name);
-        let hex = value.starts_with("0x")
-            && match vector {
-                Some(n) => n.value(value).is_some(),
-                None => u64::from_str_radix(&value[2..], 16).is_ok(),
-            };
-        let named = crate::state::Reg::from_name(name).is_some()
-            || vector.is_some()
-            || name == "mxcsr"
-            || whole && (name == "eflags" || name == "rip")
-            || !whole && name == "xstate_bv";
-        if !named || !hex {
-            let what = format!(
-                "record {} (position {position}): `{name}: {value}` is not a register and a 0x value",
-                i + 1
-            );
-            return Err(invalid(path, what));
-        }
-    }
-    Ok(())
-}
-
-/// Each signal entry's registers and frame bytes.
-pub(super) fn signals(path: &Path, records: &[super::SignalEntry]) -> Result<(), RecordingError> {
-    for (i, r) in records.iter().enumerate() {
-        registers(path, i, r.position, &r.registers, true)?;
-        if r.frame.data().is_none() {
-            let what = format!(
-                "record {} (position {}): the frame bytes at {:#x} are not hexadecimal pairs",
-                i + 1,
-                r.position,
-                r.frame.address
-            );
-            return Err(invalid(path, what));
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::recording::InsnResult;
 
     #[test]
     fn an_instruction_result_must_name_a_register_and_a_hex_value() {
-        let record = |name: &str, value: &str| super::super::InsnResult {
+        let record = |name: &str, value: &str| InsnResult {
             position: 7,
             ip: 0x1000,
             after: [(name.to_string(), value.to_string())].into_iter().collect(),
         };
         let path = Path::new("rec/results.jsonl");
-        assert!(results(path, &[record("rax", "0x1f")]).is_ok());
-        assert!(results(path, &[record("zmm3", "0x1f")]).is_ok());
+        assert!(results(path, &[record("rax", "0x1f")], None, true).is_ok());
+        assert!(results(path, &[record("zmm3", "0x1f")], None, true).is_ok());
         for (name, value) in [
             ("rax", "1f"),
             ("rax", "0xzz"),
             ("k8", "0x1"),
             ("xmm0", &format!("0x1{:032x}", 0)),
         ] {
-            let e = results(path, &[record(name, value)]).expect_err("invalid").to_string();
+            let e = results(path, &[record(name, value)], None, true)
+                .expect_err("invalid")
+                .to_string();
             assert!(
                 e.contains("results.jsonl") && e.contains("record 1 (position 7)") && e.contains(name),
                 "{e}"

@@ -1,0 +1,132 @@
+//! How every file of a recording is read: a plain file inside the recording, of bounded size
+//! ([`crate::plain_file`]), and, in a sealed recording, exactly as the recorder wrote it
+//! ([`super::seal`]): a file the seal lists must be there, one it does not list must not.
+
+use std::path::{Path, PathBuf};
+
+use super::seal::{self, Checked};
+use super::{files, ImageRecord, Recording, RecordingError};
+use crate::plain_file::{self, PlainFileError};
+
+/// The most a JSON file of a recording without a seal may hold (the manifest, the map, the
+/// snapshot index, the CPUID table).
+pub(super) const JSON_LIMIT: u64 = 256 << 20;
+/// The most a log or snapshot of a recording without a seal may hold.
+const LOG_LIMIT: u64 = 16 << 30;
+/// The most an image copy may hold.
+const IMAGE_LIMIT: u64 = 4 << 30;
+
+/// A file that is not there, as an error naming it.
+fn missing(path: &Path, what: &str) -> RecordingError {
+    RecordingError::Invalid {
+        path: path.display().to_string(),
+        message: format!("missing: {what}"),
+    }
+}
+
+impl Recording {
+    fn path_of(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// The bound on `name`'s size in a recording without a seal.
+    fn limit(&self, name: &str) -> u64 {
+        match name {
+            files::TRACE => self.manifest.trace_bytes,
+            files::MANIFEST | files::MAPS | files::MEMORY | files::CPUID => JSON_LIMIT,
+            _ => LOG_LIMIT,
+        }
+    }
+
+    /// The file `name` as the recorder wrote it and how it compares with the seal (always
+    /// whole without one), or `None` if the recording has no such file.
+    pub(super) fn read_checked(&self, name: &str) -> Result<Option<(Vec<u8>, Checked)>, RecordingError> {
+        let path = self.path_of(name);
+        let Some(seal) = &self.manifest.seal else {
+            return match plain_file::read(&path, Some(&self.dir), self.limit(name)) {
+                Ok(bytes) => Ok(Some((bytes, Checked::Whole))),
+                Err(e) if e.is_missing() => Ok(None),
+                Err(e) => Err(e.into()),
+            };
+        };
+        let Some(sealed) = seal.files.get(name) else {
+            if path.symlink_metadata().is_ok() {
+                return Err(RecordingError::Invalid {
+                    path: path.display().to_string(),
+                    message: "not one of the files the recording was written with: it was added after recording"
+                        .to_string(),
+                });
+            }
+            return Ok(None);
+        };
+        let bytes = match plain_file::read(&path, Some(&self.dir), sealed.bytes) {
+            Ok(bytes) => bytes,
+            Err(e) if e.is_missing() => {
+                let what = format!("the recording was written with it ({} bytes)", sealed.bytes);
+                return Err(missing(&path, &what));
+            }
+            Err(PlainFileError::TooLarge { size, .. }) => {
+                return Err(RecordingError::Invalid {
+                    path: path.display().to_string(),
+                    message: format!(
+                        "{size} bytes where the recording wrote {}: it was changed after recording",
+                        sealed.bytes
+                    ),
+                })
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let checked = seal::check(&path, &bytes, sealed, seal.piece)?;
+        Ok(Some((bytes, checked)))
+    }
+
+    /// The file `name`, whole and as written, or `None` if the recording has none.
+    pub(super) fn read_optional(&self, name: &str) -> Result<Option<Vec<u8>>, RecordingError> {
+        match self.read_checked(name)? {
+            None => Ok(None),
+            Some((bytes, Checked::Whole)) => Ok(Some(bytes)),
+            Some((bytes, Checked::Short { .. })) => Err(RecordingError::Invalid {
+                path: self.path_of(name).display().to_string(),
+                message: format!(
+                    "{} bytes where the recording wrote {}: it was cut short",
+                    bytes.len(),
+                    self.manifest
+                        .seal
+                        .as_ref()
+                        .and_then(|s| s.files.get(name))
+                        .map_or(0, |f| f.bytes)
+                ),
+            }),
+        }
+    }
+
+    /// The file `name`, which every recording has.
+    pub(super) fn read_required(&self, name: &str) -> Result<Vec<u8>, RecordingError> {
+        self.read_optional(name)?
+            .ok_or_else(|| missing(&self.path_of(name), "every recording has it"))
+    }
+
+    /// An image copy's bytes, checked against its SHA-256.
+    pub fn image_bytes(&self, image: &ImageRecord) -> Result<Vec<u8>, RecordingError> {
+        let path = self.path_of(&image.file);
+        let bytes = plain_file::read(&path, Some(&self.dir), IMAGE_LIMIT)?;
+        super::validate::image_bytes(&path, image, &bytes)?;
+        Ok(bytes)
+    }
+
+    /// Every file the seal lists is there (what each holds is checked when it is read), so a
+    /// recording that lost one is refused when opened, whatever is asked of it.
+    pub(super) fn check_present(&self) -> Result<(), RecordingError> {
+        let Some(seal) = &self.manifest.seal else {
+            return Ok(());
+        };
+        for (name, sealed) in &seal.files {
+            let path = self.path_of(name);
+            if path.symlink_metadata().is_err() {
+                let what = format!("the recording was written with it ({} bytes)", sealed.bytes);
+                return Err(missing(&path, &what));
+            }
+        }
+        Ok(())
+    }
+}
