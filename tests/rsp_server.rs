@@ -91,6 +91,16 @@ impl Server {
         output(self.gdb_command(exe, commands).output().expect("gdb is needed"))
     }
 
+    /// The server's threads now.
+    fn threads(&self) -> usize {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).expect("the server runs");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Threads:"))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("Threads")
+    }
+
     fn connect(&self) -> TcpStream {
         let conn = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
         conn.set_read_timeout(Some(HANG)).expect("timeout");
@@ -249,6 +259,59 @@ fn a_silent_connection_delays_no_one_and_is_dropped() {
     server.wait_for("sent nothing in 10 s");
     let out = server.gdb(&exe, &["monitor when"]);
     assert_eq!(positions(&out), [0], "{out}");
+}
+
+/// Issue 38: 70 connections that sent nothing locked a real gdb out ("Connection reset by
+/// peer") until they timed out, 10 s later: every connection past the 64th waiting was
+/// refused, gdb's too. Now the one silent longest makes room for each newcomer.
+#[test]
+fn a_crowd_of_silent_connections_cannot_lock_a_gdb_out() {
+    const WAITING: usize = 64;
+    let rec = recording("crowd");
+    let exe = common::executable(&rec);
+    let server = Server::start(&rec.dir, &[]);
+    let mut crowd: Vec<TcpStream> = (0..100).map(|_| server.connect()).collect();
+    let out = server.gdb(&exe, &["stepi", "monitor when"]);
+    assert_eq!(positions(&out), [1], "served despite the crowd: {out}");
+    // A thread for each waiting connection at most (and a few of the server's own): the
+    // crowd cannot exhaust threads either.
+    let threads = server.threads();
+    assert!(threads <= WAITING + 8, "{threads} threads");
+    // 100 silent ones and gdb came in order: the first 37 made room, oldest first.
+    let dropped = crowd.len() + 1 - WAITING;
+    for (n, conn) in crowd.iter_mut().enumerate() {
+        conn.set_nonblocking(true).expect("nonblocking");
+        let state = match conn.read(&mut [0u8; 1]) {
+            Ok(0) => "closed",
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => "open",
+            other => panic!("connection {n}: {other:?}"),
+        };
+        let expected = if n < dropped { "closed" } else { "open" };
+        assert_eq!(state, expected, "connection {n} of the crowd");
+    }
+    // Each drop is said, with who was dropped, why and for whom.
+    let last = crowd[dropped - 1].local_addr().expect("address");
+    server.wait_for(&format!("dropped {last}: it had sent nothing in "));
+    let said: Vec<String> = server
+        .log
+        .lock()
+        .expect("log")
+        .iter()
+        .filter(|l| {
+            l.contains(&format!(
+                "the longest of the {WAITING} connections waiting to say something"
+            ))
+        })
+        .cloned()
+        .collect();
+    assert_eq!(said.len(), dropped, "{said:#?}");
+    let first = crowd[0].local_addr().expect("address");
+    let newcomer = crowd[WAITING].local_addr().expect("address");
+    assert!(
+        said[0].starts_with(&format!("rtit: dropped {first}: "))
+            && said[0].ends_with(&format!("and {newcomer} connected")),
+        "{said:#?}"
+    );
 }
 
 /// Memory reads of 1 MiB and more from a raw client: each reply comes, is the known prefix in

@@ -19,6 +19,8 @@ use rtit_stub::ReplayTarget;
 
 use super::recordings;
 
+mod ending;
+
 /// Arguments of `rtit replay`.
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
@@ -40,6 +42,10 @@ pub struct ReplayArgs {
     /// Replay what an incomplete recording holds (a trace cut short), with a warning.
     #[arg(long)]
     partial: bool,
+    /// Keep the decoded history beside the recording however fast it decoded (by default
+    /// only a decode over a second is kept): the tests' way to have a store to interrupt.
+    #[arg(long, hide = true)]
+    store_history: bool,
 }
 
 /// gdb's `remotetimeout` for the gdb started here (gdb's default is 2 s): the stub answers
@@ -58,11 +64,19 @@ const SHORT_DECODE: Duration = Duration::from_millis(300);
 
 /// Runs `rtit replay`.
 pub fn run(args: &ReplayArgs) -> Result<()> {
+    ending::handle_signals()?;
+    // However `run` returns, the history being stored beside the recording goes with it.
+    let _abandon = ending::AbandonOnDrop;
     let rec = recordings::open(args.recording.as_deref())?;
     let exe = rtit_stub::files::executable(&rec).map(|i| rec.dir.join(&i.file));
     let quiet = Arc::new(AtomicBool::new(false));
     let stage = Arc::new(Mutex::new(Stage::default()));
-    let mut session = open(&rec, args.partial, quiet.clone(), stage.clone(), !args.no_gdb)?;
+    let policy = if args.store_history {
+        Policy::Always
+    } else {
+        Policy::Auto
+    };
+    let mut session = open(&rec, args.partial, policy, quiet.clone(), stage.clone(), !args.no_gdb)?;
     // A short decode ends before anything is served, its news said first and a refusal an
     // error like any other; a long one goes on while gdb connects (moves wait for it).
     let short = session.wait_ready(SHORT_DECODE);
@@ -112,12 +126,15 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     }
     gdb.args(["-ex", &format!("target remote {addr}")]);
     gdb.args(["-ex", rtit_stub::monitor::FLUSHES]);
-    // Ctrl-C at the terminal reaches rtit too; it is gdb's (it interrupts a `continue`), and
-    // rtit must outlive it to answer. rtit still ends when gdb does.
-    let _keep_running = signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::new(AtomicBool::new(false)));
-    let status = gdb
-        .status()
+    // Ctrl-C at the terminal reaches rtit too; while gdb runs it is gdb's (`ending`). rtit
+    // ends when gdb does.
+    let mut gdb = gdb
+        .spawn()
         .with_context(|| format!("cannot start {}", args.gdb.display()))?;
+    ending::gdb_started(gdb.id());
+    let status = gdb.wait().context("cannot wait for gdb")?;
+    drop(init);
+    ending::gdb_ended();
     if !status.success() {
         eprintln!("rtit: gdb exited with {status}");
     }
@@ -141,6 +158,7 @@ struct Stage {
 fn open(
     rec: &Recording,
     partial: bool,
+    policy: Policy,
     quiet: Arc<AtomicBool>,
     stage: Arc<Mutex<Stage>>,
     gdb: bool,
@@ -181,20 +199,14 @@ fn open(
                 }
                 eprintln!("rtit: error: {refusal:#}");
                 if !gdb {
-                    std::process::exit(1);
+                    ending::exit(1);
                 }
             }
         }
     };
-    Session::open_background(
-        rec.clone(),
-        partial,
-        Policy::Auto,
-        Box::new(progress),
-        Box::new(on_done),
-    )
-    .map_err(recordings::refusal)
-    .context("cannot replay the recording")
+    Session::open_background(rec.clone(), partial, policy, Box::new(progress), Box::new(on_done))
+        .map_err(recordings::refusal)
+        .context("cannot replay the recording")
 }
 
 /// What the decode found that the user should know; `quiet` (gdb has the terminal) leaves

@@ -4,8 +4,10 @@
 //! byte, then tries to take the replay: if no one has it, the connection is served until it
 //! ends; if a gdb is debugging, the newcomer gets an error packet saying so ([`BUSY`]) and is
 //! closed. A connection that says nothing is dropped when its time is up and holds nothing
-//! meanwhile, so it cannot delay a gdb that connects after it. Once attached, a gdb may sit
-//! at its prompt for as long as it likes. The server keeps listening after every client.
+//! meanwhile, so it cannot delay a gdb that connects after it; nor can a crowd of them lock
+//! one out: when [`MAX_WAITING`] are waiting and another connects, the one silent
+//! longest is dropped to make room (`waiting`). Once attached, a gdb may sit at its prompt
+//! for as long as it likes. The server keeps listening after every client.
 //!
 //! The busy reply is the one packet written here rather than by gdbstub, which has no way to
 //! refuse a connection.
@@ -13,7 +15,6 @@
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
@@ -21,6 +22,11 @@ use gdbstub::stub::DisconnectReason;
 
 use crate::event_loop::serve_connection;
 use crate::target::ReplayTarget;
+
+mod waiting;
+
+use waiting::Waiting;
+pub use waiting::MAX_WAITING;
 
 /// How long a new connection may take to send its first byte. gdb sends its first packet at
 /// once; 10 s leaves room for a loaded machine and a slow network, and bounds how long a port
@@ -30,10 +36,6 @@ pub const FIRST_PACKET_TIMEOUT: Duration = Duration::from_secs(10);
 /// The reply to a client that connects while a gdb is debugging (gdb prints it as a
 /// "Remote failure reply").
 pub const BUSY: &str = "E.rtit: another gdb is debugging this recording";
-
-/// Connections waiting for their first byte at most; more are closed at once, so a flood of
-/// silent connections cannot exhaust threads.
-const MAX_WAITING: usize = 64;
 
 /// How long a refused client may take to close after the busy reply before it is cut off.
 const LINGER: Duration = Duration::from_secs(1);
@@ -56,8 +58,18 @@ pub enum Event {
     Busy(SocketAddr),
     /// A client sent nothing within [`FIRST_PACKET_TIMEOUT`] and was dropped.
     Silent(SocketAddr),
-    /// Too many connections were waiting for their first byte; this one was closed.
-    Crowded(SocketAddr),
+    /// [`MAX_WAITING`] connections were waiting for their first byte when `newcomer`
+    /// connected; `dropped`, the one silent longest (`silent_for`), was closed for it.
+    Crowded {
+        /// The connection closed.
+        dropped: SocketAddr,
+        /// How long it had sent nothing.
+        silent_for: Duration,
+        /// The connection it made room for.
+        newcomer: SocketAddr,
+    },
+    /// The connection could not be served at all (out of file descriptors or threads); why.
+    Unserved(SocketAddr, String),
 }
 
 impl fmt::Display for Event {
@@ -75,10 +87,16 @@ impl fmt::Display for Event {
                 "dropped {a}: it sent nothing in {} s",
                 FIRST_PACKET_TIMEOUT.as_secs()
             ),
-            Self::Crowded(a) => write!(
+            Self::Crowded {
+                dropped,
+                silent_for,
+                newcomer,
+            } => write!(
                 f,
-                "dropped {a}: {MAX_WAITING} connections are already waiting to say something"
+                "dropped {dropped}: it had sent nothing in {:.1} s, the longest of the {MAX_WAITING} connections waiting to say something, and {newcomer} connected",
+                silent_for.as_secs_f64()
             ),
+            Self::Unserved(a, why) => write!(f, "closed {a} at once: {why}"),
         }
     }
 }
@@ -88,7 +106,7 @@ impl fmt::Display for Event {
 pub fn serve_forever(listener: &TcpListener, target: ReplayTarget, log: impl Fn(Event) + Send + Sync + 'static) {
     let target = Arc::new(Mutex::new(target));
     let log = Arc::new(log);
-    let waiting = Arc::new(AtomicUsize::new(0));
+    let waiting = Arc::new(Waiting::default());
     for conn in listener.incoming() {
         let conn = match conn {
             Ok(conn) => conn,
@@ -99,16 +117,29 @@ pub fn serve_forever(listener: &TcpListener, target: ReplayTarget, log: impl Fn(
             }
         };
         let Ok(peer) = conn.peer_addr() else { continue };
-        if waiting.fetch_add(1, Ordering::SeqCst) >= MAX_WAITING {
-            waiting.fetch_sub(1, Ordering::SeqCst);
-            log(Event::Crowded(peer));
-            continue;
+        let handle = match conn.try_clone() {
+            Ok(handle) => handle,
+            Err(e) => {
+                log(Event::Unserved(peer, format!("no handle to drop it by: {e}")));
+                continue;
+            }
+        };
+        let (id, dropped) = waiting.enter(peer, handle);
+        if let Some(dropped) = dropped {
+            log(Event::Crowded {
+                dropped: dropped.peer,
+                silent_for: dropped.silent_for,
+                newcomer: peer,
+            });
         }
         let (target, their_log, their_waiting) = (target.clone(), log.clone(), waiting.clone());
         let spawned = std::thread::Builder::new().name(format!("gdb {peer}")).spawn(move || {
             let log = &*their_log;
             let spoke = first_byte(&conn);
-            their_waiting.fetch_sub(1, Ordering::SeqCst);
+            // Dropped for a newcomer meanwhile: said when it was.
+            if !their_waiting.leave(id) {
+                return;
+            }
             match spoke {
                 Ok(true) => attach(conn, peer, &target, log),
                 Ok(false) => {}
@@ -116,9 +147,9 @@ pub fn serve_forever(listener: &TcpListener, target: ReplayTarget, log: impl Fn(
                 Err(_) => {}
             }
         });
-        if spawned.is_err() {
-            waiting.fetch_sub(1, Ordering::SeqCst);
-            log(Event::Crowded(peer));
+        if let Err(e) = spawned {
+            waiting.leave(id);
+            log(Event::Unserved(peer, format!("no thread to serve it: {e}")));
         }
     }
 }

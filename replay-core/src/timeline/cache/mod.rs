@@ -7,17 +7,20 @@
 //! time) and a digest of this crate's sources made when it was built (`build.rs`), so an rtit
 //! built from other sources, whose decoder may differ, decodes again. A file that is damaged, cut short or of another key is
 //! set aside and the timeline decoded as if it were not there. It is written to a temporary
-//! name and renamed, so a replay that ends while writing leaves nothing half-written behind.
-//! Deleting it is always safe.
+//! name and renamed, so a replay that ends while writing leaves nothing half-written behind,
+//! and removed by [`abandon_stores`] when the process ends first, so it leaves no temporary
+//! either. Deleting it is always safe.
 //!
-//! Files: `format` (the bytes of a stored timeline).
+//! Files: `format` (the bytes of a stored timeline), `temporary` (the files being written).
 
 mod format;
+mod temporary;
 
 use std::fs::{self, File};
 use std::hash::Hasher;
-use std::io::{BufReader, BufWriter};
+use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -26,6 +29,8 @@ use rustc_hash::FxHasher;
 use sha2::{Digest, Sha256};
 
 use super::Timeline;
+pub use temporary::abandon_stores;
+use temporary::Temporary;
 
 /// The stored timeline's name in the recording's directory.
 pub const FILE: &str = "timeline.cache";
@@ -53,6 +58,10 @@ pub enum CacheError {
         /// What is wrong.
         what: &'static str,
     },
+    /// The process was ending ([`abandon_stores`]) before it was written whole; the
+    /// temporary is removed.
+    #[error("abandoned before it was written whole: rtit was ending")]
+    Abandoned,
 }
 
 /// What a stored timeline belongs to: a digest of the recording and the running rtit.
@@ -233,27 +242,41 @@ pub fn load(dir: &Path, key: &Key) -> Result<Option<Timeline>, CacheError> {
 
 /// Stores the first `prefix` of `timeline` in `dir` under `key`, on a thread of its own;
 /// the path written, once it is there. `None` when the directory cannot be written to (a
-/// recording rtit may only read): nothing is stored then.
+/// recording rtit may only read) or the process is ending ([`abandon_stores`]): nothing is
+/// stored then.
 pub fn store(
     dir: &Path,
     key: Key,
     timeline: Arc<Timeline>,
     prefix: Prefix,
 ) -> Option<JoinHandle<Result<PathBuf, CacheError>>> {
+    write_in_background(dir, move |out| format::write(&timeline, prefix, &key, out))
+}
+
+/// Runs `write` on a thread of its own into a temporary file in `dir`, renamed to [`FILE`]
+/// once written whole; `None` when no temporary can be made there (see [`store`]).
+fn write_in_background(
+    dir: &Path,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()> + Send + 'static,
+) -> Option<JoinHandle<Result<PathBuf, CacheError>>> {
     remove_stale(dir);
     let path = dir.join(FILE);
     // The process and a number of its own: two sessions of one process may store at once.
-    static STORES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = STORES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let temporary = dir.join(format!("{FILE}.{}.{n}.tmp", std::process::id()));
-    let file = File::create(&temporary).ok()?;
+    static STORES: AtomicU64 = AtomicU64::new(0);
+    let names = std::iter::repeat_with(|| STORES.fetch_add(1, Ordering::Relaxed))
+        .take(16)
+        .map(|n| dir.join(format!("{FILE}.{}.{n}.tmp", std::process::id())));
+    let (temporary, file) = Temporary::create(names)?;
     Some(std::thread::spawn(move || {
-        let written = format::write(&timeline, prefix, &key, BufWriter::with_capacity(1 << 20, file))
-            .and_then(|()| fs::rename(&temporary, &path));
-        if written.is_err() {
-            let _ = fs::remove_file(&temporary);
+        let mut out = BufWriter::with_capacity(1 << 20, file);
+        let written = write(&mut out);
+        drop(out);
+        match written {
+            // The write failed because the temporary was abandoned: that is the news.
+            Err(_) if temporary.abandoned() => Err(CacheError::Abandoned),
+            Err(e) => Err(e.into()),
+            Ok(()) => temporary.keep(&path).map(|()| path),
         }
-        Ok(written.map(|()| path)?)
     }))
 }
 

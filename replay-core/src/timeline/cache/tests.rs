@@ -1,4 +1,5 @@
 use super::format::{read, write};
+use super::temporary::abandon_where;
 use super::*;
 use crate::flow::{EventKind, FlowEvent};
 
@@ -241,4 +242,61 @@ fn only_the_copies_of_replays_that_ended_are_removed() {
     b.join().unwrap().expect("second written");
     let r = load(&dir, &key(4)).expect("readable").expect("there");
     assert_eq!(sample().first_difference(&r), None);
+}
+
+/// The temporaries being written in `dir`.
+fn temporaries(dir: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = fs::read_dir(dir)
+        .expect("readable")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "tmp"))
+        .collect();
+    found.sort();
+    found
+}
+
+#[test]
+fn a_store_abandoned_while_it_writes_leaves_nothing_behind() {
+    let scratch = Scratch::new("abandoned");
+    let dir = scratch.0.clone();
+    let (started, wait_started) = std::sync::mpsc::channel();
+    let (go_on, wait_go_on) = std::sync::mpsc::channel::<()>();
+    // A writer that has written a first buffer and stays in the middle of its store until
+    // the test lets it go on: the store is in progress, deterministically.
+    let handle = write_in_background(&dir, move |out| {
+        out.write_all(&[7; 4096])?;
+        out.flush()?;
+        started.send(()).expect("the test waits");
+        wait_go_on.recv().expect("the test lets it go on");
+        out.write_all(&[7; 4096])?;
+        out.flush()
+    })
+    .expect("writable");
+    wait_started.recv().expect("the writer started");
+    let being_written = temporaries(&dir);
+    assert_eq!(being_written.len(), 1, "{being_written:?}");
+    assert_eq!(fs::metadata(&being_written[0]).expect("there").len(), 4096);
+
+    assert_eq!(abandon_where(|p| p.starts_with(&dir)), 1, "one store was in progress");
+    assert_eq!(
+        temporaries(&dir),
+        [] as [PathBuf; 0],
+        "removed at once, the writer still running"
+    );
+    go_on.send(()).expect("the writer waits");
+    let result = handle.join().expect("no panic");
+    assert!(matches!(result, Err(CacheError::Abandoned)), "{result:?}");
+    assert_eq!(temporaries(&dir), [] as [PathBuf; 0]);
+    assert!(!dir.join(FILE).exists(), "nothing renamed into place");
+
+    // A store that was renamed into place is not the abandoning's to remove.
+    let t = Arc::new(sample());
+    store(&dir, key(5), t.clone(), Prefix::of(&t))
+        .expect("writable")
+        .join()
+        .expect("no panic")
+        .expect("written");
+    assert_eq!(abandon_where(|p| p.starts_with(&dir)), 0);
+    assert!(load(&dir, &key(5)).expect("readable").is_some(), "kept");
 }
