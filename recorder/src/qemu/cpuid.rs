@@ -118,7 +118,8 @@ fn run(qemu: &Path, dir: &Path, ranges: &[(u32, u32)]) -> Result<Vec<(u32, u32, 
     std::fs::write(&exe, elf(&code(ranges))).map_err(|e| format!("{}: {e}", exe.display()))?;
     std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755))
         .map_err(|e| format!("{}: {e}", exe.display()))?;
-    let out = Command::new(qemu)
+    // Tied to this thread, which waits for it: a killed rtit leaves no probe running.
+    let out = crate::tether::die_with_this_thread(&mut Command::new(qemu))
         .arg(&exe)
         .process_group(0)
         .stdin(Stdio::null())

@@ -261,6 +261,9 @@ fn run(
             StopPipe::inherit(stop_fd)
         });
     }
+    // QEMU dies with rtit, even of SIGKILL. This thread waits for it below (`pipe.wait`), so
+    // it outlives QEMU, as the tie needs.
+    crate::tether::die_with_this_thread(&mut cmd);
     let mut child = cmd.spawn().map_err(io(qemu))?;
     let watch = match super::gdbstub::Watch::start(&socket, dir, child.id(), plan) {
         Ok(w) => w,

@@ -118,6 +118,9 @@ impl Tracee {
     pub fn spawn(program: &Path, args: &[OsString], aslr: bool) -> Result<Self, StepError> {
         let mut cmd = Command::new(program);
         cmd.args(args);
+        // PTRACE_O_EXITKILL (below) kills it with rtit from its stop at execve on; before
+        // that, a dead rtit would leave it running on, untraced.
+        crate::tether::die_with_this_thread(&mut cmd);
         // SAFETY: runs in the forked child before execve, where only async-signal-safe calls
         // are allowed: ptrace(PTRACE_TRACEME) and personality() are plain system calls that
         // allocate nothing and take no lock.
