@@ -169,7 +169,10 @@ pub fn record(mut opts: QemuOptions) -> Result<Outcome, QemuError> {
     let plugin = find_plugin().ok_or(QemuError::NoPlugin)?;
     let program = resolve(&opts.program)?;
     let warnings = check_executable(&program)?;
-    let dir = std::env::temp_dir().join(format!("rtit-qemu-{}", std::process::id()));
+    // What runs killed before left (their drop never ran); then this run's.
+    let tmp = std::env::temp_dir();
+    super::scratch::remove_left_by_ended_runs(&tmp);
+    let dir = super::scratch::path(&tmp, std::process::id());
     let scratch = ScratchDir::create(dir.clone()).map_err(io(&dir))?;
     let progress = opts.progress.take();
     // The trace file stays in the scratch directory, which the outcome owns from here: the
