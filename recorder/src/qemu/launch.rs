@@ -11,9 +11,10 @@ use nix::sys::signal::Signal;
 use rtit_replay_core::recording::{EndState, MemoryRegion, SignalEntry, TraceEndRecord};
 
 use super::engine::Checked;
+pub use super::error::QemuError;
 use super::gdbstub::StartPoint;
 use super::report::{files, Args, PluginEnd, Report};
-use super::stop::{StopError, StopPipe};
+use super::stop::StopPipe;
 use crate::model::RtitConfig;
 use crate::outcome::{Outcome, RegisterMap, Truth};
 use crate::sideband::{Images, Snapshot};
@@ -22,67 +23,6 @@ use crate::trace_bytes::{ScratchDir, TraceBytes};
 
 /// The plugin library's file name.
 pub const PLUGIN_FILE: &str = "librtit_qemu_plugin.so";
-
-/// A failure of the qemu backend.
-#[derive(Debug, thiserror::Error)]
-pub enum QemuError {
-    /// No `qemu-x86_64` on PATH.
-    #[error("qemu-x86_64 is not installed (Debian/Ubuntu: apt-get install qemu-user)")]
-    NoQemu,
-    /// The plugin library is missing.
-    #[error("the rtit QEMU plugin ({PLUGIN_FILE}) is not next to rtit or in $RTIT_QEMU_PLUGIN; build it with `cargo build --release -p rtit-qemu-plugin`")]
-    NoPlugin,
-    /// The program cannot be recorded.
-    #[error(transparent)]
-    Program(#[from] crate::step::StepError),
-    /// A file operation failed.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: String,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// QEMU ended without the plugin's report.
-    #[error("qemu-x86_64 ended ({status}) without the plugin's report in {dir}")]
-    NoReport {
-        /// How QEMU ended.
-        status: String,
-        /// Where the report should be.
-        dir: String,
-    },
-    /// Reading registers through QEMU's gdbstub failed.
-    #[error(transparent)]
-    Gdbstub(#[from] super::gdbstub::GdbstubError),
-    /// Stopping QEMU on a signal failed.
-    #[error(transparent)]
-    Stop(#[from] StopError),
-    /// The report is unreadable.
-    #[error("{path}: {problem}")]
-    BadReport {
-        /// The file.
-        path: String,
-        /// What is wrong.
-        problem: String,
-    },
-    /// The start point never ran.
-    #[error("--start {0}: never executed")]
-    StartNotReached(String),
-    /// rtit record was stopped before tracing started.
-    #[error("stopped by {signal} before tracing started (at {at}): nothing was recorded")]
-    StoppedBeforeStart {
-        /// The signal rtit received.
-        signal: String,
-        /// Where tracing was to start.
-        at: String,
-    },
-    /// `--check-fast-path` found the fast path's packets differ from the unit model's.
-    #[error("--check-fast-path: the fast path and the unit model wrote different packets: {0}")]
-    FastPathDiffers(String),
-    /// `--check-fast-path` was asked for and the plugin did not check.
-    #[error("the plugin did not check its fast path (its report in {0} says nothing of it)")]
-    NotChecked(String),
-}
 
 /// What [`record`] calls while QEMU runs: after the first second, every half second, the
 /// plugin's position (read from QEMU's memory, where `counters.json` says) and the size of

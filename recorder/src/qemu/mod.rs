@@ -13,6 +13,7 @@ pub mod block;
 pub mod capture;
 pub mod cpuid;
 pub mod engine;
+pub mod error;
 pub mod gdbstub;
 pub mod guest_maps;
 pub mod initial;
