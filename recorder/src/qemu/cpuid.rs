@@ -8,6 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::thread::JoinHandle;
 
 use rtit_replay_core::recording::cpuid::{from_probe, CpuidLeaf, SUBLEAVES};
 
@@ -95,6 +96,37 @@ fn elf(code: &[u8]) -> Vec<u8> {
     e.extend(0x1000u64.to_le_bytes()); // align
     e.extend(code);
     e
+}
+
+/// The probe, run on a thread of its own beside the recording (a run of QEMU of its own,
+/// ~25 ms, was a tenth of a short recording after it). Dropping it waits for the probe, which
+/// writes into the scratch directory: a file written there while the directory is removed
+/// makes the removal fail, and the directory stay.
+pub struct Probe(Option<JoinHandle<Result<Vec<CpuidLeaf>, String>>>);
+
+impl Probe {
+    /// Starts [`probe`] on a thread.
+    pub fn start(qemu: &Path, dir: &Path) -> Self {
+        let (qemu, dir) = (qemu.to_path_buf(), dir.to_path_buf());
+        Self(Some(std::thread::spawn(move || probe(&qemu, &dir))))
+    }
+
+    /// The table, once the probe is done.
+    pub fn table(mut self) -> Result<Vec<CpuidLeaf>, String> {
+        match self.0.take().map(JoinHandle::join) {
+            Some(Ok(table)) => table,
+            Some(Err(_)) => Err("the CPUID probe's thread panicked".into()),
+            None => Err("the CPUID probe was not started".into()),
+        }
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        if let Some(thread) = self.0.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// Runs the probe under `qemu` (in directory `dir`) for the basic leaves and the extended

@@ -216,13 +216,9 @@ fn run(
             return Err(e.into());
         }
     };
-    // QEMU's CPUID table, found while the program runs (a run of QEMU of its own, ~25 ms,
-    // was a tenth of a short recording after it). In a process group of its own, so that
-    // a Ctrl-C at the terminal does not end it.
-    let cpuid = {
-        let (qemu, dir) = (qemu.to_path_buf(), dir.to_path_buf());
-        std::thread::spawn(move || super::cpuid::probe(&qemu, &dir))
-    };
+    // QEMU's CPUID table, found while the program runs. In a process group of its own, so
+    // that a Ctrl-C at the terminal does not end it.
+    let cpuid = super::cpuid::Probe::start(qemu, dir);
     let mut tick = progress_tick(dir, child.id(), progress);
     let status = pipe.wait(&mut child, &opts.interrupted, super::stop::GRACE, &mut tick)?;
     drop(tick);
@@ -261,10 +257,7 @@ fn run(
         .map_err(io(Path::new(files::TRACE)))?
         .len();
     let mut warnings = Vec::new();
-    let cpuid = cpuid
-        .join()
-        .unwrap_or_else(|_| Err("the CPUID probe's thread panicked".into()));
-    let cpuid = cpuid.unwrap_or_else(|e| {
+    let cpuid = cpuid.table().unwrap_or_else(|e| {
         warnings.push(format!("{e}: CPUID's results stay unknown in replay"));
         Vec::new()
     });
