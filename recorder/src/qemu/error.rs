@@ -2,6 +2,8 @@
 
 use super::launch::PLUGIN_FILE;
 use super::stop::StopError;
+use crate::interrupt::{NamesTheSignal, Stopped};
+use crate::step::StartAt;
 
 /// A failure of the qemu backend.
 #[derive(Debug, thiserror::Error)]
@@ -48,18 +50,47 @@ pub enum QemuError {
     /// The start point never ran.
     #[error("--start {0}: never executed")]
     StartNotReached(String),
-    /// rtit record was stopped before tracing started.
-    #[error("stopped by {signal} before tracing started (at {at}): nothing was recorded")]
-    StoppedBeforeStart {
-        /// The signal rtit received.
-        signal: String,
-        /// Where tracing was to start.
-        at: String,
-    },
+    /// rtit record received a signal before there was a recording to keep.
+    #[error(transparent)]
+    Interrupted(#[from] Stopped),
     /// `--check-fast-path` found the fast path's packets differ from the unit model's.
     #[error("--check-fast-path: the fast path and the unit model wrote different packets: {0}")]
     FastPathDiffers(String),
     /// `--check-fast-path` was asked for and the plugin did not check.
     #[error("the plugin did not check its fast path (its report in {0} says nothing of it)")]
     NotChecked(String),
+}
+
+impl NamesTheSignal for QemuError {
+    fn names_the_signal(&self) -> bool {
+        matches!(self, Self::Interrupted(_) | Self::Stop(StopError::Killed { .. }))
+    }
+}
+
+/// What the qemu backend is doing, for the message when a signal ends it before there is a
+/// recording.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// Finding QEMU and the program; starting QEMU.
+    Launching,
+    /// Waiting for QEMU's gdbstub and connecting to it.
+    Connecting,
+    /// QEMU runs, and tracing has not started (as far as the plugin's report says).
+    Starting,
+    /// Tracing started.
+    Recording,
+}
+
+impl Phase {
+    /// What rtit was doing, as the message says it.
+    pub(super) fn during(self, start: &StartAt) -> String {
+        match (self, start) {
+            (Self::Launching, _) => "starting QEMU".into(),
+            (Self::Connecting, _) => "connecting to QEMU's gdbstub".into(),
+            (Self::Starting, StartAt::Entry) => "starting the program under QEMU".into(),
+            (Self::Starting, StartAt::Symbol(s)) => format!("running the program to {s}"),
+            (Self::Starting, StartAt::Address(a)) => format!("running the program to {a:#x}"),
+            (Self::Recording, _) => "recording".into(),
+        }
+    }
 }

@@ -11,6 +11,7 @@ use nix::sys::signal::Signal;
 use rtit_replay_core::recording::{EndState, MemoryRegion, SignalEntry, TraceEndRecord};
 
 use super::engine::Checked;
+use super::error::Phase;
 pub use super::error::QemuError;
 use super::gdbstub::StartPoint;
 use super::report::{files, Args, PluginEnd, Report};
@@ -103,8 +104,16 @@ pub fn find_plugin() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Records a program under QEMU with the plugin.
+/// Records a program under QEMU with the plugin. After SIGINT, SIGTERM or SIGHUP (in
+/// `opts.interrupted`), the outcome is a recording marked interrupted, or an error naming the
+/// signal and what rtit was doing, with QEMU ended and the scratch directory removed.
 pub fn record(mut opts: QemuOptions) -> Result<Outcome, QemuError> {
+    let mut phase = Phase::Launching;
+    let result = launch(&mut opts, &mut phase);
+    result.map_err(|e| opts.interrupted.explain(e, || phase.during(&opts.start)))
+}
+
+fn launch(opts: &mut QemuOptions, phase: &mut Phase) -> Result<Outcome, QemuError> {
     let qemu = find_qemu().ok_or(QemuError::NoQemu)?;
     let plugin = find_plugin().ok_or(QemuError::NoPlugin)?;
     let program = resolve(&opts.program)?;
@@ -117,7 +126,7 @@ pub fn record(mut opts: QemuOptions) -> Result<Outcome, QemuError> {
     let progress = opts.progress.take();
     // The trace file stays in the scratch directory, which the outcome owns from here: the
     // writer moves it into the recording.
-    run(&qemu, &plugin, &program, &opts, scratch, progress).map(|outcome| Outcome { warnings, ..outcome })
+    run(&qemu, &plugin, &program, opts, scratch, progress, phase).map(|outcome| Outcome { warnings, ..outcome })
 }
 
 fn run(
@@ -127,6 +136,7 @@ fn run(
     opts: &QemuOptions,
     scratch: ScratchDir,
     progress: Option<Box<dyn FnMut(u64, u64)>>,
+    phase: &mut Phase,
 ) -> Result<Outcome, QemuError> {
     let dir = scratch.path();
     let cr3 = (u64::from(std::process::id()) << 12) & ((1 << 36) - 1);
@@ -207,8 +217,11 @@ fn run(
     // QEMU dies with rtit, even of SIGKILL. This thread waits for it below (`pipe.wait`), so
     // it outlives QEMU, as the tie needs.
     crate::tether::die_with_this_thread(&mut cmd);
+    // A signal already: QEMU would only be started to be stopped.
+    opts.interrupted.check(|| phase.during(&opts.start))?;
     let mut child = cmd.spawn().map_err(io(qemu))?;
-    let watch = match super::gdbstub::Watch::start(&socket, dir, child.id(), plan) {
+    *phase = Phase::Connecting;
+    let watch = match super::gdbstub::Watch::start(&socket, dir, child.id(), plan, &opts.interrupted) {
         Ok(w) => w,
         Err(e) => {
             let _ = child.kill();
@@ -216,23 +229,21 @@ fn run(
             return Err(e.into());
         }
     };
+    *phase = Phase::Starting;
     // QEMU's CPUID table, found while the program runs. In a process group of its own, so
     // that a Ctrl-C at the terminal does not end it.
     let cpuid = super::cpuid::Probe::start(qemu, dir);
     let mut tick = progress_tick(dir, child.id(), progress);
     let status = pipe.wait(&mut child, &opts.interrupted, super::stop::GRACE, &mut tick)?;
     drop(tick);
-    let watched = watch.finish()?;
+    let watched = watch.finish();
+    let report = read_report(dir, status);
+    if report.as_ref().is_ok_and(|r| r.start_ip.is_some()) {
+        *phase = Phase::Recording;
+    }
+    let watched = watched?;
     let samples = watched.samples;
-    let report_path = dir.join(files::REPORT);
-    let text = std::fs::read(&report_path).map_err(|_| QemuError::NoReport {
-        status: status.to_string(),
-        dir: dir.display().to_string(),
-    })?;
-    let report: Report = serde_json::from_slice(&text).map_err(|e| QemuError::BadReport {
-        path: report_path.display().to_string(),
-        problem: e.to_string(),
-    })?;
+    let report = report?;
     if opts.check {
         match &report.check {
             Some(Checked { mismatch: Some(m), .. }) => return Err(QemuError::FastPathDiffers(m.clone())),
@@ -240,16 +251,13 @@ fn run(
             None => return Err(QemuError::NotChecked(dir.display().to_string())),
         }
     }
+    // After a signal, `record` says so instead ("running the program to main").
     let start_ip = report.start_ip.ok_or_else(|| {
-        let at = match &opts.start {
+        QemuError::StartNotReached(match &opts.start {
             StartAt::Entry => "the entry point".to_string(),
             StartAt::Symbol(s) => s.clone(),
             StartAt::Address(a) => format!("{a:#x}"),
-        };
-        match opts.interrupted.end_state() {
-            EndState::Interrupted { signal: Some(signal) } => QemuError::StoppedBeforeStart { signal, at },
-            _ => QemuError::StartNotReached(at),
-        }
+        })
     })?;
     let read = |name: &str| std::fs::read(dir.join(name)).map_err(io(Path::new(name)));
     let trace_path = dir.join(files::TRACE);
@@ -354,6 +362,19 @@ fn run(
         cr3,
         end,
         config,
+    })
+}
+
+/// The plugin's report, once QEMU has ended (with `status`).
+fn read_report(dir: &Path, status: std::process::ExitStatus) -> Result<Report, QemuError> {
+    let path = dir.join(files::REPORT);
+    let text = std::fs::read(&path).map_err(|_| QemuError::NoReport {
+        status: status.to_string(),
+        dir: dir.display().to_string(),
+    })?;
+    serde_json::from_slice(&text).map_err(|e| QemuError::BadReport {
+        path: path.display().to_string(),
+        problem: e.to_string(),
     })
 }
 
