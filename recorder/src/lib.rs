@@ -10,7 +10,8 @@
 //! - [`outcome`], [`sideband`], [`writer`], [`complete`]: what any backend produced, writing
 //!   it, and finding by decoding what the hardware backend could not count;
 //! - [`probe`]: what this CPU does where the SDM leaves a result undefined;
-//! - [`interrupt`]: a signal's request to stop recording, shared with the backends.
+//! - [`interrupt`]: a signal's request to stop recording, shared with the backends;
+//! - [`tether`]: the processes rtit starts die with it, even of SIGKILL.
 
 pub mod complete;
 pub mod interrupt;
@@ -22,6 +23,7 @@ pub mod qemu;
 pub mod script;
 pub mod sideband;
 pub mod step;
+pub mod tether;
 pub mod trace_bytes;
 pub mod writer;
 pub mod xstate;

@@ -227,8 +227,48 @@ fn children_warning(children: &[ChildProcess]) -> Option<String> {
     ))
 }
 
-/// Runs `rtit record`; returns the exit status to leave with (the program's).
+/// Runs `rtit record`; returns the exit status to leave with (the program's, or 128 + the
+/// signal that stopped rtit).
 pub fn run(args: &RecordArgs) -> Result<u8> {
+    let interrupted = catch_signals()?;
+    match record(args, &interrupted) {
+        Ok(status) => Ok(status),
+        Err(err) => match interrupted.signal() {
+            None => Err(err),
+            Some(signal) => {
+                // A signal is why it ended, whatever failed after it: the status says so, and
+                // so does the message (the backends name it and what they were doing).
+                let text = format!("{err:#}");
+                let name = interrupted.name().unwrap_or_default();
+                if text.contains(&name) {
+                    eprintln!("rtit: error: {text}");
+                } else {
+                    eprintln!("rtit: error: {text} (rtit record received {name} meanwhile)");
+                }
+                Ok(128 + signal as u8)
+            }
+        },
+    }
+}
+
+/// SIGINT (^C), SIGTERM and SIGHUP stop recording: the backend ends the program, and the
+/// recording is written, naming the signal. Another one while stopping goes unheard, so the
+/// recording still gets written and names the first. Installed before anything else runs:
+/// until then a signal ends rtit as it would any program, with nothing started yet.
+fn catch_signals() -> Result<Interrupt> {
+    let interrupted = Interrupt::new();
+    for signal in [SIGINT, SIGTERM, SIGHUP] {
+        let handler = interrupted.clone();
+        // SAFETY: the handler does one atomic compare-exchange (`Interrupt::raise`): no
+        // allocation, no lock, so it is async-signal-safe.
+        #[allow(unsafe_code)]
+        unsafe { signal_hook::low_level::register(signal, move || handler.raise(signal)) }
+            .with_context(|| format!("cannot handle signal {signal}"))?;
+    }
+    Ok(interrupted)
+}
+
+fn record(args: &RecordArgs, interrupted: &Interrupt) -> Result<u8> {
     let config = config(args)?;
     let Some((program, program_args)) = args.command.split_first() else {
         bail!("no program to record")
@@ -254,19 +294,6 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
     }
     let (backend, why) = choose(args.backend);
     eprintln!("rtit: recording with {why}");
-
-    // SIGINT (^C), SIGTERM and SIGHUP stop recording: the backend ends the program, and the
-    // recording is written, naming the signal. Another one while stopping goes unheard, so
-    // the recording still gets written and names the first.
-    let interrupted = Interrupt::new();
-    for signal in [SIGINT, SIGTERM, SIGHUP] {
-        let handler = interrupted.clone();
-        // SAFETY: the handler does one atomic compare-exchange (`Interrupt::raise`): no
-        // allocation, no lock, so it is async-signal-safe.
-        #[allow(unsafe_code)]
-        unsafe { signal_hook::low_level::register(signal, move || handler.raise(signal)) }
-            .with_context(|| format!("cannot handle signal {signal}"))?;
-    }
     let progress: Option<Box<dyn FnMut(u64)>> = std::io::stderr().is_terminal().then(|| {
         let started = Instant::now();
         Box::new(move |n: u64| {
@@ -410,9 +437,18 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
     if let Some(line) = children_warning(&manifest.children) {
         eprintln!("rtit: warning: {line}");
     }
-    if let EndState::Interrupted { .. } = &manifest.end {
-        eprintln!("rtit: {}; the recording holds what ran until then", manifest.end);
-    }
+    let late = match (&manifest.end, interrupted.name()) {
+        (EndState::Interrupted { .. }, _) => {
+            eprintln!("rtit: {}; the recording holds what ran until then", manifest.end);
+            None
+        }
+        // The backend had finished: the recording is whole, and the signal still ends rtit.
+        (_, Some(name)) => {
+            eprintln!("rtit: received {name} after recording had ended; the recording is complete");
+            interrupted.signal()
+        }
+        (_, None) => None,
+    };
     eprintln!(
         "rtit: {} instructions, {} bytes of trace in {}",
         manifest.instructions,
@@ -423,7 +459,7 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
         // A difference would have failed the recording.
         eprintln!("rtit: --check-fast-path: every byte is what the unit model wrote one instruction at a time");
     }
-    Ok(match &manifest.end {
+    let status = match &manifest.end {
         EndState::Exited { code } => *code as u8,
         EndState::Signaled { signal, .. } => 128 + *signal as u8,
         EndState::Interrupted { .. } => 128 + interrupted.signal().unwrap_or(SIGINT) as u8,
@@ -431,7 +467,8 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
             eprintln!("rtit: {reason}");
             1
         }
-    })
+    };
+    Ok(late.map_or(status, |signal| 128 + signal as u8))
 }
 
 #[cfg(test)]

@@ -55,7 +55,7 @@ pub fn detect(cpu: usize) -> Result<LinuxMsrs, String> {
     }
     let device = msr_device(cpu);
     if !Path::new(&device).exists() {
-        let loaded = std::process::Command::new("modprobe").arg("msr").status();
+        let loaded = crate::tether::die_with_this_thread(std::process::Command::new("modprobe").arg("msr")).status();
         if !Path::new(&device).exists() {
             let why = match loaded {
                 Ok(s) if s.success() => "it did not appear".to_string(),

@@ -40,8 +40,7 @@ pub fn sections(root: &Path, name: &str) -> Result<BTreeMap<String, u64>, String
 
 /// The `.ko` of a loaded module, as `modinfo -n` finds it.
 pub fn module_file(name: &str) -> Result<PathBuf, String> {
-    let out = std::process::Command::new("modinfo")
-        .args(["-n", name])
+    let out = crate::tether::die_with_this_thread(std::process::Command::new("modinfo").args(["-n", name]))
         .output()
         .map_err(|e| format!("module {name}: cannot run modinfo to find its .ko ({e}); give it with --module-file"))?;
     let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());

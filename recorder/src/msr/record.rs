@@ -66,8 +66,15 @@ pub fn record(mut opts: MsrOptions) -> Result<Outcome, String> {
         };
         opts.config.events = events(filter, EventId::AlwaysOff);
     }
-    let mut target =
-        PtraceTarget::spawn(&opts.program, &opts.args, opts.aslr, opts.cpu, &opts.start).map_err(|e| e.to_string())?;
+    let mut target = PtraceTarget::spawn(
+        &opts.program,
+        &opts.args,
+        opts.aslr,
+        opts.cpu,
+        &opts.start,
+        &opts.interrupted,
+    )
+    .map_err(|e| e.to_string())?;
     // Under an IP filter, user code outside it runs untraced.
     target.filtered = opts.config.events & 0b111 != EventId::AlwaysOn.bits();
     let xcr0 = target.xcr0();

@@ -92,6 +92,7 @@ impl PtraceTarget {
         aslr: bool,
         cpu: usize,
         start: &StartAt,
+        interrupted: &crate::interrupt::Interrupt,
     ) -> Result<Self, StepError> {
         let program = resolve(program)?;
         let warnings = check_executable(&program)?;
@@ -104,7 +105,7 @@ impl PtraceTarget {
         )
         .map_err(|e| StepError::Ptrace(format!("PTRACE_SETOPTIONS: {e}")))?;
         super::linux::pin(tracee.pid, cpu).map_err(StepError::Ptrace)?;
-        crate::step::run_to(&tracee, start)?;
+        crate::step::run_to(&tracee, start, interrupted)?;
         Ok(Self {
             tracee,
             running: false,
@@ -331,6 +332,7 @@ mod tests {
             false,
             0,
             &StartAt::Entry,
+            &crate::interrupt::Interrupt::new(),
         )
         .expect("spawn");
         let first = t.next_ip().expect("ip");
@@ -382,6 +384,7 @@ mod tests {
             false,
             0,
             &StartAt::Entry,
+            &crate::interrupt::Interrupt::new(),
         )
         .expect("spawn");
         t.starting().expect("start state");

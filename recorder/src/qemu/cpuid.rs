@@ -8,6 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::thread::JoinHandle;
 
 use rtit_replay_core::recording::cpuid::{from_probe, CpuidLeaf, SUBLEAVES};
 
@@ -97,6 +98,37 @@ fn elf(code: &[u8]) -> Vec<u8> {
     e
 }
 
+/// The probe, run on a thread of its own beside the recording (a run of QEMU of its own,
+/// ~25 ms, was a tenth of a short recording after it). Dropping it waits for the probe, which
+/// writes into the scratch directory: a file written there while the directory is removed
+/// makes the removal fail, and the directory stay.
+pub struct Probe(Option<JoinHandle<Result<Vec<CpuidLeaf>, String>>>);
+
+impl Probe {
+    /// Starts [`probe`] on a thread.
+    pub fn start(qemu: &Path, dir: &Path) -> Self {
+        let (qemu, dir) = (qemu.to_path_buf(), dir.to_path_buf());
+        Self(Some(std::thread::spawn(move || probe(&qemu, &dir))))
+    }
+
+    /// The table, once the probe is done.
+    pub fn table(mut self) -> Result<Vec<CpuidLeaf>, String> {
+        match self.0.take().map(JoinHandle::join) {
+            Some(Ok(table)) => table,
+            Some(Err(_)) => Err("the CPUID probe's thread panicked".into()),
+            None => Err("the CPUID probe was not started".into()),
+        }
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        if let Some(thread) = self.0.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// Runs the probe under `qemu` (in directory `dir`) for the basic leaves and the extended
 /// ones (each range up to its maximum, as leaf 0 and 0x80000000 say) and builds the table.
 /// A failure leaves the table empty: replay then leaves CPUID's results unknown.
@@ -118,7 +150,8 @@ fn run(qemu: &Path, dir: &Path, ranges: &[(u32, u32)]) -> Result<Vec<(u32, u32, 
     std::fs::write(&exe, elf(&code(ranges))).map_err(|e| format!("{}: {e}", exe.display()))?;
     std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755))
         .map_err(|e| format!("{}: {e}", exe.display()))?;
-    let out = Command::new(qemu)
+    // Tied to this thread, which waits for it: a killed rtit leaves no probe running.
+    let out = crate::tether::die_with_this_thread(&mut Command::new(qemu))
         .arg(&exe)
         .process_group(0)
         .stdin(Stdio::null())

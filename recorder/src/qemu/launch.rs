@@ -11,9 +11,11 @@ use nix::sys::signal::Signal;
 use rtit_replay_core::recording::{EndState, MemoryRegion, SignalEntry, TraceEndRecord};
 
 use super::engine::Checked;
+use super::error::Phase;
+pub use super::error::QemuError;
 use super::gdbstub::StartPoint;
 use super::report::{files, Args, PluginEnd, Report};
-use super::stop::{StopError, StopPipe};
+use super::stop::StopPipe;
 use crate::model::RtitConfig;
 use crate::outcome::{Outcome, RegisterMap, Truth};
 use crate::sideband::{Images, Snapshot};
@@ -22,67 +24,6 @@ use crate::trace_bytes::{ScratchDir, TraceBytes};
 
 /// The plugin library's file name.
 pub const PLUGIN_FILE: &str = "librtit_qemu_plugin.so";
-
-/// A failure of the qemu backend.
-#[derive(Debug, thiserror::Error)]
-pub enum QemuError {
-    /// No `qemu-x86_64` on PATH.
-    #[error("qemu-x86_64 is not installed (Debian/Ubuntu: apt-get install qemu-user)")]
-    NoQemu,
-    /// The plugin library is missing.
-    #[error("the rtit QEMU plugin ({PLUGIN_FILE}) is not next to rtit or in $RTIT_QEMU_PLUGIN; build it with `cargo build --release -p rtit-qemu-plugin`")]
-    NoPlugin,
-    /// The program cannot be recorded.
-    #[error(transparent)]
-    Program(#[from] crate::step::StepError),
-    /// A file operation failed.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: String,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// QEMU ended without the plugin's report.
-    #[error("qemu-x86_64 ended ({status}) without the plugin's report in {dir}")]
-    NoReport {
-        /// How QEMU ended.
-        status: String,
-        /// Where the report should be.
-        dir: String,
-    },
-    /// Reading registers through QEMU's gdbstub failed.
-    #[error(transparent)]
-    Gdbstub(#[from] super::gdbstub::GdbstubError),
-    /// Stopping QEMU on a signal failed.
-    #[error(transparent)]
-    Stop(#[from] StopError),
-    /// The report is unreadable.
-    #[error("{path}: {problem}")]
-    BadReport {
-        /// The file.
-        path: String,
-        /// What is wrong.
-        problem: String,
-    },
-    /// The start point never ran.
-    #[error("--start {0}: never executed")]
-    StartNotReached(String),
-    /// rtit record was stopped before tracing started.
-    #[error("stopped by {signal} before tracing started (at {at}): nothing was recorded")]
-    StoppedBeforeStart {
-        /// The signal rtit received.
-        signal: String,
-        /// Where tracing was to start.
-        at: String,
-    },
-    /// `--check-fast-path` found the fast path's packets differ from the unit model's.
-    #[error("--check-fast-path: the fast path and the unit model wrote different packets: {0}")]
-    FastPathDiffers(String),
-    /// `--check-fast-path` was asked for and the plugin did not check.
-    #[error("the plugin did not check its fast path (its report in {0} says nothing of it)")]
-    NotChecked(String),
-}
 
 /// What [`record`] calls while QEMU runs: after the first second, every half second, the
 /// plugin's position (read from QEMU's memory, where `counters.json` says) and the size of
@@ -163,18 +104,29 @@ pub fn find_plugin() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Records a program under QEMU with the plugin.
+/// Records a program under QEMU with the plugin. After SIGINT, SIGTERM or SIGHUP (in
+/// `opts.interrupted`), the outcome is a recording marked interrupted, or an error naming the
+/// signal and what rtit was doing, with QEMU ended and the scratch directory removed.
 pub fn record(mut opts: QemuOptions) -> Result<Outcome, QemuError> {
+    let mut phase = Phase::Launching;
+    let result = launch(&mut opts, &mut phase);
+    result.map_err(|e| opts.interrupted.explain(e, || phase.during(&opts.start)))
+}
+
+fn launch(opts: &mut QemuOptions, phase: &mut Phase) -> Result<Outcome, QemuError> {
     let qemu = find_qemu().ok_or(QemuError::NoQemu)?;
     let plugin = find_plugin().ok_or(QemuError::NoPlugin)?;
     let program = resolve(&opts.program)?;
     let warnings = check_executable(&program)?;
-    let dir = std::env::temp_dir().join(format!("rtit-qemu-{}", std::process::id()));
+    // What runs killed before left (their drop never ran); then this run's.
+    let tmp = std::env::temp_dir();
+    super::scratch::remove_left_by_ended_runs(&tmp);
+    let dir = super::scratch::path(&tmp, std::process::id());
     let scratch = ScratchDir::create(dir.clone()).map_err(io(&dir))?;
     let progress = opts.progress.take();
     // The trace file stays in the scratch directory, which the outcome owns from here: the
     // writer moves it into the recording.
-    run(&qemu, &plugin, &program, &opts, scratch, progress).map(|outcome| Outcome { warnings, ..outcome })
+    run(&qemu, &plugin, &program, opts, scratch, progress, phase).map(|outcome| Outcome { warnings, ..outcome })
 }
 
 fn run(
@@ -184,6 +136,7 @@ fn run(
     opts: &QemuOptions,
     scratch: ScratchDir,
     progress: Option<Box<dyn FnMut(u64, u64)>>,
+    phase: &mut Phase,
 ) -> Result<Outcome, QemuError> {
     let dir = scratch.path();
     let cr3 = (u64::from(std::process::id()) << 12) & ((1 << 36) - 1);
@@ -261,8 +214,14 @@ fn run(
             StopPipe::inherit(stop_fd)
         });
     }
+    // QEMU dies with rtit, even of SIGKILL. This thread waits for it below (`pipe.wait`), so
+    // it outlives QEMU, as the tie needs.
+    crate::tether::die_with_this_thread(&mut cmd);
+    // A signal already: QEMU would only be started to be stopped.
+    opts.interrupted.check(|| phase.during(&opts.start))?;
     let mut child = cmd.spawn().map_err(io(qemu))?;
-    let watch = match super::gdbstub::Watch::start(&socket, dir, child.id(), plan) {
+    *phase = Phase::Connecting;
+    let watch = match super::gdbstub::Watch::start(&socket, dir, child.id(), plan, &opts.interrupted) {
         Ok(w) => w,
         Err(e) => {
             let _ = child.kill();
@@ -270,27 +229,21 @@ fn run(
             return Err(e.into());
         }
     };
-    // QEMU's CPUID table, found while the program runs (a run of QEMU of its own, ~25 ms,
-    // was a tenth of a short recording after it). In a process group of its own, so that
-    // a Ctrl-C at the terminal does not end it.
-    let cpuid = {
-        let (qemu, dir) = (qemu.to_path_buf(), dir.to_path_buf());
-        std::thread::spawn(move || super::cpuid::probe(&qemu, &dir))
-    };
+    *phase = Phase::Starting;
+    // QEMU's CPUID table, found while the program runs. In a process group of its own, so
+    // that a Ctrl-C at the terminal does not end it.
+    let cpuid = super::cpuid::Probe::start(qemu, dir);
     let mut tick = progress_tick(dir, child.id(), progress);
     let status = pipe.wait(&mut child, &opts.interrupted, super::stop::GRACE, &mut tick)?;
     drop(tick);
-    let watched = watch.finish()?;
+    let watched = watch.finish();
+    let report = read_report(dir, status);
+    if report.as_ref().is_ok_and(|r| r.start_ip.is_some()) {
+        *phase = Phase::Recording;
+    }
+    let watched = watched?;
     let samples = watched.samples;
-    let report_path = dir.join(files::REPORT);
-    let text = std::fs::read(&report_path).map_err(|_| QemuError::NoReport {
-        status: status.to_string(),
-        dir: dir.display().to_string(),
-    })?;
-    let report: Report = serde_json::from_slice(&text).map_err(|e| QemuError::BadReport {
-        path: report_path.display().to_string(),
-        problem: e.to_string(),
-    })?;
+    let report = report?;
     if opts.check {
         match &report.check {
             Some(Checked { mismatch: Some(m), .. }) => return Err(QemuError::FastPathDiffers(m.clone())),
@@ -298,16 +251,13 @@ fn run(
             None => return Err(QemuError::NotChecked(dir.display().to_string())),
         }
     }
+    // After a signal, `record` says so instead ("running the program to main").
     let start_ip = report.start_ip.ok_or_else(|| {
-        let at = match &opts.start {
+        QemuError::StartNotReached(match &opts.start {
             StartAt::Entry => "the entry point".to_string(),
             StartAt::Symbol(s) => s.clone(),
             StartAt::Address(a) => format!("{a:#x}"),
-        };
-        match opts.interrupted.end_state() {
-            EndState::Interrupted { signal: Some(signal) } => QemuError::StoppedBeforeStart { signal, at },
-            _ => QemuError::StartNotReached(at),
-        }
+        })
     })?;
     let read = |name: &str| std::fs::read(dir.join(name)).map_err(io(Path::new(name)));
     let trace_path = dir.join(files::TRACE);
@@ -315,10 +265,7 @@ fn run(
         .map_err(io(Path::new(files::TRACE)))?
         .len();
     let mut warnings = Vec::new();
-    let cpuid = cpuid
-        .join()
-        .unwrap_or_else(|_| Err("the CPUID probe's thread panicked".into()));
-    let cpuid = cpuid.unwrap_or_else(|e| {
+    let cpuid = cpuid.table().unwrap_or_else(|e| {
         warnings.push(format!("{e}: CPUID's results stay unknown in replay"));
         Vec::new()
     });
@@ -415,6 +362,19 @@ fn run(
         cr3,
         end,
         config,
+    })
+}
+
+/// The plugin's report, once QEMU has ended (with `status`).
+fn read_report(dir: &Path, status: std::process::ExitStatus) -> Result<Report, QemuError> {
+    let path = dir.join(files::REPORT);
+    let text = std::fs::read(&path).map_err(|_| QemuError::NoReport {
+        status: status.to_string(),
+        dir: dir.display().to_string(),
+    })?;
+    serde_json::from_slice(&text).map_err(|e| QemuError::BadReport {
+        path: path.display().to_string(),
+        problem: e.to_string(),
     })
 }
 

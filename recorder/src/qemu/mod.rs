@@ -5,17 +5,20 @@
 //! The plugin holds no logic of its own beyond QEMU's API: the retirement rules are in
 //! [`engine`], block classification in [`block`], the guest's memory map in [`guest_maps`]
 //! and [`initial`], the plugin's arguments and report in [`report`], the launching side in
-//! [`launch`], asking the plugin to stop on a signal in [`stop`], and reading registers
-//! through QEMU's gdbstub (where tracing starts, and samples for `--truth`) in [`gdbstub`].
+//! [`launch`], its scratch directory in [`scratch`], asking the plugin to stop on a signal in
+//! [`stop`], and reading registers through QEMU's gdbstub (where tracing starts, and samples
+//! for `--truth`) in [`gdbstub`].
 
 pub mod block;
 pub mod capture;
 pub mod cpuid;
 pub mod engine;
+pub mod error;
 pub mod gdbstub;
 pub mod guest_maps;
 pub mod initial;
 pub mod launch;
 pub mod report;
+pub mod scratch;
 pub mod stop;
 pub mod translations;

@@ -33,6 +33,7 @@ use rtit_replay_core::recording::{ChildProcess, EndState, InsnResult, Maps, Sign
 use rtit_replay_core::regs::msr;
 use rtit_replay_core::syscall::{MemoryWrite, SyscallRecord};
 
+use crate::interrupt::Interrupt;
 use crate::model::{CpuState, Input, ModelError, ModelOptions, Retired, RtitConfig, UnitModel};
 use crate::outcome::{Outcome, Truth};
 use crate::sideband::{self as shared, nr, Images, Snapshot};
@@ -67,6 +68,9 @@ pub enum StepError {
     /// The unit model refused the configuration.
     #[error(transparent)]
     Model(#[from] ModelError),
+    /// rtit record received a signal before tracing started.
+    #[error(transparent)]
+    Interrupted(#[from] crate::interrupt::Stopped),
 }
 
 /// Where tracing starts.
@@ -97,7 +101,7 @@ pub struct StepOptions {
     /// Keep every retired instruction address.
     pub truth: bool,
     /// Set by a signal handler to stop recording.
-    pub interrupted: crate::interrupt::Interrupt,
+    pub interrupted: Interrupt,
     /// Called every 2^16 instructions with the count so far.
     pub progress: Option<Box<dyn FnMut(u64)>>,
 }
@@ -276,8 +280,9 @@ impl Recorder<'_> {
     }
 }
 
-/// Runs to `at` natively with a breakpoint; returns the registers there.
-pub(crate) fn run_to(tracee: &Tracee, at: &StartAt) -> Result<Regs, StepError> {
+/// Runs to `at` natively with a breakpoint; returns the registers there. A signal to rtit
+/// meanwhile (`interrupted`) kills the program: nothing was traced yet.
+pub(crate) fn run_to(tracee: &Tracee, at: &StartAt, interrupted: &Interrupt) -> Result<Regs, StepError> {
     let addr = match at {
         StartAt::Entry => return tracee.regs(),
         StartAt::Address(a) => *a,
@@ -298,8 +303,8 @@ pub(crate) fn run_to(tracee: &Tracee, at: &StartAt) -> Result<Regs, StepError> {
     let mut signal = None;
     loop {
         ptrace::cont(tracee.pid, signal.take()).map_err(|e| StepError::Ptrace(format!("PTRACE_CONT: {e}")))?;
-        match waitpid(tracee.pid, None) {
-            Ok(WaitStatus::Stopped(_, Signal::SIGTRAP)) => {
+        match tracee.wait_unless(interrupted, || format!("running the program to {label}"))? {
+            WaitStatus::Stopped(_, Signal::SIGTRAP) => {
                 let mut regs = tracee.regs()?;
                 if regs.rip == addr + 1 {
                     tracee.write(addr, &original)?;
@@ -309,14 +314,13 @@ pub(crate) fn run_to(tracee: &Tracee, at: &StartAt) -> Result<Regs, StepError> {
                 }
                 signal = Some(Signal::SIGTRAP);
             }
-            Ok(WaitStatus::Stopped(_, sig)) => signal = Some(sig),
-            Ok(other) => {
+            WaitStatus::Stopped(_, sig) => signal = Some(sig),
+            other => {
                 return Err(StepError::Start {
                     at: label,
                     problem: format!("the program ended before reaching it ({other:?})"),
                 })
             }
-            Err(e) => return Err(StepError::Ptrace(format!("waitpid: {e}"))),
         }
     }
 }
@@ -325,8 +329,9 @@ pub(crate) fn run_to(tracee: &Tracee, at: &StartAt) -> Result<Regs, StepError> {
 pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
     let program = resolve(&opts.program)?;
     let warnings = check_executable(&program)?;
+    opts.interrupted.check(|| "starting the program".into())?;
     let tracee = Tracee::spawn(&program, &opts.args, opts.aslr)?;
-    let regs_start = run_to(&tracee, &opts.start)?;
+    let regs_start = run_to(&tracee, &opts.start, &opts.interrupted)?;
     let (vectors_start, xcr0) = tracee.vectors()?;
     let start_ip = regs_start.rip;
     let cr3 = (u64::from(tracee.pid.as_raw() as u32) << 12) & ((1 << 36) - 1);

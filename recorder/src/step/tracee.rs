@@ -12,11 +12,12 @@ use std::process::Command;
 use nix::sys::personality::{self, Persona};
 use nix::sys::ptrace;
 use nix::sys::signal::Signal;
-use nix::sys::wait::{waitpid, WaitStatus};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use rtit_replay_core::recording::Mapping;
 
 use super::StepError;
+use crate::interrupt::Interrupt;
 use crate::sideband::parse_map_line;
 
 /// A process stopped under ptrace.
@@ -118,6 +119,9 @@ impl Tracee {
     pub fn spawn(program: &Path, args: &[OsString], aslr: bool) -> Result<Self, StepError> {
         let mut cmd = Command::new(program);
         cmd.args(args);
+        // PTRACE_O_EXITKILL (below) kills it with rtit from its stop at execve on; before
+        // that, a dead rtit would leave it running on, untraced.
+        crate::tether::die_with_this_thread(&mut cmd);
         // SAFETY: runs in the forked child before execve, where only async-signal-safe calls
         // are allowed: ptrace(PTRACE_TRACEME) and personality() are plain system calls that
         // allocate nothing and take no lock.
@@ -158,6 +162,26 @@ impl Tracee {
         let tracee = Self { pid, mem };
         super::vdso::hide(&tracee, tracee.regs()?.rsp)?;
         Ok(tracee)
+    }
+
+    /// Waits for the running program's next stop or end, as `waitpid` would, looking every
+    /// millisecond whether a signal asked rtit to stop (signal-hook restarts a blocked
+    /// `waitpid`, so it would not return for one). Then the program is killed, and the answer
+    /// is a [`Stopped`](crate::interrupt::Stopped) that says `during`.
+    pub fn wait_unless(&self, interrupted: &Interrupt, during: impl Fn() -> String) -> Result<WaitStatus, StepError> {
+        loop {
+            match waitpid(self.pid, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) => {}
+                Ok(status) => return Ok(status),
+                Err(e) => return Err(StepError::Ptrace(format!("waitpid: {e}"))),
+            }
+            if let Err(stopped) = interrupted.check(&during) {
+                let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
+                let _ = waitpid(self.pid, None);
+                return Err(stopped.into());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     /// The registers.

@@ -19,6 +19,7 @@ use super::start::{run_to, Reached, StartPoint};
 use super::GdbstubError;
 use rtit_replay_core::recording::SignalEntry;
 
+use crate::interrupt::Interrupt;
 use crate::outcome::RegisterMap;
 use crate::qemu::report::Counters;
 
@@ -73,9 +74,16 @@ pub struct Watch {
 
 impl Watch {
     /// Connects to QEMU (process `pid`) at `socket`, where it waits before the program's first
-    /// instruction, and carries out `plan`. `dir` holds the plugin's counters file.
-    pub fn start(socket: &Path, dir: &Path, pid: u32, plan: Plan) -> Result<Self, GdbstubError> {
-        let stream = connect(socket)?;
+    /// instruction, and carries out `plan`. `dir` holds the plugin's counters file. Gives up
+    /// waiting for the socket when `interrupted` is raised.
+    pub fn start(
+        socket: &Path,
+        dir: &Path,
+        pid: u32,
+        plan: Plan,
+        interrupted: &Interrupt,
+    ) -> Result<Self, GdbstubError> {
+        let stream = connect(socket, interrupted)?;
         let counters = read_counters(&dir.join(crate::qemu::report::files::COUNTERS))?;
         let done = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&done);
@@ -94,12 +102,12 @@ impl Watch {
     }
 }
 
-fn connect(socket: &Path) -> Result<UnixStream, GdbstubError> {
+fn connect(socket: &Path, interrupted: &Interrupt) -> Result<UnixStream, GdbstubError> {
     let deadline = Instant::now() + CONNECT_WITHIN;
     loop {
         match UnixStream::connect(socket) {
             Ok(s) => return Ok(s),
-            Err(e) if Instant::now() >= deadline => {
+            Err(e) if Instant::now() >= deadline || interrupted.is_set() => {
                 return Err(GdbstubError::Connect {
                     path: socket.display().to_string(),
                     source: e,
