@@ -164,6 +164,13 @@ impl Recording {
         Ok(bytes)
     }
 
+    /// The seal's hashes of a trace of `trace_len` bytes, which [`Self::trace`] checked: only
+    /// for a sealed recording whose trace is whole (a shorter one's last piece is unchecked).
+    pub fn trace_hashes(&self, trace_len: usize) -> Option<&[String]> {
+        let sealed = self.manifest.seal.as_ref()?.files.get(files::TRACE)?;
+        (sealed.bytes == trace_len as u64).then_some(sealed.blake3.as_slice())
+    }
+
     /// The memory map and its changes.
     pub fn maps(&self) -> Result<Maps, RecordingError> {
         let path = self.dir.join(files::MAPS);

@@ -247,7 +247,8 @@ pub(super) fn decode(work: Work, progress: &mut (dyn FnMut(u64) + Send)) -> Resu
     } = work;
     let gaps = recording.gaps();
     let input = recording.decode_input(&trace, &space, &gaps);
-    let (mut timeline, origin, pending) = cache::obtain(&recording.dir, &trace, policy, || {
+    let sealed = recording.trace_hashes(trace.len());
+    let (mut timeline, origin, pending) = cache::obtain(&recording.dir, &trace, sealed, policy, || {
         parallel::build(&input, parallel::Split::all_cores(), progress).timeline
     });
     let ran = timeline.len() + timeline.events().iter().map(FlowEvent::unshown).sum::<u64>();

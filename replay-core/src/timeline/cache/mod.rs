@@ -16,7 +16,7 @@
 mod format;
 mod temporary;
 
-use std::fs::{self, File};
+use std::fs;
 use std::hash::Hasher;
 use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -71,7 +71,9 @@ pub struct Key([u8; 32]);
 impl Key {
     /// The key of the recording in `dir` whose trace is `trace`, decoded by this build;
     /// `None` when the directory cannot be looked at (then nothing is stored or read).
-    pub fn of(dir: &Path, trace: &[u8]) -> Option<Key> {
+    /// `sealed`: hashes of the trace's bytes already checked against them (the recording's
+    /// seal), which stand for the bytes so that they are not hashed a second time.
+    pub fn of(dir: &Path, trace: &[u8], sealed: Option<&[String]>) -> Option<Key> {
         let mut digest = Sha256::new();
         digest.update(b"rtit timeline key 1\0");
         digest.update(env!("RTIT_DECODER_DIGEST"));
@@ -82,10 +84,15 @@ impl Key {
             let relative = file.strip_prefix(dir).ok()?;
             file_identity(&mut digest, relative, file)?;
         }
-        let mut sum = FxHasher::default();
-        sum.write(trace);
         digest.update((trace.len() as u64).to_le_bytes());
-        digest.update(sum.finish().to_le_bytes());
+        match sealed {
+            Some(hashes) => hashes.iter().for_each(|h| digest.update(h)),
+            None => {
+                let mut sum = FxHasher::default();
+                sum.write(trace);
+                digest.update(sum.finish().to_le_bytes());
+            }
+        }
         Some(Key(digest.finalize().into()))
     }
 }
@@ -190,17 +197,18 @@ impl Pending {
     }
 }
 
-/// The timeline of the recording in `dir` whose trace is `trace`: read back when a stored
-/// one of the same key is there, else made by `decode`.
+/// The timeline of the recording in `dir` whose trace is `trace` (`sealed`: as [`Key::of`]
+/// takes it): read back when a stored one of the same key is there, else made by `decode`.
 pub fn obtain(
     dir: &Path,
     trace: &[u8],
+    sealed: Option<&[String]>,
     policy: Policy,
     decode: impl FnOnce() -> Timeline,
 ) -> (Timeline, Origin, Pending) {
     let key = match policy {
         Policy::Off => None,
-        Policy::Auto | Policy::Always => Key::of(dir, trace),
+        Policy::Auto | Policy::Always => Key::of(dir, trace, sealed),
     };
     let set_aside = match key.as_ref().map(|k| load(dir, k)) {
         Some(Ok(Some(timeline))) => {

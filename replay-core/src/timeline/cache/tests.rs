@@ -146,29 +146,38 @@ fn the_key_follows_the_trace_and_every_file_of_the_recording() {
     fs::create_dir_all(dir.join("images")).unwrap();
     fs::write(dir.join("manifest.json"), "{}").unwrap();
     fs::write(dir.join("images/a"), "abc").unwrap();
-    let k = Key::of(&dir, b"trace").expect("key");
+    let k = Key::of(&dir, b"trace", None).expect("key");
     assert_eq!(
-        Key::of(&dir, b"trace"),
+        Key::of(&dir, b"trace", None),
         Some(k.clone()),
         "the same recording, the same key"
     );
-    assert_ne!(Key::of(&dir, b"trace!"), Some(k.clone()), "another trace");
-    assert_ne!(Key::of(&dir, b"tracf"), Some(k.clone()), "a trace of the same size");
+    assert_ne!(Key::of(&dir, b"trace!", None), Some(k.clone()), "another trace");
+    assert_ne!(
+        Key::of(&dir, b"tracf", None),
+        Some(k.clone()),
+        "a trace of the same size"
+    );
+    // A sealed trace, checked against its hashes, is known by them.
+    let sealed = |h: &str| Key::of(&dir, b"trace", Some(&[h.to_string()]));
+    assert_eq!(sealed("ab"), sealed("ab"));
+    assert_ne!(sealed("ab"), sealed("ac"), "other hashes");
+    assert_ne!(sealed("ab"), Some(k.clone()), "hashes, not the bytes");
     fs::write(dir.join(FILE), "anything").unwrap();
     assert_eq!(
-        Key::of(&dir, b"trace"),
+        Key::of(&dir, b"trace", None),
         Some(k.clone()),
         "the stored timeline is not part of it"
     );
     fs::write(dir.join("images/a"), "abcd").unwrap();
-    assert_ne!(Key::of(&dir, b"trace"), Some(k), "an image changed");
+    assert_ne!(Key::of(&dir, b"trace", None), Some(k), "an image changed");
 }
 
 #[test]
 fn obtain_decodes_once_then_reads_back() {
     let scratch = Scratch::new("obtain");
     let dir = scratch.0.clone();
-    let (t, origin, pending) = obtain(&dir, b"trace", Policy::Always, sample);
+    let (t, origin, pending) = obtain(&dir, b"trace", None, Policy::Always, sample);
     assert!(matches!(origin, Origin::Decoded { set_aside: None, .. }), "{origin:?}");
     let path = pending
         .store(Arc::new(t))
@@ -177,12 +186,12 @@ fn obtain_decodes_once_then_reads_back() {
         .unwrap()
         .expect("written");
     assert_eq!(path, dir.join(FILE));
-    let (r, origin, pending) = obtain(&dir, b"trace", Policy::Always, || panic!("decoded again"));
+    let (r, origin, pending) = obtain(&dir, b"trace", None, Policy::Always, || panic!("decoded again"));
     assert!(matches!(origin, Origin::Read(_)), "{origin:?}");
     assert!(pending.store(Arc::new(r.clone())).is_none(), "nothing to store again");
     assert_eq!(sample().first_difference(&r), None);
     // Another trace: the stored one is set aside and the new one stored over it.
-    let (_, origin, _) = obtain(&dir, b"other", Policy::Always, sample);
+    let (_, origin, _) = obtain(&dir, b"other", None, Policy::Always, sample);
     assert!(
         matches!(
             origin,
@@ -198,7 +207,7 @@ fn obtain_decodes_once_then_reads_back() {
     let last = b.len() - 1;
     b[last] ^= 1;
     fs::write(dir.join(FILE), b).unwrap();
-    let (_, origin, _) = obtain(&dir, b"trace", Policy::Auto, sample);
+    let (_, origin, _) = obtain(&dir, b"trace", None, Policy::Auto, sample);
     assert!(
         matches!(
             origin,
@@ -209,7 +218,7 @@ fn obtain_decodes_once_then_reads_back() {
         ),
         "{origin:?}"
     );
-    let (_, origin, _) = obtain(&dir, b"trace", Policy::Off, sample);
+    let (_, origin, _) = obtain(&dir, b"trace", None, Policy::Off, sample);
     assert!(
         matches!(origin, Origin::Decoded { set_aside: None, .. }),
         "Off reads nothing: {origin:?}"
