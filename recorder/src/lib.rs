@@ -15,6 +15,7 @@
 
 pub mod complete;
 pub mod interrupt;
+pub mod leftovers;
 pub mod model;
 pub mod msr;
 pub mod outcome;

@@ -213,6 +213,10 @@ pub fn write(dir: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, Wri
     let name = dir
         .file_name()
         .map_or_else(|| "recording".into(), |n| n.to_string_lossy().into_owned());
+    // What writers killed while writing left beside it (SIGKILL: no way out of theirs ran).
+    if let Some(parent) = dir.parent() {
+        crate::leftovers::remove_ended(parent, unfinished_pid);
+    }
     let tmp = dir.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
     let result = write_into(&tmp, outcome, meta).and_then(|m| {
         std::fs::rename(&tmp, dir).map_err(io(dir))?;
@@ -222,6 +226,12 @@ pub fn write(dir: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, Wri
         let _ = std::fs::remove_dir_all(&tmp);
     }
     result
+}
+
+/// The process id in the name of a recording being written (`.NAME.tmp-PID`).
+fn unfinished_pid(name: &str) -> Option<nix::unistd::Pid> {
+    let (_, pid) = name.strip_prefix('.')?.rsplit_once(".tmp-")?;
+    crate::leftovers::pid_after(pid)
 }
 
 fn write_into(tmp: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, WriteError> {
@@ -369,4 +379,33 @@ fn write_into(tmp: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, Wr
     // Last: what every file holds now is what a reader will accept.
     let path = tmp.join(files::MANIFEST);
     rtit_replay_core::recording::seal::seal(tmp).map_err(io(&path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_unfinished_recordings_of_ended_writers_go_and_others_stay() {
+        let root = std::env::temp_dir().join(format!("rtit-writer-leftovers-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let mut child = std::process::Command::new("true").spawn().expect("true");
+        child.wait().expect("wait");
+        let ended = child.id();
+        let names = [
+            format!(".sort-0.tmp-{ended}"),
+            format!(".sort-1.tmp-{}", std::process::id()),
+            format!("sort-2.tmp-{ended}"),
+            format!(".sort-3.tmp-0{ended}"),
+        ];
+        for name in &names {
+            std::fs::create_dir_all(root.join(name)).expect("mkdir");
+        }
+        let removed = crate::leftovers::remove_ended(&root, unfinished_pid);
+        assert_eq!(removed, vec![root.join(&names[0])]);
+        for name in &names[1..] {
+            assert!(root.join(name).is_dir(), "{name} stays");
+        }
+        std::fs::remove_dir_all(&root).expect("clean up");
+    }
 }

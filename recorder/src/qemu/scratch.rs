@@ -5,10 +5,8 @@
 //! see, so each run first removes what killed runs left: the directories of that name whose
 //! process is gone.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use nix::errno::Errno;
 use nix::unistd::Pid;
 
 const PREFIX: &str = "rtit-qemu-";
@@ -20,40 +18,15 @@ pub fn path(tmp: &Path, pid: u32) -> PathBuf {
 
 /// Removes from `tmp` the scratch directories of runs that have ended: named exactly as
 /// [`path`] names them, a directory (not a link to one), this user's, and no process with
-/// that id. A process id in use again keeps its directory until that process is gone too;
-/// anything else in `tmp` is not rtit's and stays. Returns what was removed.
+/// that id ([`crate::leftovers`]). Returns what was removed.
 pub fn remove_left_by_ended_runs(tmp: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(tmp) else {
-        return Vec::new();
-    };
-    let me = nix::unistd::geteuid().as_raw();
-    let mut removed = Vec::new();
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(run_pid) else {
-            continue;
-        };
-        let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
-            continue;
-        };
-        if meta.is_dir() && meta.uid() == me && !running(pid) && std::fs::remove_dir_all(entry.path()).is_ok() {
-            removed.push(entry.path());
-        }
-    }
-    removed
+    crate::leftovers::remove_ended(tmp, run_pid)
 }
 
 /// The process id in a scratch directory's name, written as rtit writes it (no sign, no
 /// leading zero), or `None` for any other name.
 fn run_pid(name: &str) -> Option<Pid> {
-    let digits = name.strip_prefix(PREFIX)?;
-    let pid: i32 = digits.parse().ok()?;
-    (pid > 0 && pid.to_string() == digits).then(|| Pid::from_raw(pid))
-}
-
-/// Whether a process `pid` exists (another user's counts: the kernel says EPERM for it).
-fn running(pid: Pid) -> bool {
-    nix::sys::signal::kill(pid, None) != Err(Errno::ESRCH)
+    crate::leftovers::pid_after(name.strip_prefix(PREFIX)?)
 }
 
 #[cfg(test)]
