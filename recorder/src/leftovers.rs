@@ -39,7 +39,33 @@ pub fn pid_after(digits: &str) -> Option<Pid> {
     (pid > 0 && pid.to_string() == digits).then(|| Pid::from_raw(pid))
 }
 
-/// Whether a process `pid` exists (another user's counts: the kernel says EPERM for it).
+/// Whether a process `pid` runs (another user's counts: the kernel says EPERM for it). A
+/// zombie has ended: a killed rtit whose parent has not reaped it yet is one.
 fn running(pid: Pid) -> bool {
-    nix::sys::signal::kill(pid, None) != Err(Errno::ESRCH)
+    if nix::sys::signal::kill(pid, None) == Err(Errno::ESRCH) {
+        return false;
+    }
+    // The state follows the command's name, in parentheses that may hold anything.
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
+    !matches!(state, Some('Z' | 'X'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_zombie_has_ended_and_a_live_process_runs() {
+        let mut child = std::process::Command::new("true").spawn().expect("true");
+        let pid = Pid::from_raw(child.id() as i32);
+        // Not reaped yet: a zombie once it has exited.
+        while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z")) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(!running(pid), "a zombie");
+        child.wait().expect("reap");
+        assert!(!running(pid), "gone");
+        assert!(running(nix::unistd::getpid()));
+    }
 }

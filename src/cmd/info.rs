@@ -93,10 +93,22 @@ pub fn run(args: &InfoArgs) -> Result<()> {
     // A trace shorter than the manifest says is decoded too, so the report says how much of
     // the history is there.
     let trace_len = std::fs::metadata(rec.dir.join(files::TRACE)).map_or(0, |m| m.len());
-    if args.decode || trace_len != m.trace_bytes {
+    let short = trace_len != m.trace_bytes;
+    if !short {
+        // Every file as the recorder wrote it, whichever command reads it later.
+        match rec.check_seal()? {
+            Some((files, bytes)) => println!(
+                "seal          every file as the recorder wrote it ({files} files, {:.1} MB)",
+                bytes as f64 / 1e6
+            ),
+            None => {
+                rec.verify_images()?;
+                println!("seal          none (made by an rtit that did not seal recordings)");
+            }
+        }
+    }
+    if args.decode || short {
         super::decode_check::run(&rec, args.partial, args.threads, args.verify_parallel)?;
-    } else {
-        rec.verify_images()?;
     }
     Ok(())
 }

@@ -114,6 +114,25 @@ impl Recording {
         Ok(bytes)
     }
 
+    /// Checks every file against the seal (and every image against its SHA-256), each read
+    /// as a stream, whoever reads it later: `rtit info`'s word on a whole recording. Returns
+    /// how many files and bytes were checked; `None` for a recording without a seal.
+    pub fn check_seal(&self) -> Result<Option<(usize, u64)>, RecordingError> {
+        let Some(seal) = &self.manifest.seal else {
+            return Ok(None);
+        };
+        let (mut files, mut bytes) = (0, 0);
+        for (name, sealed) in &seal.files {
+            seal::check_file(&self.path_of(name), &self.dir, sealed, seal.piece)?;
+            (files, bytes) = (files + 1, bytes + sealed.bytes);
+        }
+        for image in &self.manifest.images {
+            bytes += self.image_bytes(image)?.len() as u64;
+            files += 1;
+        }
+        Ok(Some((files, bytes)))
+    }
+
     /// Every file the seal lists is there (what each holds is checked when it is read), so a
     /// recording that lost one is refused when opened, whatever is asked of it.
     pub(super) fn check_present(&self) -> Result<(), RecordingError> {

@@ -48,16 +48,15 @@ fn hex(hash: &blake3::Hash) -> String {
     hash.to_hex().to_string()
 }
 
-/// Hashes the file at `path` piece by piece, reading it as a stream (a trace of gigabytes is
+/// Hashes what `from` holds piece by piece, reading it as a stream (a trace of gigabytes is
 /// never held in memory for this).
-fn seal_file(path: &Path, piece: u64) -> std::io::Result<FileSeal> {
-    let mut file = std::fs::File::open(path)?;
+fn hash_stream(mut from: impl Read, piece: u64) -> std::io::Result<FileSeal> {
     let mut buf = vec![0u8; piece as usize];
     let (mut bytes, mut hashes) = (0u64, Vec::new());
     loop {
         let mut filled = 0;
         while filled < buf.len() {
-            match file.read(&mut buf[filled..])? {
+            match from.read(&mut buf[filled..])? {
                 0 => break,
                 n => filled += n,
             }
@@ -72,6 +71,55 @@ fn seal_file(path: &Path, piece: u64) -> std::io::Result<FileSeal> {
         }
     }
     Ok(FileSeal { bytes, blake3: hashes })
+}
+
+/// Checks the file at `path`, a plain file inside `dir`, against `sealed` as a stream: the
+/// whole of it, wherever it differs (`rtit info`: no reader of the file is at hand).
+pub(super) fn check_file(path: &Path, dir: &Path, sealed: &FileSeal, piece: u64) -> Result<(), RecordingError> {
+    let (file, _) = crate::plain_file::open(path, Some(dir))?;
+    let io = |source| RecordingError::Io {
+        path: path.display().to_string(),
+        source: std::sync::Arc::new(source),
+    };
+    let found = hash_stream(file.take(sealed.bytes.saturating_add(1)), piece).map_err(io)?;
+    let invalid = |message: String| RecordingError::Invalid {
+        path: path.display().to_string(),
+        message,
+    };
+    if found.bytes > sealed.bytes {
+        return Err(invalid(format!(
+            "more than the {} bytes the recording wrote: it was changed after recording",
+            sealed.bytes
+        )));
+    }
+    let whole = (found.bytes / piece) as usize;
+    if let Some(bad) = (0..whole.min(sealed.blake3.len())).find(|&i| found.blake3[i] != sealed.blake3[i]) {
+        return Err(invalid(damaged_piece(bad, piece, found.bytes)));
+    }
+    if found.bytes < sealed.bytes {
+        let what = format!(
+            "{} bytes where the recording wrote {}: it was cut short",
+            found.bytes, sealed.bytes
+        );
+        return Err(invalid(what));
+    }
+    if found.blake3 != sealed.blake3 {
+        return Err(invalid(damaged_piece(
+            found.blake3.len().saturating_sub(1),
+            piece,
+            found.bytes,
+        )));
+    }
+    Ok(())
+}
+
+/// Where a piece lies that is not as written, in words.
+fn damaged_piece(index: usize, piece: u64, len: u64) -> String {
+    let from = index as u64 * piece;
+    let to = (from + piece).min(len);
+    format!(
+        "bytes {from} to {to} are not what the recording wrote (their BLAKE3 differs from the seal's): the file was changed or damaged after recording"
+    )
 }
 
 /// The files of the recording in `dir` that the seal covers: every plain file at its top
@@ -98,7 +146,7 @@ pub fn seal(dir: &Path) -> Result<super::Manifest, std::io::Error> {
     let mut manifest: super::Manifest = serde_json::from_slice(&std::fs::read(&path)?)?;
     let mut sealed = BTreeMap::new();
     for name in sealed_names(dir)? {
-        let file = seal_file(&dir.join(&name), PIECE)?;
+        let file = hash_stream(std::fs::File::open(dir.join(&name))?, PIECE)?;
         sealed.insert(name, file);
     }
     manifest.seal = Some(Seal {
@@ -203,11 +251,7 @@ pub(super) fn check(path: &Path, bytes: &[u8], sealed: &FileSeal, piece: u64) ->
         pieces.len() - 1
     };
     if let Some(bad) = first_mismatch(&pieces[..whole], &sealed.blake3) {
-        let from = bad as u64 * piece;
-        let to = (from + piece).min(len);
-        return Err(invalid(format!(
-            "bytes {from} to {to} are not what the recording wrote (their BLAKE3 differs from the seal's): the file was changed or damaged after recording"
-        )));
+        return Err(invalid(damaged_piece(bad, piece, len)));
     }
     Ok(match len == sealed.bytes {
         true => Checked::Whole,

@@ -169,3 +169,33 @@ fn damage_is_placed_to_its_piece_and_the_whole_pieces_of_a_short_file_are_checke
     };
     assert!(check(path, &bytes, &wrong_count, piece).is_err());
 }
+
+#[test]
+fn check_seal_reads_every_file_whoever_reads_it_later() {
+    let dir = sealed_copy("check");
+    let rec = Recording::open(&dir).expect("open");
+    let (files, bytes) = rec.check_seal().expect("as written").expect("sealed");
+    assert_eq!(files, 7, "five sealed files and two images");
+    assert!(bytes > 8192, "{bytes}");
+    let start = dir.join(files::MEMORY_START);
+    let pristine = std::fs::read(&start).expect("read");
+    for (damaged, expect) in [
+        (
+            [&pristine[..100], &[pristine[100] ^ 0x10], &pristine[101..]].concat(),
+            "bytes 0 to 4096 are not what",
+        ),
+        (
+            pristine[..4000].to_vec(),
+            "4000 bytes where the recording wrote 4096: it was cut short",
+        ),
+        (
+            [&pristine[..], b"x"].concat(),
+            "more than the 4096 bytes the recording wrote",
+        ),
+    ] {
+        std::fs::write(&start, &damaged).expect("write");
+        let e = rec.check_seal().expect_err(expect).to_string();
+        assert!(e.contains("memory-start.bin: ") && e.contains(expect), "{e}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
