@@ -54,7 +54,8 @@ fn recording(dir: &Path, program: &str, n: f64) -> PathBuf {
                 })
                 .collect();
             std::fs::write(&input, text).expect("input");
-            cmd.args(["/usr/bin/sort", "--parallel=1", "-o", "/dev/null"]).arg(&input);
+            cmd.args(["/usr/bin/sort", "--parallel=1", "-o", "/dev/null"])
+                .arg(&input);
         }
         _ => {
             let passes = ((n - PYTHON_START) / PER_PASS).max(1.0) as u64;
