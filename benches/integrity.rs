@@ -17,63 +17,8 @@ use std::time::Instant;
 
 use rtit_replay_core::recording::{seal, Recording};
 
-/// Instructions sha256sum runs per MiB of input, about.
-const PER_MIB: f64 = 55.5e6;
-/// Instructions python3 runs per pass of the loop below, and to start and end, about.
-const PER_PASS: f64 = 21_000.0;
-const PYTHON_START: f64 = 30e6;
-
-/// A recording of `program` running about `n` instructions, made once and kept.
-fn recording(dir: &Path, program: &str, n: f64) -> PathBuf {
-    let out = dir.join(format!("{program}-{n:e}"));
-    if Recording::open(&out).is_ok_and(|r| r.sealed()) {
-        return out;
-    }
-    let _ = std::fs::remove_dir_all(&out);
-    let plugin = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/librtit_qemu_plugin.so");
-    assert!(plugin.is_file(), "build the plugin first: cargo build --release");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rtit"));
-    cmd.env("RTIT_QEMU_PLUGIN", plugin)
-        .args(["record", "--backend", "qemu", "--out"])
-        .arg(&out)
-        .arg("--");
-    match program {
-        "sha256sum" => {
-            let input = dir.join(format!("input-{n:e}"));
-            std::fs::write(&input, vec![0u8; (n / PER_MIB * f64::from(1 << 20)) as usize]).expect("input");
-            cmd.arg("/usr/bin/sha256sum").arg(&input);
-        }
-        "sort" => {
-            // Lines of 16 hex digits and a word, in pseudo-random order: 10 MB at 1e9.
-            let input = dir.join(format!("lines-{n:e}"));
-            let mut x: u64 = 12345;
-            let text: String = (0..(n / 1600.0) as u64)
-                .map(|_| {
-                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                    format!("{:016x} line\n", x >> 11)
-                })
-                .collect();
-            std::fs::write(&input, text).expect("input");
-            cmd.args(["/usr/bin/sort", "--parallel=1", "-o", "/dev/null"])
-                .arg(&input);
-        }
-        _ => {
-            let passes = ((n - PYTHON_START) / PER_PASS).max(1.0) as u64;
-            cmd.args([
-                "/usr/bin/python3",
-                "-c",
-                &format!("import json\ns = 0\nfor i in range({passes}): s += len(json.dumps({{'a': i, 'b': [i, i * 2]}}))\nprint(s)"),
-            ]);
-        }
-    }
-    let status = cmd
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("rtit record");
-    assert!(status.success());
-    out
-}
+#[path = "common/recordings.rs"]
+mod recordings;
 
 /// A copy of `rec` as an older rtit wrote it: its files linked, its manifest without a seal.
 fn unsealed_copy(rec: &Path) -> PathBuf {
@@ -146,8 +91,10 @@ fn main() {
         .unwrap_or(1e9);
     println!("| recording | trace | listening, sealed | listening, no seal | info --decode, sealed | info --decode, no seal | sealing (all files) |");
     println!("|---|---|---|---|---|---|---|");
+    let plugin = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/librtit_qemu_plugin.so");
+    assert!(plugin.is_file(), "build the plugin first: cargo build --release");
     for program in ["sha256sum", "python3", "sort"] {
-        let rec = recording(&dir, program, n);
+        let rec = recordings::recording(&dir, &plugin, program, n);
         let unsealed = unsealed_copy(&rec);
         let manifest = Recording::open(&rec).expect("recording").manifest;
         let mut cols: Vec<Vec<f64>> = vec![Vec::new(); 5];

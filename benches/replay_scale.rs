@@ -21,7 +21,7 @@
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -30,12 +30,8 @@ use rtit_replay_core::session::Session;
 use rtit_replay_core::timeline::cache;
 use rtit_replay_core::timeline::parallel::{self, Split};
 
-/// Instructions sha256sum runs per MiB of input, about.
-const PER_MIB: f64 = 55.5e6;
-
-/// Instructions python3 runs per pass of the loop below, and to start and end, about.
-const PER_PASS: f64 = 21_000.0;
-const PYTHON_START: f64 = 30e6;
+#[path = "common/recordings.rs"]
+mod recordings;
 
 /// The process's peak resident memory, in MiB.
 fn peak_mib(pid: u32) -> f64 {
@@ -46,43 +42,6 @@ fn peak_mib(pid: u32) -> f64 {
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(f64::NAN);
     kib / 1024.0
-}
-
-/// A recording of `program` running about `n` instructions, made once and kept.
-fn recording(dir: &Path, plugin: &Path, program: &str, n: f64) -> PathBuf {
-    let out = dir.join(format!("{program}-{n:e}"));
-    if Recording::open(&out).is_ok() {
-        return out;
-    }
-    let _ = std::fs::remove_dir_all(&out);
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rtit"));
-    cmd.env("RTIT_QEMU_PLUGIN", plugin)
-        .args(["record", "--backend", "qemu", "--out"])
-        .arg(&out)
-        .arg("--");
-    match program {
-        "sha256sum" => {
-            let input = dir.join(format!("input-{n:e}"));
-            std::fs::write(&input, vec![0u8; (n / PER_MIB * f64::from(1 << 20)) as usize]).expect("input");
-            cmd.arg("/usr/bin/sha256sum").arg(&input);
-        }
-        "python3" => {
-            let passes = ((n - PYTHON_START) / PER_PASS).max(1.0) as u64;
-            cmd.args([
-                "/usr/bin/python3",
-                "-c",
-                &format!("import json\ns = 0\nfor i in range({passes}): s += len(json.dumps({{'a': i, 'b': [i, i * 2]}}))\nprint(s)"),
-            ]);
-        }
-        _ => panic!("RTIT_SCALE_PROGRAMS: sha256sum or python3, not {program}"),
-    }
-    let status = cmd
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("rtit record");
-    assert!(status.success());
-    out
 }
 
 /// What [`listen`] measured: seconds from the start of `rtit replay --no-gdb` until it
@@ -289,7 +248,7 @@ fn main() {
             .split(',')
             .map(|s| s.trim().parse::<f64>().expect("a size such as 1e8"))
         {
-            let rec = recording(&dir, &plugin, program, n);
+            let rec = recordings::recording(&dir, &plugin, program, n);
             let positions = Recording::open(&rec).expect("recording").manifest.instructions;
             let (mut first, mut again) = (Vec::new(), Vec::new());
             let mut cols: Vec<Vec<f64>> = vec![Vec::new(); 9];

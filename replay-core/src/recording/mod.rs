@@ -255,32 +255,29 @@ impl Recording {
     pub fn check_complete(&self, trace_len: usize, decoded: u64, spun: bool) -> Result<(), RecordingError> {
         let m = &self.manifest;
         let counted = m.version < 2 || decoded == m.instructions || (spun && decoded < m.instructions);
-        if trace_len as u64 == m.trace_bytes && counted {
-            return Ok(());
+        match trace_len as u64 == m.trace_bytes && counted {
+            true => Ok(()),
+            false => Err(self.incomplete(trace_len, Some(decoded))),
         }
-        Err(RecordingError::Incomplete {
-            path: self.dir.display().to_string(),
-            trace_len: trace_len as u64,
-            trace_bytes: m.trace_bytes,
-            expected: m.instructions,
-            decoded: Some(decoded),
-        })
     }
 
     /// Whether the trace (`trace_len` bytes) is all the recorder wrote, before decoding it:
     /// an error that says where it ends, without a count of what it decodes to.
     pub fn check_length(&self, trace_len: usize) -> Result<(), RecordingError> {
-        let m = &self.manifest;
-        if trace_len as u64 == m.trace_bytes {
-            return Ok(());
+        match trace_len as u64 == self.manifest.trace_bytes {
+            true => Ok(()),
+            false => Err(self.incomplete(trace_len, None)),
         }
-        Err(RecordingError::Incomplete {
+    }
+
+    fn incomplete(&self, trace_len: usize, decoded: Option<u64>) -> RecordingError {
+        RecordingError::Incomplete {
             path: self.dir.display().to_string(),
             trace_len: trace_len as u64,
-            trace_bytes: m.trace_bytes,
-            expected: m.instructions,
-            decoded: None,
-        })
+            trace_bytes: self.manifest.trace_bytes,
+            expected: self.manifest.instructions,
+            decoded,
+        }
     }
 
     /// The gaps of the trace as the flow decoder takes them
