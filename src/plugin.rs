@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use rtit_recorder::qemu::launch::{find_plugin, PLUGIN_FILE};
+use rtit_recorder::qemu::find::{find_plugin, PLUGIN_FILE};
 use sha2::{Digest, Sha256};
 
 /// The plugin library this binary carries (empty in debug builds).

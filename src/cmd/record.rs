@@ -58,7 +58,7 @@ fn choose(backend: Backend) -> (Backend, String) {
             )
         }
         Backend::Msr => (Backend::Msr, "the msr backend (the RTIT hardware), as asked".into()),
-        Backend::Auto => match (qemu::launch::find_qemu(), crate::plugin::ensure()) {
+        Backend::Auto => match (qemu::find::find_qemu(), crate::plugin::ensure()) {
             (Some(q), Ok(_)) => (
                 Backend::Qemu,
                 format!("the qemu backend: {hardware}, and {} is installed", q.display()),

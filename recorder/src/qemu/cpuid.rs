@@ -207,7 +207,7 @@ mod tests {
 
     #[test]
     fn qemu_answers_the_probe() {
-        let Some(qemu) = crate::qemu::launch::find_qemu() else {
+        let Some(qemu) = crate::qemu::find::find_qemu() else {
             eprintln!("skipped: no qemu-x86_64");
             return;
         };

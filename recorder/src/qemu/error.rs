@@ -1,6 +1,6 @@
 //! What can go wrong when recording under QEMU.
 
-use super::launch::PLUGIN_FILE;
+use super::find::PLUGIN_FILE;
 use super::stop::StopError;
 use crate::interrupt::{NamesTheSignal, Stopped};
 use crate::step::StartAt;

@@ -13,6 +13,7 @@ use rtit_replay_core::recording::{EndState, MemoryRegion, SignalEntry, TraceEndR
 use super::engine::Checked;
 use super::error::Phase;
 pub use super::error::QemuError;
+use super::find::{find_plugin, find_qemu};
 use super::gdbstub::StartPoint;
 use super::report::{files, Args, PluginEnd, Report};
 use super::stop::StopPipe;
@@ -21,9 +22,6 @@ use crate::outcome::{Outcome, RegisterMap, Truth};
 use crate::sideband::{Images, Snapshot};
 use crate::step::{check_executable, resolve, StartAt};
 use crate::trace_bytes::{ScratchDir, TraceBytes};
-
-/// The plugin library's file name.
-pub const PLUGIN_FILE: &str = "librtit_qemu_plugin.so";
 
 /// What [`record`] calls while QEMU runs: after the first second, every half second, the
 /// plugin's position (read from QEMU's memory, where `counters.json` says) and the size of
@@ -80,28 +78,6 @@ pub struct QemuOptions {
     pub progress: Option<Box<dyn FnMut(u64, u64)>>,
     /// Set by a signal handler when recording was interrupted.
     pub interrupted: crate::interrupt::Interrupt,
-}
-
-/// `qemu-x86_64` on PATH, if any.
-pub fn find_qemu() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|d| d.join("qemu-x86_64"))
-        .find(|p| p.is_file())
-}
-
-/// The plugin library: `$RTIT_QEMU_PLUGIN`, else next to the running executable (or one
-/// directory up, for test binaries under `target/*/deps`).
-pub fn find_plugin() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("RTIT_QEMU_PLUGIN") {
-        return Some(PathBuf::from(p)).filter(|p| p.is_file());
-    }
-    let exe = std::env::current_exe().ok()?;
-    exe.ancestors()
-        .skip(1)
-        .take(2)
-        .map(|d| d.join(PLUGIN_FILE))
-        .find(|p| p.is_file())
 }
 
 /// Records a program under QEMU with the plugin. After SIGINT, SIGTERM or SIGHUP (in

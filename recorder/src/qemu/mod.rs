@@ -14,6 +14,7 @@ pub mod capture;
 pub mod cpuid;
 pub mod engine;
 pub mod error;
+pub mod find;
 pub mod gdbstub;
 pub mod guest_maps;
 pub mod initial;
