@@ -95,3 +95,26 @@ fn said_once(err: &anyhow::Error) -> String {
     }
     line
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_quoting_its_cause_is_not_followed_by_it_again() {
+        let io = std::io::Error::from(std::io::ErrorKind::IsADirectory);
+        let words = io.to_string();
+        let quoting = anyhow::Error::new(rtit_replay_core::plain_file::PlainFileError::Io {
+            path: "rec/trace.rtit".into(),
+            source: std::sync::Arc::new(io),
+        });
+        assert_eq!(said_once(&quoting), format!("cannot read rec/trace.rtit: {words}"));
+        assert_eq!(
+            format!("{quoting:#}"),
+            format!("cannot read rec/trace.rtit: {words}: {words}")
+        );
+        // A context that adds words keeps its cause.
+        let e = anyhow::anyhow!("inner problem").context("cannot replay the recording");
+        assert_eq!(said_once(&e), "cannot replay the recording: inner problem");
+    }
+}
