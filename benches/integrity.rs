@@ -30,6 +30,7 @@ fn unsealed_copy(rec: &Path) -> PathBuf {
     let mut doc: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&manifest).expect("manifest")).expect("json");
     doc.as_object_mut().expect("an object").remove("seal");
+    doc["version"] = 2.into();
     // A new file, not the one linked to the sealed recording's.
     std::fs::remove_file(&manifest).expect("unlink");
     std::fs::write(&manifest, serde_json::to_vec_pretty(&doc).expect("json")).expect("write");

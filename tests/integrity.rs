@@ -159,10 +159,11 @@ fn tip_address_bytes(trace: &[u8]) -> Vec<usize> {
 fn a_flipped_tip_address_bit_that_decodes_cleanly_is_refused_by_the_seal() {
     let sealed = copy("tip");
     let unsealed = copy("tip-unsealed");
-    // The same recording without its seal, as an older rtit wrote it.
+    // The same recording without its seal, as an older rtit wrote it (version 2).
     let manifest = unsealed.join(files::MANIFEST);
     let mut doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&manifest).expect("read")).expect("json");
     doc.as_object_mut().expect("object").remove("seal");
+    doc["version"] = 2.into();
     std::fs::write(&manifest, serde_json::to_vec_pretty(&doc).expect("json")).expect("write");
 
     let trace = std::fs::read(sealed.join(files::TRACE)).expect("trace");

@@ -97,10 +97,19 @@ pub fn run(args: &InfoArgs) -> Result<()> {
     if !short {
         // Every file as the recorder wrote it, whichever command reads it later.
         match rec.check_seal()? {
-            Some((files, bytes)) => println!(
-                "seal          every file as the recorder wrote it ({files} files, {:.1} MB)",
-                bytes as f64 / 1e6
-            ),
+            Some(checked) => {
+                println!(
+                    "seal          every file as the recorder wrote it ({} files, {:.1} MB)",
+                    checked.files,
+                    checked.bytes as f64 / 1e6
+                );
+                if !checked.foreign.is_empty() {
+                    println!(
+                        "              also there, not part of the recording (nothing reads it): {}",
+                        checked.foreign.join(", ")
+                    );
+                }
+            }
             None => {
                 rec.verify_images()?;
                 println!("seal          none (made by an rtit that did not seal recordings)");

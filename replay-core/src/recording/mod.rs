@@ -22,6 +22,7 @@ pub use crate::hex;
 mod manifest;
 mod read;
 pub mod seal;
+pub use read::SealChecked;
 mod validate;
 pub mod xsave_layout;
 
@@ -39,10 +40,13 @@ use crate::packet::Tnt;
 
 /// The `format` field of every manifest.
 pub const FORMAT: &str = "rtit-recording";
-/// The version this code writes. Version 2 counts only the instructions the trace holds
-/// (not those an IP filter left out) and adds the end of the trace; version 1 recordings are
-/// read, and their counts are taken as approximate.
-pub const VERSION: u32 = 2;
+/// The version this code writes. Version 3 is sealed ([`seal`]): a version 3 manifest without
+/// a seal is refused. Version 2 counts only the instructions the trace holds (not those an IP
+/// filter left out) and adds the end of the trace; version 1 recordings are read, and their
+/// counts are taken as approximate.
+pub const VERSION: u32 = 3;
+/// The first version every recording of is sealed.
+pub const SEALED_SINCE: u32 = 3;
 /// The oldest version this code reads.
 pub const OLDEST_VERSION: u32 = 1;
 /// File names inside a recording.
@@ -131,8 +135,18 @@ impl Recording {
                 ),
             });
         }
-        if let Some(seal) = &manifest.seal {
-            seal::check_manifest(&path, &text, seal)?;
+        match &manifest.seal {
+            Some(seal) => seal::check_manifest(&path, &text, seal)?,
+            None if manifest.version >= SEALED_SINCE => {
+                return Err(RecordingError::Invalid {
+                    path: path.display().to_string(),
+                    message: format!(
+                        "no seal, which every version {} recording has: the manifest was changed after recording",
+                        manifest.version
+                    ),
+                })
+            }
+            None => {}
         }
         validate::manifest(&path, &manifest)?;
         let recording = Self {

@@ -16,6 +16,18 @@ const LOG_LIMIT: u64 = 16 << 30;
 /// The most an image copy may hold.
 const IMAGE_LIMIT: u64 = 4 << 30;
 
+/// What [`Recording::check_seal`] found: every file as written.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SealChecked {
+    /// Files checked (the sealed ones and the images).
+    pub files: usize,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Names (relative to the recording) of what lies there that the recording was not
+    /// written with, and nothing reads.
+    pub foreign: Vec<String>,
+}
+
 /// A file that is not there, as an error naming it.
 fn missing(path: &Path, what: &str) -> RecordingError {
     RecordingError::Invalid {
@@ -115,22 +127,54 @@ impl Recording {
     }
 
     /// Checks every file against the seal (and every image against its SHA-256), each read
-    /// as a stream, whoever reads it later: `rtit info`'s word on a whole recording. Returns
-    /// how many files and bytes were checked; `None` for a recording without a seal.
-    pub fn check_seal(&self) -> Result<Option<(usize, u64)>, RecordingError> {
+    /// as a stream, whoever reads it later: `rtit info`'s word on a whole recording. `None`
+    /// for a recording without a seal.
+    pub fn check_seal(&self) -> Result<Option<SealChecked>, RecordingError> {
         let Some(seal) = &self.manifest.seal else {
             return Ok(None);
         };
-        let (mut files, mut bytes) = (0, 0);
+        let mut checked = SealChecked::default();
         for (name, sealed) in &seal.files {
             seal::check_file(&self.path_of(name), &self.dir, sealed, seal.piece)?;
-            (files, bytes) = (files + 1, bytes + sealed.bytes);
+            checked.files += 1;
+            checked.bytes += sealed.bytes;
         }
         for image in &self.manifest.images {
-            bytes += self.image_bytes(image)?.len() as u64;
-            files += 1;
+            checked.bytes += self.image_bytes(image)?.len() as u64;
+            checked.files += 1;
         }
-        Ok(Some((files, bytes)))
+        checked.foreign = self.foreign(seal);
+        Ok(Some(checked))
+    }
+
+    /// What lies in the recording's directory that it was not written with (notes a user
+    /// put there, a file copied into `images/`): nothing reads it, so it cannot change the
+    /// history, but a word on the whole recording says it is there.
+    fn foreign(&self, seal: &seal::Seal) -> Vec<String> {
+        let listed = |dir: &Path| -> Vec<String> {
+            let entries = std::fs::read_dir(dir).into_iter().flatten().flatten();
+            let mut names: Vec<String> = entries.map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+            names.sort();
+            names
+        };
+        let images: Vec<&str> = self.manifest.images.iter().map(|i| i.file.as_str()).collect();
+        let mut foreign = Vec::new();
+        for name in listed(&self.dir) {
+            let ours = name == files::MANIFEST
+                || name == files::IMAGES
+                || seal.files.contains_key(&name)
+                || name.starts_with(crate::timeline::cache::FILE);
+            if !ours {
+                foreign.push(name);
+            }
+        }
+        for name in listed(&self.dir.join(files::IMAGES)) {
+            let file = format!("{}/{name}", files::IMAGES);
+            if !images.contains(&file.as_str()) {
+                foreign.push(file);
+            }
+        }
+        foreign
     }
 
     /// Every file the seal lists is there (what each holds is checked when it is read), so a

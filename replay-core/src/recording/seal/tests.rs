@@ -174,9 +174,16 @@ fn damage_is_placed_to_its_piece_and_the_whole_pieces_of_a_short_file_are_checke
 fn check_seal_reads_every_file_whoever_reads_it_later() {
     let dir = sealed_copy("check");
     let rec = Recording::open(&dir).expect("open");
-    let (files, bytes) = rec.check_seal().expect("as written").expect("sealed");
-    assert_eq!(files, 7, "five sealed files and two images");
-    assert!(bytes > 8192, "{bytes}");
+    let checked = rec.check_seal().expect("as written").expect("sealed");
+    assert_eq!(checked.files, 7, "five sealed files and two images");
+    assert!(checked.bytes > 8192, "{}", checked.bytes);
+    assert!(checked.foreign.is_empty(), "{:?}", checked.foreign);
+    std::fs::write(dir.join("notes.txt"), b"mine").expect("write");
+    std::fs::create_dir(dir.join("extra")).expect("mkdir");
+    std::fs::write(dir.join("images/evil"), b"x").expect("write");
+    std::fs::write(dir.join("timeline.cache"), b"not a recording's file either").expect("write");
+    let checked = rec.check_seal().expect("as written").expect("sealed");
+    assert_eq!(checked.foreign, ["extra", "notes.txt", "images/evil"]);
     let start = dir.join(files::MEMORY_START);
     let pristine = std::fs::read(&start).expect("read");
     for (damaged, expect) in [
