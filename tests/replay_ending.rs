@@ -119,8 +119,19 @@ fn ended(mut child: Child) -> (ExitStatus, String) {
 /// progress, until one ending comes before the store finished; returns that replay's status
 /// and what it said. Whatever came first, no temporary may be left.
 fn end_while_storing(rec: &Path, args: &[&str], end: impl Fn(&mut Child)) -> (ExitStatus, String) {
+    end_while_storing_after(rec, args, |_| {}, end)
+}
+
+/// [`end_while_storing`], with `first` done to each replay as soon as it starts.
+fn end_while_storing_after(
+    rec: &Path,
+    args: &[&str],
+    first: impl Fn(&mut Child),
+    end: impl Fn(&mut Child),
+) -> (ExitStatus, String) {
     for attempt in 1..=ATTEMPTS {
         let mut child = replay(rec, args);
+        first(&mut child);
         let caught = store_in_progress(rec);
         end(&mut child);
         let (status, said) = ended(child);
@@ -163,11 +174,20 @@ fn quitting_the_gdb_it_started_removes_the_history_it_was_storing() {
     let made_executable = Command::new("chmod").arg("+x").arg(&gdb).status().expect("chmod");
     assert!(made_executable.success());
     let gdb = gdb.to_str().expect("a UTF-8 path");
-    let (status, said) = end_while_storing(&rec, &["--gdb", gdb], |child| {
-        // gdb reads its commands from the pipe.
+    // gdb reads its commands from the pipe: a question at once (answered before the store
+    // starts), and `quit` alone once the store is seen, so that little stands between it and
+    // the replay's end however slow the machine is.
+    let say = |child: &mut Child, what: &[u8]| {
         let mut stdin = child.stdin.take().expect("stdin");
-        std::io::Write::write_all(&mut stdin, b"p $pc\nquit\n").expect("gdb reads");
-    });
+        std::io::Write::write_all(&mut stdin, what).expect("gdb reads");
+        child.stdin = Some(stdin);
+    };
+    let (status, said) = end_while_storing_after(
+        &rec,
+        &["--gdb", gdb],
+        |child| say(child, b"p $pc\n"),
+        |child| say(child, b"quit\n"),
+    );
     assert!(status.success(), "{status}\n{said}");
     assert!(said.contains("$1 = (void (*)()) 0x"), "gdb was connected:\n{said}");
     assert!(said.contains("the history was not kept"), "{said}");

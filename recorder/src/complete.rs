@@ -41,7 +41,7 @@ pub enum CompleteError {
 /// (positions of the changes at `from.change_offsets`), syscalls.jsonl and signals.jsonl
 /// (positions from their offsets). Returns the new manifest.
 pub fn from_trace(dir: &Path, from: &FromTrace) -> Result<Manifest, CompleteError> {
-    let rec = Recording::open(dir)?;
+    let rec = Recording::open_unfinished(dir)?;
     let mut maps = rec.maps()?;
     let mut syscalls = rec.syscalls()?;
     let mut signals = rec.signals()?;
