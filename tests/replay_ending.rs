@@ -7,9 +7,10 @@
 //!
 //! The store is real: `sort -n` of 40,000 numbers under the qemu backend, 147 M instructions
 //! whose history (about 60 MB) starts being written about a second after the replay starts
-//! (once decoded; a gdb is at its prompt by then) and takes a few tenths of a second. An
-//! ending that comes only after the store has finished proves nothing; the replay is then
-//! tried again.
+//! (once decoded; a gdb is at its prompt by then), paced to take over a second (a few tenths
+//! of a second unpaced: on a loaded machine it finished before any ending came). An ending
+//! that comes only after the store has finished proves nothing; the replay is then tried
+//! again.
 
 mod common;
 
@@ -79,6 +80,9 @@ fn replay(rec: &Path, args: &[&str]) -> Child {
     let _ = std::fs::remove_file(rec.join(cache::FILE));
     Command::new(env!("CARGO_BIN_EXE_rtit"))
         .args(["replay", "--store-history", "--port", "0"])
+        // 60 MiB in 1.2 s at least: long enough to end the replay meanwhile on a loaded
+        // machine, where a store of a few tenths of a second finished first every time.
+        .args(["--store-pace-ms", "20"])
         .args(args)
         .arg(rec)
         .stdin(Stdio::piped())

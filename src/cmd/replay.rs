@@ -46,6 +46,10 @@ pub struct ReplayArgs {
     /// only a decode over a second is kept): the tests' way to have a store to interrupt.
     #[arg(long, hide = true)]
     store_history: bool,
+    /// Pause this many milliseconds after each MiB a store writes: the tests' way to end a
+    /// replay while its store goes on, however fast the machine writes.
+    #[arg(long, hide = true, value_name = "MS", default_value_t = 0)]
+    store_pace_ms: u64,
 }
 
 /// gdb's `remotetimeout` for the gdb started here (gdb's default is 2 s): the stub answers
@@ -71,6 +75,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     let exe = rtit_stub::files::executable(&rec).map(|i| rec.dir.join(&i.file));
     let quiet = Arc::new(AtomicBool::new(false));
     let stage = Arc::new(Mutex::new(Stage::default()));
+    cache::pace_stores(Duration::from_millis(args.store_pace_ms));
     let policy = if args.store_history {
         Policy::Always
     } else {

@@ -29,8 +29,8 @@ use rustc_hash::FxHasher;
 use sha2::{Digest, Sha256};
 
 use super::Timeline;
-pub use temporary::abandon_stores;
 use temporary::Temporary;
+pub use temporary::{abandon_stores, pace_stores};
 
 /// The stored timeline's name in the recording's directory.
 pub const FILE: &str = "timeline.cache";

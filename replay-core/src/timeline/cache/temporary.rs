@@ -13,7 +13,7 @@
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::CacheError;
@@ -150,10 +150,25 @@ impl<W: Write> Abandonable<W> {
     }
 }
 
+/// Milliseconds a store pauses after each buffer it writes (0: none).
+static PACE_MS: AtomicU64 = AtomicU64::new(0);
+
+/// Makes every store of this process pause `pace` after each buffer (about 1 MiB) it writes:
+/// for tests, whose replays must end while a store is still going on however fast the
+/// machine writes (`rtit replay --store-pace-ms`).
+pub fn pace_stores(pace: std::time::Duration) {
+    PACE_MS.store(pace.as_millis() as u64, Ordering::Relaxed);
+}
+
 impl<W: Write> Write for Abandonable<W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.check()?;
-        self.inner.write(buf)
+        let written = self.inner.write(buf)?;
+        match PACE_MS.load(Ordering::Relaxed) {
+            0 => {}
+            ms => std::thread::sleep(std::time::Duration::from_millis(ms)),
+        }
+        Ok(written)
     }
 
     fn flush(&mut self) -> io::Result<()> {
