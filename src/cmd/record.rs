@@ -41,33 +41,33 @@ pub enum Wrap {
     Flight,
 }
 
-/// The backend `auto` means here, and why, in one line.
-fn choose(backend: Backend) -> (Backend, String) {
+/// The backend `auto` means here, and the line that says so: which backend, in a word, and
+/// why only where it matters (the slow step backend because QEMU is missing) or was asked
+/// for (`verbose`).
+fn choose(backend: Backend, verbose: bool) -> (Backend, String) {
     let hardware = "this CPU has no RTIT (it needs an Atom Silvermont/Airmont core)";
+    let (qemu, step) = ("the qemu backend", "the step backend");
+    // Why the step backend, and what it costs, when the user did not ask for it.
+    let slow = "the step backend (ptrace single-stepping, about 16,000 instructions a second)";
     match backend {
-        Backend::Step => (
-            Backend::Step,
-            "the step backend (ptrace single-stepping), as asked".into(),
-        ),
+        Backend::Step => (Backend::Step, step.into()),
         Backend::Qemu => {
             // The backend says what is missing if this fails.
             let _ = crate::plugin::ensure();
-            (
-                Backend::Qemu,
-                "the qemu backend (QEMU user mode with the rtit plugin), as asked".into(),
-            )
+            (Backend::Qemu, qemu.into())
         }
-        Backend::Msr => (Backend::Msr, "the msr backend (the RTIT hardware), as asked".into()),
+        Backend::Msr => (Backend::Msr, "the msr backend (the RTIT hardware)".into()),
         Backend::Auto => match (qemu::find::find_qemu(), crate::plugin::ensure()) {
-            (Some(q), Ok(_)) => (
+            (Some(q), Ok(_)) if verbose => (
                 Backend::Qemu,
-                format!("the qemu backend: {hardware}, and {} is installed", q.display()),
+                format!("{qemu}: {hardware}, and {} is installed", q.display()),
             ),
+            (Some(_), Ok(_)) => (Backend::Qemu, qemu.into()),
             (None, _) => (
                 Backend::Step,
-                format!("the step backend (slow): {hardware}, and qemu-x86_64 is not installed"),
+                format!("{slow}: qemu-x86_64 is not installed (Debian: apt-get install qemu-user)"),
             ),
-            (Some(_), Err(why)) => (Backend::Step, format!("the step backend (slow): {hardware}, and {why}")),
+            (Some(_), Err(why)) => (Backend::Step, format!("{slow}: {why}")),
         },
     }
 }
@@ -82,6 +82,9 @@ pub struct RecordArgs {
     /// The trace backend.
     #[arg(long, value_enum, default_value = "auto")]
     backend: Backend,
+    /// Say more: why `auto` chose the backend it did.
+    #[arg(short, long)]
+    verbose: bool,
     /// Run natively to this symbol of the executable (or hex address), then trace.
     #[arg(long, value_name = "SYMBOL|ADDR")]
     start: Option<String>,
@@ -292,7 +295,7 @@ fn record(args: &RecordArgs, interrupted: &Interrupt) -> Result<u8> {
     if out.exists() {
         bail!("{} already exists; choose another --out or remove it", out.display());
     }
-    let (backend, why) = choose(args.backend);
+    let (backend, why) = choose(args.backend, args.verbose);
     eprintln!("rtit: recording with {why}");
     let progress: Option<Box<dyn FnMut(u64)>> = std::io::stderr().is_terminal().then(|| {
         let started = Instant::now();
@@ -455,6 +458,10 @@ fn record(args: &RecordArgs, interrupted: &Interrupt) -> Result<u8> {
         manifest.trace_bytes,
         out.display()
     );
+    if let EndState::Signaled { .. } = manifest.end {
+        // What to look at first: `rtit replay`, then `continue`, stops there.
+        eprintln!("rtit: the program was {}", manifest.end);
+    }
     if args.check_fast_path {
         // A difference would have failed the recording.
         eprintln!("rtit: --check-fast-path: every byte is what the unit model wrote one instruction at a time");

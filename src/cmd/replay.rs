@@ -20,6 +20,7 @@ use rtit_stub::ReplayTarget;
 use super::recordings;
 
 mod ending;
+mod gdb_files;
 
 /// Arguments of `rtit replay`.
 #[derive(Debug, Args)]
@@ -27,9 +28,10 @@ pub struct ReplayArgs {
     /// The recording (default: the latest).
     #[arg(value_name = "REC")]
     recording: Option<PathBuf>,
-    /// TCP port to serve on; 0 picks a free one.
-    #[arg(long, default_value_t = 1234)]
-    port: u16,
+    /// TCP port to serve on; 0 picks a free one. Default: 1234 with `--no-gdb` (for a gdb
+    /// of yours: `target remote :1234`), else a free one (the gdb started here is told it).
+    #[arg(long)]
+    port: Option<u16>,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     listen: String,
@@ -72,7 +74,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     // However `run` returns, the history being stored beside the recording goes with it.
     let _abandon = ending::AbandonOnDrop;
     let rec = recordings::open(args.recording.as_deref())?;
-    let exe = rtit_stub::files::executable(&rec).map(|i| rec.dir.join(&i.file));
+
     let quiet = Arc::new(AtomicBool::new(false));
     let stage = Arc::new(Mutex::new(Stage::default()));
     cache::pace_stores(Duration::from_millis(args.store_pace_ms));
@@ -98,10 +100,14 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
             rec.manifest.instructions
         );
     }
-    let listener = TcpListener::bind((args.listen.as_str(), args.port))
-        .with_context(|| format!("cannot listen on {}:{}", args.listen, args.port))?;
+    let port = args.port.unwrap_or(if args.no_gdb { 1234 } else { 0 });
+    let listener = TcpListener::bind((args.listen.as_str(), port))
+        .with_context(|| format!("cannot listen on {}:{port}", args.listen))?;
     let addr: SocketAddr = listener.local_addr()?;
-    eprintln!("listening on {addr}");
+    // Where to connect, for a gdb of the user's; the one started here is told itself.
+    if args.no_gdb {
+        eprintln!("listening on {addr}");
+    }
     // A question waits for values due soon: well within gdb's default timeout for any gdb,
     // longer for the gdb started here (its timeout is raised), not so long that it seems hung.
     session.set_patience(Duration::from_secs(if args.no_gdb { 1 } else { PATIENCE }));
@@ -120,13 +126,15 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     std::thread::spawn(move || server::serve_forever(&listener, target, log));
     // gdb owns the terminal from now on: no more progress lines.
     quiet.store(true, Ordering::Relaxed);
-    let init = InitScript::write()?;
+    let files = gdb_files::GdbFiles::write(&rec)?;
     let mut gdb = Command::new(&args.gdb);
     gdb.arg("-q")
         .args(["-iex", &format!("set remotetimeout {REMOTE_TIMEOUT}")])
+        .arg("-iex")
+        .arg(format!("set sysroot {}", files.sysroot().display()))
         .arg("-ix")
-        .arg(&init.0);
-    if let Some(exe) = &exe {
+        .arg(files.init());
+    if let Some(exe) = files.executable(&rec) {
         gdb.arg(exe);
     }
     gdb.args(["-ex", &format!("target remote {addr}")]);
@@ -138,7 +146,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         .with_context(|| format!("cannot start {}", args.gdb.display()))?;
     ending::gdb_started(gdb.id());
     let status = gdb.wait().context("cannot wait for gdb")?;
-    drop(init);
+    drop(files);
     ending::gdb_ended();
     if !status.success() {
         eprintln!("rtit: gdb exited with {status}");
@@ -261,34 +269,4 @@ fn announce_final(progress: rtit_replay_core::state::ValuesProgress) {
             started.elapsed().as_secs_f64()
         );
     });
-}
-
-/// The commands the launched gdb runs first (`-ix`), in a file of their own, removed when
-/// rtit ends: the hook that refreshes gdb's caches after `monitor goto`.
-struct InitScript(PathBuf);
-
-impl InitScript {
-    fn write() -> Result<Self> {
-        let dir = std::env::temp_dir();
-        for n in 0..100 {
-            let path = dir.join(format!("rtit-gdb-{}-{n}.gdb", std::process::id()));
-            // create_new: never follow or reuse a name someone else made.
-            match std::fs::File::options().write(true).create_new(true).open(&path) {
-                Ok(mut file) => {
-                    file.write_all(rtit_stub::monitor::GDB_INIT.as_bytes())
-                        .with_context(|| format!("cannot write {}", path.display()))?;
-                    return Ok(Self(path));
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(e).with_context(|| format!("cannot create {}", path.display())),
-            }
-        }
-        anyhow::bail!("cannot create a gdb script in {}", dir.display())
-    }
-}
-
-impl Drop for InitScript {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }

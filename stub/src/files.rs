@@ -52,6 +52,28 @@ pub fn executable(rec: &Recording) -> Option<&ImageRecord> {
         .or_else(|| elf.next())
 }
 
+/// The executable's dynamic linker as the executable names it (PT_INTERP, say
+/// `/lib64/ld-linux-x86-64.so.2`), and its copy among the images, which the recorder names
+/// by the path it resolved to (`/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2`): the same
+/// file name, else the image named like a dynamic linker. gdb opens it by the first name to
+/// find the linker's debug interface (`_dl_debug_state`); without it, it warns that it
+/// cannot debug shared library initializers.
+pub fn interpreter(rec: &Recording) -> Option<(String, &ImageRecord)> {
+    let exe = executable(rec)?;
+    let interp = elf_layout(&rec.image_bytes(exe).ok()?)?.interp?;
+    let name = Path::new(&interp).file_name()?;
+    let mut elf = rec
+        .manifest
+        .images
+        .iter()
+        .filter(|i| i.kind == ImageKind::Elf && i != &exe);
+    let image = elf
+        .clone()
+        .find(|i| Path::new(&i.path).file_name() == Some(name))
+        .or_else(|| elf.find(|i| i.path.contains("/ld-linux") || i.path.contains("/ld64")))?;
+    Some((interp, image))
+}
+
 /// What the auxv and the library list need from a 64-bit ELF file's headers.
 struct Layout {
     entry: u64,
@@ -63,6 +85,8 @@ struct Layout {
     phdr: Option<u64>,
     /// PT_DYNAMIC's address.
     dynamic: Option<u64>,
+    /// PT_INTERP's path: the dynamic linker the kernel loaded for it.
+    interp: Option<String>,
 }
 
 fn elf_layout(bytes: &[u8]) -> Option<Layout> {
@@ -75,6 +99,7 @@ fn elf_layout(bytes: &[u8]) -> Option<Layout> {
         lowest: u64::MAX,
         phdr: None,
         dynamic: None,
+        interp: None,
     };
     for i in 0..usize::from(layout.phnum) {
         let h = layout.phoff as usize + i * 56;
@@ -82,6 +107,12 @@ fn elf_layout(bytes: &[u8]) -> Option<Layout> {
         match kind {
             1 => layout.lowest = layout.lowest.min(vaddr & !0xfff),
             2 => layout.dynamic = Some(vaddr),
+            3 => {
+                let (offset, size) = (u64_at(h + 0x08)? as usize, u64_at(h + 0x20)? as usize);
+                let name = bytes.get(offset..offset.checked_add(size)?)?;
+                let name = name.split(|&b| b == 0).next()?;
+                layout.interp = Some(String::from_utf8_lossy(name).into_owned());
+            }
             6 => layout.phdr = Some(vaddr),
             _ => {}
         }
@@ -101,6 +132,9 @@ impl Files {
             let copy = rec.dir.join(&image.file);
             files.by_path.insert(image.path.clone(), copy.clone());
             files.by_path.insert(copy.display().to_string(), copy);
+        }
+        if let Some((interp, image)) = interpreter(rec) {
+            files.by_path.entry(interp).or_insert_with(|| rec.dir.join(&image.file));
         }
         let exe = executable(rec);
         files.exec = exe.map(|i| i.path.clone());

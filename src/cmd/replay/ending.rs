@@ -71,9 +71,10 @@ pub fn gdb_ended() {
 }
 
 /// Ends rtit with `code` (and the signal's name, if one ended it), after removing the history
-/// it was storing.
+/// it was storing and the files of the gdb it started.
 pub fn exit(code: i32) -> ! {
     abandon_stores();
+    super::gdb_files::remove();
     match SIGNALLED.load(Ordering::SeqCst) {
         0 => {}
         signal => {
