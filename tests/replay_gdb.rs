@@ -23,7 +23,7 @@ fn recording(name: &str, dynamic: bool) -> Recording {
     common::record_from_main(&exe, &dir.join("rec"))
 }
 
-/// Every `position N of M` that `monitor when` printed.
+/// Every `position N of 0..LAST` that `monitor when` printed.
 fn positions(out: &str) -> Vec<u64> {
     out.lines()
         .filter_map(|l| l.strip_prefix("position ")?.split_whitespace().next()?.parse().ok())
@@ -58,10 +58,14 @@ fn breakpoints_forwards_and_backwards_match_the_truth() {
     let exe = common::executable(&rec);
     let when = "monitor when";
     let pc = "p/x $pc";
+    let last = truth.len() as u64 - 1;
+    let past = format!("monitor goto {}", last + 1);
     let out = server.gdb(
         Some(&exe),
         &[
             when,
+            &past,
+            "monitor info",
             pc,
             "break fib",
             "continue",
@@ -86,12 +90,17 @@ fn breakpoints_forwards_and_backwards_match_the_truth() {
             pc,
         ],
     );
-    let last = truth.len() as u64 - 1;
     assert_eq!(
         positions(&out),
         [0, hits[0], hits[1], hits[0], hits[0] - 1, hits[0], last, 0],
         "{out}"
     );
+    // Every reply names the history's positions alike, both ends included.
+    assert!(out.contains(&format!("position 0 of 0..{last}\n")), "{out}");
+    let refused = format!("goto: `{}` is not a position of 0..{last}\n", last + 1);
+    assert!(out.contains(&refused), "{out}");
+    let info = format!("history   {} positions, 0..{last}\n", last + 1);
+    assert!(out.contains(&info), "{out}");
     let p = pcs(&out);
     assert_eq!(p, [truth[0], fib, truth[hits[0] as usize - 1], fib, truth[0]], "{out}");
     assert!(out.contains("=> 0x"), "x/i $pc: {out}");

@@ -119,7 +119,7 @@ fn output(out: std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
 }
 
-/// Every `position N of M` that `monitor when` printed.
+/// Every `position N of 0..LAST` that `monitor when` printed.
 fn positions(out: &str) -> Vec<u64> {
     out.lines()
         .filter_map(|l| l.strip_prefix("position ")?.split_whitespace().next()?.parse().ok())

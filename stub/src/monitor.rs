@@ -43,7 +43,7 @@ const HISTORY_PATIENCE: std::time::Duration = std::time::Duration::from_secs(600
 
 const MONITOR_HELP: &str = "\
 rtit monitor commands:
-  monitor when        the current position and the history's length
+  monitor when        the current position and the history's positions (0..LAST)
   monitor goto N      move to position N (a gdb not started by `rtit replay` must then run
                       `maint flush register-cache` and `maint flush dcache`)
   monitor info        a summary of the recording
@@ -90,7 +90,7 @@ impl MonitorCmd for ReplayTarget {
         match (first, second) {
             (Some("when"), None) => {
                 let s = &self.session;
-                outputln!(out, "position {} of {} (last {})", s.position(), s.len(), s.last());
+                outputln!(out, "position {} of {}", s.position(), span(s.len()));
             }
             (Some("goto"), Some(n)) => goto(self, n, &mut out),
             (Some("flushes-caches"), None) => self.gdb_flushes = true,
@@ -117,7 +117,16 @@ fn goto(target: &mut ReplayTarget, n: &str, out: &mut ConsoleOutput<'_>) {
                 );
             }
         }
-        _ => outputln!(out, "goto: `{n}` is not a position (0..={})", s.last()),
+        _ => outputln!(out, "goto: `{n}` is not a position of {}", span(s.len())),
+    }
+}
+
+/// The positions of a history of `len`, as every monitor reply names them: `0..LAST`, both
+/// ends included, so that no count (one more than the last position) reads as a position.
+fn span(len: u64) -> String {
+    match len {
+        0 => "an empty history".to_string(),
+        n => format!("0..{}", n - 1),
     }
 }
 
@@ -269,7 +278,7 @@ fn info(target: &ReplayTarget, out: &mut ConsoleOutput<'_>) {
     } else {
         ""
     };
-    outputln!(out, "history   {} positions{last}", s.len());
+    outputln!(out, "history   {} positions, {}{last}", s.len(), span(s.len()));
     let t = s.timeline();
     let (runs, blocks) = t.counts();
     outputln!(
@@ -345,6 +354,14 @@ fn insns(target: &ReplayTarget, n: Option<&str>, out: &mut ConsoleOutput<'_>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn positions_are_named_by_their_range_both_ends_included() {
+        assert_eq!(span(12491), "0..12490");
+        assert_eq!(span(1), "0..0");
+        assert_eq!(span(0), "an empty history");
+        assert!(MONITOR_HELP.contains("(0..LAST)"), "{MONITOR_HELP}");
+    }
 
     #[test]
     fn the_help_starts_with_its_title_and_the_init_script_defines_the_hook() {
