@@ -468,6 +468,42 @@ fn reverse_next_steps_over_a_call_backwards() {
     );
 }
 
+/// A port in use is refused with status 1 and a message that names the address, who holds
+/// it (this test, then another replay with its recording) and the way on, `--port 0`.
+#[test]
+fn a_busy_port_names_its_holder_and_the_way_on() {
+    let rec = recording("dispatch", false);
+    let replay_on = |port: u16| {
+        let out = Command::new(env!("CARGO_BIN_EXE_rtit"))
+            .args(["replay", "--no-gdb", "--port", &port.to_string()])
+            .arg(&rec.dir)
+            .stdin(Stdio::null())
+            .output()
+            .expect("rtit replay");
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let held = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let port = held.local_addr().expect("its address").port();
+    let (status, err) = replay_on(port);
+    assert_eq!(status, Some(1), "{err}");
+    let busy = format!(
+        "cannot listen on 127.0.0.1:{port}: the port is in use, by pid {} (`",
+        std::process::id()
+    );
+    assert!(err.contains(&busy), "{err}");
+    assert!(err.contains("; `--port 0` picks a free one"), "{err}");
+    drop(held);
+    let server = Server::start(&rec);
+    let (status, err) = replay_on(server.port());
+    assert_eq!(status, Some(1), "{err}");
+    let busy = format!(
+        "the port is in use, by `rtit replay` of {} (pid {}); `--port 0` picks a free one",
+        rec.dir.display(),
+        server.pid()
+    );
+    assert!(err.contains(&busy), "{err}");
+}
+
 #[test]
 fn disconnect_and_reconnect() {
     let rec = recording("dispatch", false);

@@ -2,7 +2,7 @@
 //! start gdb connected to it, as `rr replay` does.
 
 use std::io::{IsTerminal, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,6 +21,7 @@ use super::recordings;
 
 mod ending;
 mod gdb_files;
+mod listen;
 
 /// Arguments of `rtit replay`.
 #[derive(Debug, Args)]
@@ -101,8 +102,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         );
     }
     let port = args.port.unwrap_or(if args.no_gdb { 1234 } else { 0 });
-    let listener = TcpListener::bind((args.listen.as_str(), port))
-        .with_context(|| format!("cannot listen on {}:{port}", args.listen))?;
+    let listener = listen::bind(&args.listen, port)?;
     let addr: SocketAddr = listener.local_addr()?;
     // Where to connect, for a gdb of the user's; the one started here is told itself.
     if args.no_gdb {

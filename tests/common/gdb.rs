@@ -33,6 +33,16 @@ impl Server {
         Self { child, port }
     }
 
+    /// The port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The server's peak resident memory so far (VmHWM), in KiB.
     pub fn peak_kib(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).expect("the server runs");
