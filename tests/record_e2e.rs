@@ -245,6 +245,86 @@ fn bad_programs_are_one_line_errors_and_leave_nothing_behind() {
     }
 }
 
+/// The commands a refusal suggests (`rtit record -- …`, between backquotes), each as its
+/// program and the rest of its line.
+fn suggested(message: &str) -> Vec<(String, String)> {
+    message
+        .split("`rtit record -- ")
+        .skip(1)
+        .filter_map(|s| {
+            let command = s.split('`').next()?;
+            let (program, rest) = command.split_once(' ').unwrap_or((command, ""));
+            Some((program.to_string(), rest.to_string()))
+        })
+        .collect()
+}
+
+fn is_elf(path: &str) -> bool {
+    std::fs::read(path).is_ok_and(|b| b.starts_with(b"\x7fELF"))
+}
+
+/// A script is refused, until execve is followed, with what to record instead as commands to
+/// copy: the program a wrapper `exec`s at its end (a pyenv shim's from `pyenv which`), or its
+/// interpreter (from the `#!` line, `env` through PATH) running it. Nothing is recorded.
+#[test]
+fn a_script_is_refused_naming_its_interpreter_and_what_it_runs() {
+    let dir = scratch("scripts");
+    let out = dir.join("rec");
+    let refusal = |program: &str, args: &[&str]| {
+        let mut all = vec!["record", "--out", s(&out), "--", program];
+        all.extend(args);
+        let result = rtit(&all);
+        let err = String::from_utf8_lossy(&result.stderr).into_owned();
+        assert_eq!(result.status.code(), Some(1), "{program}: {err}");
+        assert!(!out.exists(), "no recording of {program}");
+        err.lines().last().unwrap_or_default().to_string()
+    };
+    let wrapper = dir.join("wrapper");
+    std::fs::write(&wrapper, "#!/bin/sh\n# true, by another name\nexec /bin/true\n").expect("write");
+    let w = wrapper.display();
+    assert_eq!(
+        refusal(s(&wrapper), &["x"]),
+        format!("rtit: error: {w} is a script (#!/bin/sh) that ends in `exec /bin/true`, and rtit cannot follow execve yet: record the program it runs, `rtit record -- /bin/true`, or sh running the script, `rtit record -- /bin/sh {w} x`")
+    );
+    let hello = dir.join("hello.py");
+    std::fs::write(&hello, "#!/usr/bin/env python3\nprint('hi')\n").expect("write");
+    let line = refusal(s(&hello), &["a b"]);
+    assert!(
+        line.contains("(#!/usr/bin/env python3), and rtit cannot follow execve yet: record python3 running it"),
+        "{line}"
+    );
+    let [(program, rest)] = suggested(&line)
+        .try_into()
+        .unwrap_or_else(|_| panic!("one command: {line}"));
+    assert!(is_elf(&program), "python3 on PATH, followed to its program: {line}");
+    assert_eq!(rest, format!("{} 'a b'", hello.display()), "{line}");
+    // A real pyenv shim (a bash script ending in `exec …/pyenv exec "$program" "$@"`), where
+    // there is one: the user's `rtit record -- python3` when it is first on PATH.
+    let on_path = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|d| d.join("python3"))
+        .find(|p| p.is_file());
+    let home_shim = std::env::var_os("HOME").map(|h| Path::new(&h).join(".pyenv/shims/python3"));
+    let shim = [on_path, home_shim]
+        .into_iter()
+        .flatten()
+        .find(|p| std::fs::read_to_string(p).is_ok_and(|t| t.starts_with("#!") && t.contains("pyenv")));
+    if let Some(shim) = shim {
+        let line = refusal(s(&shim), &["-c", "print(1)"]);
+        let start = format!("rtit: error: {} is a script (#!/usr/bin/env bash) that ends in `pyenv exec python3`, and rtit cannot follow execve yet: record the program it runs (`pyenv which python3`), `rtit record -- ", shim.display());
+        assert!(line.starts_with(&start), "{line}");
+        assert!(
+            line.contains(", or bash running the script, `rtit record -- "),
+            "{line}"
+        );
+        let [(python, python_args), (bash, bash_args)] = suggested(&line)
+            .try_into()
+            .unwrap_or_else(|_| panic!("two commands: {line}"));
+        assert!(is_elf(&python) && is_elf(&bash), "{line}");
+        assert_eq!(python_args, "-c 'print(1)'", "{line}");
+        assert_eq!(bash_args, format!("{} -c 'print(1)'", shim.display()), "{line}");
+    }
+}
+
 /// SIGINT and SIGTERM stop a step recording: a valid recording that names the signal, the
 /// exit status 128 + signal, and a history that accounts for exactly the instructions the
 /// recorder counted. In `busy` the last branches' bits come from RTIT_TNT_BUFF, not a packet,

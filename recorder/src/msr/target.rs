@@ -95,7 +95,7 @@ impl PtraceTarget {
         interrupted: &crate::interrupt::Interrupt,
     ) -> Result<Self, StepError> {
         let program = resolve(program)?;
-        let warnings = check_executable(&program)?;
+        let warnings = check_executable(&program, args)?;
         let tracee = Tracee::spawn(&program, args, aslr)?;
         ptrace::setoptions(
             tracee.pid,

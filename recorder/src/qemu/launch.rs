@@ -93,7 +93,7 @@ fn launch(opts: &mut QemuOptions, phase: &mut Phase) -> Result<Outcome, QemuErro
     let qemu = find_qemu().ok_or(QemuError::NoQemu)?;
     let plugin = find_plugin().ok_or(QemuError::NoPlugin)?;
     let program = resolve(&opts.program)?;
-    let warnings = check_executable(&program)?;
+    let warnings = check_executable(&program, &opts.args)?;
     // What runs killed before left (their drop never ran); then this run's.
     let tmp = std::env::temp_dir();
     super::scratch::remove_left_by_ended_runs(&tmp);

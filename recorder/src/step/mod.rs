@@ -15,6 +15,7 @@
 //! - a system call is a far transfer into the kernel and, when it returns, out of it;
 //!   `exit_group` ends the recording; `execve` and thread creation stop it, unsupported.
 
+mod shebang;
 pub(crate) mod sideband;
 pub(crate) mod syscall_log;
 pub(crate) mod tracee;
@@ -54,6 +55,10 @@ pub enum StepError {
         /// What is wrong.
         problem: String,
     },
+    /// The program is a script, which rtit cannot record until it follows execve: what to
+    /// record instead.
+    #[error("{0}")]
+    Script(Box<shebang::ScriptAdvice>),
     /// A ptrace or /proc operation failed.
     #[error("ptrace: {0}")]
     Ptrace(String),
@@ -328,7 +333,7 @@ pub(crate) fn run_to(tracee: &Tracee, at: &StartAt, interrupted: &Interrupt) -> 
 /// Records a program.
 pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
     let program = resolve(&opts.program)?;
-    let warnings = check_executable(&program)?;
+    let warnings = check_executable(&program, &opts.args)?;
     opts.interrupted.check(|| "starting the program".into())?;
     let tracee = Tracee::spawn(&program, &opts.args, opts.aslr)?;
     let regs_start = run_to(&tracee, &opts.start, &opts.interrupted)?;

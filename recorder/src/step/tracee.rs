@@ -45,8 +45,9 @@ pub fn resolve(program: &Path) -> Result<PathBuf, StepError> {
 }
 
 /// Checks that `path` is a 64-bit x86 ELF executable before running it; returns what the
-/// user should be warned about (see [`privilege_warning`]).
-pub fn check_executable(path: &Path) -> Result<Vec<String>, StepError> {
+/// user should be warned about (see [`privilege_warning`]). A script is refused with what to
+/// record instead, for which it takes the `args` the user gave.
+pub fn check_executable(path: &Path, args: &[OsString]) -> Result<Vec<String>, StepError> {
     let problem = |problem: &str| StepError::Program {
         program: path.display().to_string(),
         problem: problem.to_string(),
@@ -55,12 +56,13 @@ pub fn check_executable(path: &Path) -> Result<Vec<String>, StepError> {
     let file = File::open(path).map_err(|e| problem(&format!("cannot open it: {e}")))?;
     file.read_at(&mut header, 0)
         .map_err(|e| problem(&format!("cannot read it: {e}")))?;
+    if header.starts_with(b"#!") {
+        return Err(StepError::Script(Box::new(super::shebang::ScriptAdvice::new(
+            path, args,
+        ))));
+    }
     if &header[..4] != b"\x7fELF" {
-        return Err(problem(if header.starts_with(b"#!") {
-            "is a script, not an ELF executable; record its interpreter instead"
-        } else {
-            "is not an ELF executable"
-        }));
+        return Err(problem("is not an ELF executable"));
     }
     if header[4] != 2 {
         return Err(problem("is a 32-bit program; only x86-64 programs are supported"));
@@ -301,20 +303,20 @@ mod tests {
         let dir = std::env::temp_dir();
         let script = dir.join(format!("rtit-script-{}", std::process::id()));
         std::fs::write(&script, "#!/bin/sh\necho hi\n").expect("write");
-        let err = check_executable(&script).expect_err("a script");
+        let err = check_executable(&script, &[]).expect_err("a script");
         assert!(err.to_string().contains("is a script"), "{err}");
         std::fs::write(
             &script,
             [0x7f, b'E', b'L', b'F', 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 3, 0],
         )
         .expect("write");
-        let err = check_executable(&script).expect_err("32-bit");
+        let err = check_executable(&script, &[]).expect_err("32-bit");
         assert!(err.to_string().contains("32-bit"), "{err}");
         std::fs::remove_file(&script).ok();
-        assert!(check_executable(Path::new("/no/such/program")).is_err());
+        assert!(check_executable(Path::new("/no/such/program"), &[]).is_err());
         let err = resolve(Path::new("no-such-program-rtit")).expect_err("not on PATH");
         assert!(err.to_string().contains("not found"), "{err}");
-        let warnings = check_executable(&std::env::current_exe().expect("self")).expect("the test binary is fine");
+        let warnings = check_executable(&std::env::current_exe().expect("self"), &[]).expect("the test binary is fine");
         assert!(warnings.is_empty(), "{warnings:?}");
     }
 
