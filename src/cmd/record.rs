@@ -295,6 +295,10 @@ fn record(args: &RecordArgs, interrupted: &Interrupt) -> Result<u8> {
     if out.exists() {
         bail!("{} already exists; choose another --out or remove it", out.display());
     }
+    // A program rtit cannot record (a script, a 32-bit one) is refused before anything is
+    // said of recording it; the backend checks again and says what to warn about.
+    let resolved = step::resolve(std::path::Path::new(program))?;
+    step::check_executable(&resolved, program_args)?;
     let (backend, why) = choose(args.backend, args.verbose);
     eprintln!("rtit: recording with {why}");
     let progress: Option<Box<dyn FnMut(u64)>> = std::io::stderr().is_terminal().then(|| {
