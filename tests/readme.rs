@@ -90,6 +90,7 @@ fn scratch(name: &str) -> PathBuf {
     let dir = common::scratch("readme", name);
     let examples = dir.join("examples/c");
     std::fs::create_dir_all(&examples).expect("mkdir");
+    std::fs::create_dir_all(dir.join("target")).expect("mkdir");
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/c/overflow.c");
     std::fs::copy(source, examples.join("overflow.c")).expect("copy");
     dir
@@ -149,8 +150,8 @@ fn the_walkthrough_runs_as_written() {
     assert_eq!(
         commands,
         [
-            "gcc -g -o overflow examples/c/overflow.c",
-            "rtit record -- ./overflow",
+            "gcc -g -o target/overflow examples/c/overflow.c",
+            "rtit record -- target/overflow",
             "rtit replay"
         ]
     );

@@ -6,10 +6,15 @@ use anyhow::{bail, Result};
 use rtit_replay_core::recording::RecordingError;
 use rtit_replay_core::recording::{default_root, Recording};
 
-/// The recording at `arg`, or the latest under the default root; a warning on stderr if it
+/// The recording at `arg` (a directory, or the name of one under the default root as `rtit
+/// ls` lists them), or the latest under the default root; a warning on stderr if it
 /// carries no seal (made by an older rtit).
 pub fn open(arg: Option<&Path>) -> Result<Recording> {
     let dir: PathBuf = match arg {
+        // A name `rtit ls` lists, as rr takes one: a recording under the default root.
+        Some(name) if !name.exists() && name.components().count() == 1 && default_root().join(name).is_dir() => {
+            default_root().join(name)
+        }
         Some(dir) => dir.to_path_buf(),
         None => {
             let latest = default_root().join("latest");

@@ -98,7 +98,17 @@ impl MonitorCmd for ReplayTarget {
             (Some("wait"), None) => wait_values(self, &mut out),
             (Some("insns"), n) => insns(self, n, &mut out),
             (Some("why-unknown"), Some(what)) => why_unknown(self, what, &mut out),
-            _ => outputln!(out, "{MONITOR_HELP}"),
+            (Some("help"), None) | (None, _) => outputln!(out, "{MONITOR_HELP}"),
+            (Some("why-unknown"), None) => outputln!(
+                out,
+                "why-unknown needs a register or an address: `monitor why-unknown rax`, `monitor why-unknown 0x4000a000`"
+            ),
+            (Some("goto"), None) => outputln!(out, "goto needs a position: `monitor goto 1000`"),
+            (Some(cmd), _) => outputln!(
+                out,
+                "`{}` is not a monitor command rtit knows in this form\n{MONITOR_HELP}",
+                cmd.to_owned() + &second.map(|a| format!(" {a}")).unwrap_or_default()
+            ),
         }
         Ok(())
     }
@@ -174,9 +184,13 @@ fn why_unknown(target: &mut ReplayTarget, what: &str, out: &mut ConsoleOutput<'_
         // Known from one pass at least; say which pass lost it (a store through an address
         // only the other pass knows forgets memory in the first).
         outputln!(out, "{label} is known here: {v:#x}");
-        for (pass, w, backwards) in [("forwards", forward, false), ("backwards", backward, true)] {
+        for (pass, w, backwards) in [("forward", forward, false), ("backward", backward, true)] {
             if let Some(w) = w {
-                outputln!(out, "  going {pass}: unknown ({})", because(w, backwards));
+                let cause = because(w, backwards);
+                outputln!(
+                    out,
+                    "  (the {pass} pass alone would not know it: {cause}; the other pass does)"
+                );
             }
         }
         return;

@@ -96,9 +96,11 @@ impl fmt::Display for ScriptAdvice {
             }
             (None, None) => return write!(f, "its interpreter running it; {name} is not found"),
         }
-        match &self.interpreter {
-            Some(interpreter) => write!(f, ", or {name} running the script, `rtit record -- {interpreter}`"),
-            None => Ok(()),
+        // With the program known, the interpreter running the script is no way to record it:
+        // the script's `exec` would stop that recording before the program starts.
+        match (&self.interpreter, self.runs.as_ref().and_then(|r| r.command.as_ref())) {
+            (Some(interpreter), None) => write!(f, ", or {name} running the script, `rtit record -- {interpreter}`"),
+            _ => Ok(()),
         }
     }
 }

@@ -62,6 +62,16 @@ pub fn check_executable(path: &Path, args: &[OsString]) -> Result<Vec<String>, S
         ))));
     }
     if &header[..4] != b"\x7fELF" {
+        // A text file without `#!`: a shell that cannot exec it runs it with /bin/sh.
+        let text = header
+            .iter()
+            .all(|&b| b.is_ascii_graphic() || b.is_ascii_whitespace() || b == 0);
+        if text {
+            let script = path.display();
+            return Err(problem(&format!(
+                "is not an ELF executable but text without a #! line, which a shell runs with /bin/sh: record that, `rtit record -- /bin/sh {script}`"
+            )));
+        }
         return Err(problem("is not an ELF executable"));
     }
     if header[4] != 2 {

@@ -51,9 +51,7 @@ pub enum RecordingError {
 fn shortfall(trace_len: u64, trace_bytes: u64, expected: u64, decoded: Option<u64>) -> String {
     let counts = match decoded {
         Some(decoded) => format!("the manifest expects {expected} instructions, decoded {decoded}"),
-        None => format!(
-            "the manifest expects {expected} instructions (`rtit info --decode --partial` counts what it holds)"
-        ),
+        None => format!("the manifest expects {expected} instructions"),
     };
     if trace_len == trace_bytes {
         // All of it is there: what differs is the decode (code no image holds, such as a

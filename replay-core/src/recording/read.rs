@@ -121,7 +121,14 @@ impl Recording {
     /// An image copy's bytes, checked against its SHA-256.
     pub fn image_bytes(&self, image: &ImageRecord) -> Result<Vec<u8>, RecordingError> {
         let path = self.path_of(&image.file);
-        let bytes = plain_file::read(&path, Some(&self.dir), IMAGE_LIMIT)?;
+        let bytes = match plain_file::read(&path, Some(&self.dir), IMAGE_LIMIT) {
+            Ok(bytes) => bytes,
+            Err(e) if e.is_missing() => {
+                let what = format!("the copy of {}, which the manifest lists", image.path);
+                return Err(missing(&path, &what));
+            }
+            Err(e) => return Err(e.into()),
+        };
         super::validate::image_bytes(&path, image, &bytes)?;
         Ok(bytes)
     }
