@@ -244,3 +244,27 @@ fn the_undamaged_recording_reads_cleanly() {
     let out = replay_and_step(&corpus().join("base"));
     assert!(out.contains("= 0x401000"), "{out}");
 }
+
+/// A recording that is not there is said to be not there (not "not a recording"); a name
+/// `rtit ls` lists is found under the recordings' root, as rr finds one.
+#[test]
+fn a_missing_recording_is_said_missing_and_a_listed_name_is_found() {
+    let (code, stderr) = limited(&["replay", "--no-gdb", "/no/such/recording"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(stderr.trim(), "rtit: error: /no/such/recording: no such directory");
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("corrupt_names");
+    let _ = std::fs::remove_dir_all(&root);
+    copy_dir(&corpus().join("base"), &root.join("base-0"));
+    let out = Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .args(["info", "base-0"])
+        .env("RTIT_DIR", &root)
+        .current_dir(root.join("base-0").join("images"))
+        .output()
+        .expect("rtit info");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.contains(&format!("recording     {}", root.join("base-0").display())),
+        "{stdout}"
+    );
+}
