@@ -73,6 +73,9 @@ pub struct Outcome {
     /// The system calls already written one JSON record a line, as the recording holds them
     /// (the qemu plugin writes them): moved into the recording instead of `syscalls`.
     pub syscalls_file: Option<std::path::PathBuf>,
+    /// The anchors' files (`anchors.jsonl` and `anchor-pages.bin`), where the backend took
+    /// anchors: moved into the recording.
+    pub anchor_files: Option<[std::path::PathBuf; 2]>,
     /// What cpuid, rdtsc, rdtscp and xgetbv returned, where the backend saw it.
     pub results: Vec<rtit_replay_core::recording::InsnResult>,
     /// Signal handlers' entries: registers and the frame, where the backend saw them.

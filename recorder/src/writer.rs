@@ -295,6 +295,20 @@ fn write_into(tmp: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, Wr
         }
         None => write_lines(&tmp.join(files::SYSCALLS), &outcome.syscalls)?,
     }
+    // The anchors, if any was taken (moved as the system calls are).
+    if let Some(paths) = &outcome.anchor_files {
+        let taken = std::fs::metadata(&paths[0]).is_ok_and(|m| m.len() > 0);
+        for (from, name) in paths
+            .iter()
+            .zip([files::ANCHORS, files::ANCHOR_PAGES])
+            .filter(|_| taken)
+        {
+            let to = tmp.join(name);
+            std::fs::rename(from, &to)
+                .or_else(|_| std::fs::copy(from, &to).map(|_| ()))
+                .map_err(io(from))?;
+        }
+    }
     write_lines(&tmp.join(files::RESULTS), &outcome.results)?;
     write_lines(&tmp.join(files::SIGNALS), &outcome.signals)?;
     if !outcome.cpuid.is_empty() {

@@ -82,6 +82,13 @@ pub struct RecordArgs {
     /// The trace backend.
     #[arg(long, value_enum, default_value = "auto")]
     backend: Backend,
+    /// qemu backend: take an anchor (every register and the pages written since the last)
+    /// every this many instructions, so that replay knows the state there at once; 0: none.
+    /// Needs Linux 6.7 or newer (asynchronous userfaultfd write-protection). Each costs
+    /// QEMU 7.2 its translated code (its gdbstub flushes it at every stop): about 20 ms on
+    /// python3, hence the default of 2^25.
+    #[arg(long, value_name = "N", default_value_t = 1 << 25)]
+    anchor_every: u64,
     /// Say more: why `auto` chose the backend it did.
     #[arg(short, long)]
     verbose: bool,
@@ -384,6 +391,7 @@ fn record(args: &RecordArgs, interrupted: &Interrupt) -> Result<u8> {
             truth: args.truth,
             check: args.check_fast_path,
             interrupted: interrupted.clone(),
+            anchors: (args.anchor_every > 0).then_some(args.anchor_every),
             progress: std::io::stderr().is_terminal().then(|| {
                 let started = Instant::now();
                 Box::new(move |n: u64, bytes: u64| {

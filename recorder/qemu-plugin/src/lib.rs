@@ -23,6 +23,7 @@ mod shared;
 mod state;
 mod stop;
 mod translated;
+mod written;
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::atomic::Ordering;
@@ -316,6 +317,7 @@ fn write_counters(out: &str) -> Result<(), String> {
         delivered: Some(published::DELIVERED.as_ptr() as u64),
         pending_start: Some(published::PENDING_START.as_ptr() as u64),
         faulted: Some(published::FAULTED.as_ptr() as u64),
+        tracking: Some(written::TRACKING.as_ptr() as u64),
     };
     let path = std::path::Path::new(out).join(rtit_recorder::qemu::report::files::COUNTERS);
     let text = serde_json::to_vec(&counters).map_err(|e| e.to_string())?;

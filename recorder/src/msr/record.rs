@@ -123,6 +123,7 @@ pub fn record(mut opts: MsrOptions) -> Result<Outcome, String> {
         syscalls: placed.syscalls,
         results: Vec::new(),
         syscalls_file: None,
+        anchor_files: None,
         signals: placed.signals,
         cpuid: Vec::new(),
         xcr0,

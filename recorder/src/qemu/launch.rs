@@ -78,6 +78,9 @@ pub struct QemuOptions {
     pub progress: Option<Box<dyn FnMut(u64, u64)>>,
     /// Set by a signal handler when recording was interrupted.
     pub interrupted: crate::interrupt::Interrupt,
+    /// Take an anchor every this many positions (a whole state: registers and the pages
+    /// written since the one before), where the kernel lets the plugin track written pages.
+    pub anchors: Option<u64>,
 }
 
 /// Records a program under QEMU with the plugin. After SIGINT, SIGTERM or SIGHUP (in
@@ -102,7 +105,11 @@ fn launch(opts: &mut QemuOptions, phase: &mut Phase) -> Result<Outcome, QemuErro
     let progress = opts.progress.take();
     // The trace file stays in the scratch directory, which the outcome owns from here: the
     // writer moves it into the recording.
-    run(&qemu, &plugin, &program, opts, scratch, progress, phase).map(|outcome| Outcome { warnings, ..outcome })
+    run(&qemu, &plugin, &program, opts, scratch, progress, phase).map(|mut outcome| {
+        // The program's warnings first, then the recording's (they were dropped).
+        outcome.warnings.splice(0..0, warnings);
+        outcome
+    })
 }
 
 fn run(
@@ -137,6 +144,7 @@ fn run(
         argc: opts.args.len() as u64 + 1,
         stop: Some(pipe.fd()),
         check: opts.check,
+        anchors: opts.anchors.is_some(),
     };
     let option = format!("{},{}", plugin.display(), args.to_option());
     let mut cmd = Command::new(qemu);
@@ -174,6 +182,10 @@ fn run(
         },
         // Under an IP filter user code outside it runs untraced.
         only_kernel: config.events & 0b111 == rtit_replay_core::regs::EventId::AlwaysOn.bits(),
+        anchors: opts.anchors.map(|every| super::gdbstub::AnchorPlan {
+            every,
+            dir: dir.to_path_buf(),
+        }),
     };
     cmd.arg("-g").arg(&socket);
     cmd.arg(program).args(&opts.args);
@@ -307,12 +319,36 @@ fn run(
     };
     let mut signals = watched.signals;
     exact_positions(&mut signals, &watched.told, &report.deliveries);
+    // Anchors, where the plugin tracked the written pages (its notes say why not).
+    warnings.extend(
+        report
+            .notes
+            .iter()
+            .filter(|n| n.starts_with("no anchors") || n.starts_with("anchors end"))
+            .cloned(),
+    );
+    let anchor_files = match watched.anchors {
+        Some(ended) => {
+            if let Some(why) = ended {
+                warnings.push(format!(
+                    "anchors stop before the end ({why}): values after the last come from the passes alone"
+                ));
+            }
+            let names = [
+                rtit_replay_core::recording::files::ANCHORS,
+                rtit_replay_core::recording::files::ANCHOR_PAGES,
+            ];
+            Some(names.map(|n| dir.join(n)))
+        }
+        None => None,
+    };
     Ok(Outcome {
         trace_end: report.tnt_buff.map(|tnt_buff| TraceEndRecord { tnt_buff }),
         children: report.children,
         warnings,
         syscalls: report.syscalls,
         syscalls_file: Some(dir.join(files::SYSCALLS)).filter(|p| p.is_file()),
+        anchor_files,
         results: Vec::new(),
         signals,
         cpuid,

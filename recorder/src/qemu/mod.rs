@@ -23,3 +23,4 @@ pub mod report;
 pub mod scratch;
 pub mod stop;
 pub mod translations;
+pub mod written;

@@ -64,6 +64,10 @@ pub struct Counters {
     /// that goes to no handler.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub faulted: Option<u64>,
+    /// The address of the word that says whether the pages the program writes are tracked
+    /// (`crate::qemu::written`: 0 not yet or not at all, 1 yes, 2 no longer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracking: Option<u64>,
 }
 
 /// The lowest descriptor number the plugin keeps open (its output files, and the pipe on
@@ -109,6 +113,9 @@ pub struct Args {
     pub stop: Option<i32>,
     /// Check the fast path against the unit model one instruction at a time (`check=on`).
     pub check: bool,
+    /// Track the pages the program writes, for the anchors `rtit record` takes
+    /// (`anchors=on`; see `crate::qemu::written`).
+    pub anchors: bool,
 }
 
 impl Args {
@@ -132,6 +139,7 @@ impl Args {
                 "start" => out.start = Some(value.to_string()),
                 "truth" => out.truth = value == "on",
                 "check" => out.check = value == "on",
+                "anchors" => out.anchors = value == "on",
                 "argc" => out.argc = value.parse().map_err(|_| bad("not a number"))?,
                 "stop" => out.stop = Some(value.parse().map_err(|_| bad("not a descriptor number"))?),
                 _ => return Err(bad("unknown key")),
@@ -166,6 +174,9 @@ impl Args {
         }
         if self.check {
             s.push_str(",check=on");
+        }
+        if self.anchors {
+            s.push_str(",anchors=on");
         }
         s
     }
@@ -265,6 +276,7 @@ mod tests {
             argc: 3,
             stop: Some(1001),
             check: true,
+            anchors: true,
         };
         let option = args.to_option();
         assert_eq!(Args::parse(option.split(',')), Ok(args));

@@ -572,6 +572,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
         syscalls,
         results,
         syscalls_file: None,
+        anchor_files: None,
         signals,
         cpuid: Vec::new(),
         xcr0,

@@ -16,6 +16,7 @@
 //! The writer creates it under a temporary name and renames it when complete, so a directory
 //! with a manifest is a finished recording (possibly marked interrupted).
 
+pub mod anchors;
 pub mod cpuid;
 mod error;
 pub use crate::hex;
@@ -77,6 +78,10 @@ pub mod files {
     pub const MEMORY_START: &str = "memory-start.bin";
     /// Writable memory at the end.
     pub const MEMORY_END: &str = "memory-end.bin";
+    /// Whole states taken while the program ran (optional): registers and pages written.
+    pub const ANCHORS: &str = "anchors.jsonl";
+    /// The anchors' pages.
+    pub const ANCHOR_PAGES: &str = "anchor-pages.bin";
 }
 
 /// Where recordings go unless told otherwise: `$RTIT_DIR`, else `$XDG_DATA_HOME/rtit`, else
@@ -495,7 +500,10 @@ impl Recording {
 
     /// A file of one JSON value per line (blank lines skipped), none if the recording has no
     /// such file; an error names the line.
-    fn json_lines<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<Option<Vec<T>>, RecordingError> {
+    pub(super) fn json_lines<T: serde::de::DeserializeOwned>(
+        &self,
+        name: &str,
+    ) -> Result<Option<Vec<T>>, RecordingError> {
         let path = self.dir.join(name);
         let Some(text) = self.read_optional(name)? else {
             return Ok(None);

@@ -91,6 +91,8 @@ pub struct Plugin {
     /// What the engine is handed, captured for `cargo bench --bench qemu_engine` when
     /// `RTIT_QEMU_CAPTURE` names a directory.
     capture: Option<Capture>,
+    /// The pages the program writes, tracked from tracing's start (`anchors=on`).
+    written: Option<crate::written::Written>,
 }
 
 impl Plugin {
@@ -145,6 +147,7 @@ impl Plugin {
             children: Vec::new(),
             notes: Vec::new(),
             flush_check: 0,
+            written: None,
             capture: std::env::var_os(capture::ENV).and_then(|dir| {
                 let dir = Path::new(&dir);
                 let file = |name: &str| {
@@ -344,6 +347,13 @@ impl Plugin {
         match write_snapshot(&path, &snap) {
             Ok(regions) => self.memory_start = (regions, snap.truncated),
             Err(e) => self.notes.push(e.to_string()),
+        }
+        if self.args.anchors {
+            // From the start snapshot on: every page written after it shows at an anchor.
+            match crate::written::Written::start(&maps) {
+                Ok(w) => self.written = Some(w),
+                Err(e) => self.notes.push(format!("no anchors: {e}")),
+            }
         }
         self.registers_start = if self.args.start.is_none() {
             self.entry_registers.clone()

@@ -175,6 +175,10 @@ impl Plugin {
             let mapped = rtit_recorder::sideband::mapped(number, a[1], ret);
             if let Some(change) = diff(&old, maps.current(), self.engine.position(), number, mapped) {
                 self.images.note(&change.added);
+                if let Some(Err(e)) = self.written.as_ref().map(|w| w.follow(&change.added)) {
+                    self.notes.push(format!("anchors end here: {e}"));
+                    self.written = None;
+                }
                 self.changes.push(change);
                 self.waits(deferred::Waiting::Change(self.changes.len() - 1), seq);
             }

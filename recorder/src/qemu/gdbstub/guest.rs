@@ -12,7 +12,7 @@ use crate::qemu::report::Counters;
 
 /// Reads `len` bytes of QEMU's memory at `at` (QEMU user mode keeps the program's memory at
 /// its own addresses); fewer where it cannot.
-pub(super) fn read(pid: Pid, at: u64, len: usize) -> Vec<u8> {
+pub(crate) fn read(pid: Pid, at: u64, len: usize) -> Vec<u8> {
     let mut buf = vec![0u8; len];
     let mut done = 0;
     while done < len {

@@ -18,6 +18,7 @@
 //!
 //! So QEMU always runs with its gdbstub.
 
+mod anchors;
 mod cut;
 pub(crate) mod guest;
 mod remote;
@@ -25,6 +26,7 @@ mod signals;
 mod start;
 mod watch;
 
+pub use anchors::AnchorPlan;
 pub use start::StartPoint;
 pub use watch::{Plan, Watch, Watched, SAMPLE_SIGNAL};
 
@@ -56,4 +58,7 @@ pub enum GdbstubError {
     /// The watching thread panicked.
     #[error("the thread watching QEMU's gdbstub stopped unexpectedly")]
     Panicked,
+    /// Writing the anchors failed.
+    #[error("anchors: {0}")]
+    Anchors(String),
 }

@@ -50,6 +50,8 @@ pub struct Plan {
     /// Whether only the kernel runs between traced code and a signal handler (no IP filter
     /// leaves user code untraced).
     pub only_kernel: bool,
+    /// Take anchors while the program runs.
+    pub anchors: Option<super::anchors::AnchorPlan>,
 }
 
 /// What the thread read.
@@ -64,6 +66,9 @@ pub struct Watched {
     /// The indices in `signals` of the entries the plugin's engine was told of, in order
     /// (`super::signals::Delivery::told`).
     pub told: Vec<usize>,
+    /// With anchors planned: whether they were taken (the plugin tracked the written
+    /// pages), and why they stopped before the end, if they did.
+    pub anchors: Option<Option<String>>,
 }
 
 /// A running watch over QEMU's gdbstub.
@@ -194,55 +199,47 @@ fn watch(
         }
     }
     remote.send("c")?;
+    let mut anchors = match &plan.anchors {
+        Some(a) => super::anchors::Anchors::new(a, pid, counters)?,
+        None => None,
+    };
     let mut program = Program {
         pid,
         counters,
         only_kernel: plan.only_kernel,
         signals: Vec::new(),
         told: Vec::new(),
-        sampling: plan.sample,
+        sampling: plan.sample || anchors.is_some(),
         withheld: false,
     };
-    if plan.sample {
-        sample(&mut remote, &mut program, done, &mut watched.samples)?;
-    } else {
-        pass_signals(&mut remote, &mut program, done)?;
-    }
+    let samples = plan.sample.then_some(&mut watched.samples);
+    run(&mut remote, &mut program, done, samples, anchors.as_mut())?;
     watched.signals = program.signals;
     watched.told = program.told;
+    watched.anchors = anchors.map(super::anchors::Anchors::finish).transpose()?;
     Ok(watched)
 }
 
-/// Passes the program's signals on until it ends.
-fn pass_signals(remote: &mut Remote, program: &mut Program, done: &AtomicBool) -> Result<(), GdbstubError> {
-    loop {
-        match remote.receive(Some(POLL))? {
-            Received::Closed => return Ok(()),
-            Received::TimedOut if done.load(Ordering::Relaxed) => return Ok(()),
-            Received::TimedOut => {}
-            Received::Packet(reply) => match stop(&reply)? {
-                Stop::Ended => return Ok(()),
-                Stop::Signal(s) => {
-                    if !program.pass(remote, s, done)? {
-                        return Ok(());
-                    }
-                }
-            },
-        }
-    }
-}
+/// How often the watch looks whether an anchor is due while the program runs.
+const ANCHOR_POLL: Duration = Duration::from_millis(1);
 
-/// Samples the running program until it ends.
-fn sample(
+/// Passes the program's signals on until it ends; meanwhile, with `samples`, samples the
+/// registers at random moments, and with `anchors`, takes an anchor whenever one is due.
+fn run(
     remote: &mut Remote,
     program: &mut Program,
     done: &AtomicBool,
-    samples: &mut Vec<(u64, RegisterMap)>,
+    mut samples: Option<&mut Vec<(u64, RegisterMap)>>,
+    mut anchors: Option<&mut super::anchors::Anchors>,
 ) -> Result<(), GdbstubError> {
     let pid = program.pid;
     let mut jitter = Jitter(u64::from(pid.as_raw() as u32) | 1 << 40);
+    let mut next_sample = samples.is_some().then(|| Instant::now() + jitter.next());
     loop {
-        match remote.receive(Some(jitter.next()))? {
+        let now = Instant::now();
+        let poll = if anchors.is_some() { ANCHOR_POLL } else { POLL };
+        let wait = next_sample.map_or(poll, |t| t.saturating_duration_since(now).min(poll));
+        match remote.receive(Some(wait))? {
             Received::Closed => return Ok(()),
             // The program's own signal (or its end) while it ran: passed on as it came.
             Received::Packet(reply) => match stop(&reply)? {
@@ -256,18 +253,35 @@ fn sample(
                 }
             },
             Received::TimedOut => {
-                if done.load(Ordering::Relaxed) || kill(pid, SAMPLE_SIGNAL).is_err() {
+                if done.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+                let now = Instant::now();
+                let sample = next_sample.is_some_and(|t| now >= t);
+                let anchor = anchors.as_mut().is_some_and(|a| a.due());
+                if sample {
+                    next_sample = Some(now + jitter.next());
+                }
+                if !(sample || anchor) {
+                    continue;
+                }
+                if kill(pid, SAMPLE_SIGNAL).is_err() {
                     return Ok(());
                 }
                 match our_stop(remote, program, done)? {
                     None => return Ok(()),
-                    // It came while the program's own signal was being delivered: no sample.
+                    // It came while the program's own signal was being delivered: neither.
                     Some(false) => {}
                     Some(true) => {
-                        let regs = registers(&remote.request("g")?)?;
-                        let at = super::guest::position(pid, program.counters, register(&regs, "rip"));
-                        if let Some(at) = at {
-                            samples.push((at, regs));
+                        if let (true, Some(samples)) = (sample, samples.as_mut()) {
+                            let regs = registers(&remote.request("g")?)?;
+                            let at = super::guest::position(pid, program.counters, register(&regs, "rip"));
+                            if let Some(at) = at {
+                                samples.push((at, regs));
+                            }
+                        }
+                        if let (true, Some(anchors)) = (anchor, anchors.as_mut()) {
+                            anchors.take(remote)?;
                         }
                         remote.send("c")?;
                     }

@@ -128,6 +128,15 @@ fn registers(
     Ok(())
 }
 
+/// An anchor's registers: every register there, as a signal entry's.
+pub(in crate::recording) fn anchor_registers(
+    path: &Path,
+    i: usize,
+    anchor: &crate::recording::anchors::Anchor,
+) -> Result<(), RecordingError> {
+    registers(path, i, anchor.position, &anchor.registers, true)
+}
+
 /// Each signal entry's registers and frame bytes, the entries in order.
 pub(in crate::recording) fn signals(
     path: &Path,

@@ -12,7 +12,7 @@ use crate::packet::PSB_BYTES;
 mod logs;
 mod memory;
 
-pub(super) use logs::{in_order, results, signals, syscalls};
+pub(super) use logs::{anchor_registers, in_order, results, signals, syscalls};
 pub(super) use memory::{cpuid, maps, memory_index, snapshot};
 
 pub(super) fn invalid(path: &Path, message: String) -> RecordingError {

@@ -1,0 +1,175 @@
+//! Anchors: whole states the recorder took while the program ran (issue 40). At each, every
+//! register it could read and every page of the program's private memory written since the
+//! anchor before (or since the start snapshot), so that a replay knows the state there
+//! exactly without walking the history up to it: the values at any position come from the
+//! anchors on either side of it, at once, and the stretches between anchors are independent
+//! of each other.
+//!
+//! `anchors.jsonl`: one [`Anchor`] a line, in order of position. `anchor-pages.bin`: each
+//! anchor's pages one after another from its `offset`, each an 8-byte little-endian address
+//! whose lowest bit says the page could not be read (then no bytes follow: unknown there),
+//! else followed by its [`PAGE`] bytes.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{files, Recording, RecordingError};
+
+/// Bytes in a page.
+pub const PAGE: u64 = 4096;
+
+/// The lowest bit of a page's address in `anchor-pages.bin`: the page could not be read.
+pub const UNREADABLE: u64 = 1;
+
+/// One line of `anchors.jsonl`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Anchor {
+    /// The position: the state is the one before the instruction there.
+    pub position: u64,
+    /// Name → value (hex) of the registers the recorder read.
+    pub registers: BTreeMap<String, String>,
+    /// How many pages were written since the anchor before.
+    pub pages: u64,
+    /// Where in `anchor-pages.bin` they start.
+    pub offset: u64,
+}
+
+/// A page of an anchor: its address, and its bytes (`None`: it could not be read).
+pub type Page<'a> = (u64, Option<&'a [u8]>);
+
+/// Encodes a page for `anchor-pages.bin`: its address and its bytes, or that it could not be
+/// read.
+pub fn encode_page(address: u64, bytes: Option<&[u8]>, out: &mut Vec<u8>) {
+    match bytes {
+        Some(b) => {
+            out.extend_from_slice(&address.to_le_bytes());
+            out.extend_from_slice(b);
+        }
+        None => out.extend_from_slice(&(address | UNREADABLE).to_le_bytes()),
+    }
+}
+
+/// The pages of an anchor in `bytes` (the whole of `anchor-pages.bin`) from `offset`: each
+/// page's address and bytes (`None`: unknown); an error names the byte offset where they do
+/// not parse.
+pub fn decode_pages(bytes: &[u8], offset: u64, count: u64) -> Result<Vec<Page<'_>>, String> {
+    let mut at = usize::try_from(offset).map_err(|_| format!("offset {offset} is past the file"))?;
+    let mut pages = Vec::with_capacity(count.min(1 << 20) as usize);
+    for _ in 0..count {
+        let word = bytes
+            .get(at..at + 8)
+            .ok_or_else(|| format!("byte {at}: a page's address runs past the file's {} bytes", bytes.len()))?;
+        let word = u64::from_le_bytes(word.try_into().unwrap_or([0; 8]));
+        let address = word & !UNREADABLE;
+        if address % PAGE != 0 {
+            return Err(format!("byte {at}: {address:#x} is not a page's address"));
+        }
+        at += 8;
+        if word & UNREADABLE != 0 {
+            pages.push((address, None));
+            continue;
+        }
+        let page = bytes.get(at..at + PAGE as usize).ok_or_else(|| {
+            format!(
+                "byte {at}: the page at {address:#x} runs past the file's {} bytes",
+                bytes.len()
+            )
+        })?;
+        pages.push((address, Some(page)));
+        at += PAGE as usize;
+    }
+    Ok(pages)
+}
+
+/// A recording's anchors: the index and the pages' bytes.
+#[derive(Debug, Clone, Default)]
+pub struct Anchors {
+    /// The anchors, in order of position.
+    pub list: Vec<Anchor>,
+    pages: Vec<u8>,
+}
+
+impl Anchors {
+    /// The pages anchor `i` holds: written since the anchor before (checked when read).
+    pub fn pages(&self, i: usize) -> Vec<Page<'_>> {
+        let a = &self.list[i];
+        decode_pages(&self.pages, a.offset, a.pages).unwrap_or_default()
+    }
+}
+
+impl Recording {
+    /// The anchors the recorder took, if any: in order of position, inside the history, with
+    /// registers that are registers and pages that are whole, one anchor's after another's.
+    pub fn anchors(&self) -> Result<Option<Anchors>, RecordingError> {
+        let path = self.dir.join(files::ANCHORS);
+        let Some(list) = self.json_lines::<Anchor>(files::ANCHORS)? else {
+            return Ok(None);
+        };
+        let pages = self.read_required(files::ANCHOR_PAGES)?;
+        let invalid = |i: usize, a: &Anchor, what: String| RecordingError::Invalid {
+            path: path.display().to_string(),
+            message: format!("record {} (position {}): {what}", i + 1, a.position),
+        };
+        let mut next_offset = 0;
+        for (i, a) in list.iter().enumerate() {
+            super::validate::anchor_registers(&path, i, a)?;
+            if i > 0 && a.position <= list[i - 1].position {
+                return Err(invalid(i, a, "not after the anchor before".into()));
+            }
+            if self.manifest.version >= 2 && a.position >= self.manifest.instructions {
+                let what = format!(
+                    "past the history's last position ({})",
+                    self.manifest.instructions.saturating_sub(1)
+                );
+                return Err(invalid(i, a, what));
+            }
+            if a.offset != next_offset {
+                return Err(invalid(
+                    i,
+                    a,
+                    format!("its pages start at byte {}, not {next_offset}", a.offset),
+                ));
+            }
+            let decoded = decode_pages(&pages, a.offset, a.pages).map_err(|e| RecordingError::Invalid {
+                path: self.dir.join(files::ANCHOR_PAGES).display().to_string(),
+                message: format!("anchor {} (position {}): {e}", i + 1, a.position),
+            })?;
+            next_offset = a.offset
+                + decoded
+                    .iter()
+                    .map(|(_, b)| 8 + b.map_or(0, |b| b.len() as u64))
+                    .sum::<u64>();
+        }
+        if next_offset != pages.len() as u64 {
+            return Err(RecordingError::Invalid {
+                path: self.dir.join(files::ANCHOR_PAGES).display().to_string(),
+                message: format!("{} bytes, of which the anchors hold {next_offset}", pages.len()),
+            });
+        }
+        Ok(Some(Anchors { list, pages }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_round_trip_and_damage_is_placed() {
+        let mut out = Vec::new();
+        encode_page(0x1000, Some(&[7u8; 4096]), &mut out);
+        encode_page(0x5000, None, &mut out);
+        encode_page(0x2000, Some(&[9u8; 4096]), &mut out);
+        let pages = decode_pages(&out, 0, 3).expect("decodes");
+        assert_eq!(pages.len(), 3);
+        assert_eq!(pages[0], (0x1000, Some(&[7u8; 4096][..])));
+        assert_eq!(pages[1], (0x5000, None));
+        assert_eq!(pages[2].0, 0x2000);
+        assert_eq!(decode_pages(&out, 4104, 2).expect("from the second").len(), 2);
+        let e = decode_pages(&out, 0, 4).expect_err("one too many");
+        assert!(e.contains("runs past the file"), "{e}");
+        let e = decode_pages(&out, 3, 1).expect_err("misaligned");
+        assert!(e.contains("is not a page's address"), "{e}");
+    }
+}

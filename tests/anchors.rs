@@ -1,0 +1,68 @@
+//! Anchors (issue 40): the whole states `rtit record` takes while the program runs under
+//! QEMU. Each must be the state the history reaches there: where the replay's passes know a
+//! register or a byte at an anchor's position, the anchor must hold the same (the passes are
+//! computed without the anchors, so the two are independent witnesses of each other).
+
+mod common;
+
+use std::process::Command;
+
+use rtit_replay_core::recording::Recording;
+use rtit_replay_core::session::Session;
+use rtit_replay_core::timeline::cache::Policy;
+
+/// Whether this kernel lets the plugin track written pages (asynchronous userfaultfd
+/// write-protection, Linux 6.7): anchors are taken only then.
+fn kernel_tracks_written_pages() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release.trim().split(['.', '-']).map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (6, 7)
+}
+
+#[test]
+fn every_anchor_agrees_with_what_the_passes_know_there() {
+    if !kernel_tracks_written_pages() {
+        eprintln!("skipped: this kernel has no asynchronous userfaultfd write-protection (Linux 6.7)");
+        return;
+    }
+    let dir = common::scratch("anchors", "python3");
+    let out = dir.join("rec");
+    let status = Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .args(["record", "--backend", "qemu", "--anchor-every", "4000000", "--out"])
+        .arg(&out)
+        .args(["--", "/usr/bin/python3", "-c", "print(sum(range(10)))"])
+        .env("RTIT_QEMU_PLUGIN", common::plugin())
+        .output()
+        .expect("rtit record");
+    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+    let rec = Recording::open(&out).expect("a recording");
+    let anchors = rec.anchors().expect("anchors read").expect("anchors taken");
+    assert!(anchors.list.len() >= 5, "{} anchors", anchors.list.len());
+    let mut session = Session::open_cached(rec.clone(), false, Policy::Off, &mut |_| {}).expect("session");
+    session.prepare(|_, _| {});
+    let (mut registers, mut bytes) = (0, 0);
+    for (i, a) in anchors.list.iter().enumerate() {
+        session.set_position(a.position);
+        for (name, value) in &a.registers {
+            let recorded = u64::from_str_radix(value.trim_start_matches("0x"), 16).ok();
+            if let (Some(known), Some(recorded)) = (session.register(name), recorded) {
+                assert_eq!(known, recorded, "anchor {i} (position {}): {name}", a.position);
+                registers += 1;
+            }
+        }
+        for (address, page) in anchors.pages(i) {
+            let Some(page) = page else { continue };
+            for (j, chunk) in page.chunks(256).enumerate() {
+                let at = address + j as u64 * 256;
+                if let Some(known) = session.read_memory(at, chunk.len()) {
+                    assert_eq!(known, chunk, "anchor {i} (position {}): memory at {at:#x}", a.position);
+                    bytes += known.len();
+                }
+            }
+        }
+    }
+    // The passes know most of it: a check that compared nothing would prove nothing.
+    assert!(registers > anchors.list.len() * 10, "{registers} registers compared");
+    assert!(bytes > 100_000, "{bytes} bytes compared");
+}
