@@ -13,9 +13,11 @@
 //! forgets them at every anchor. [`TRACKING`] says whether the tracking covers every other
 //! mapping; a mapping that cannot be registered turns it off for good.
 
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use nix::fcntl::{fcntl, FcntlArg};
+use rtit_recorder::qemu::report::HIGH_FD;
 use rtit_replay_core::recording::Mapping;
 
 /// Whether the pages the program writes are tracked ([`ON`]), not yet or not at all
@@ -68,7 +70,14 @@ impl Written {
         }
         // SAFETY: `fd` was just created and nothing else owns it.
         #[allow(unsafe_code)]
-        let uffd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        let low = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        // Out of the program's way, as the plugin's files are: its next `open` gets the number
+        // it would get without rtit (the low descriptor closes when `low` drops).
+        let high = fcntl(low.as_raw_fd(), FcntlArg::F_DUPFD_CLOEXEC(HIGH_FD)).map_err(|e| format!("fcntl: {e}"))?;
+        // SAFETY: `high` is a new descriptor that nothing else owns.
+        #[allow(unsafe_code)]
+        let uffd = unsafe { OwnedFd::from_raw_fd(high) };
+        drop(low);
         let mut api = [UFFD_API, UFFD_FEATURE_WP_ASYNC | UFFD_FEATURE_WP_UNPOPULATED, 0];
         ioctl(&uffd, UFFDIO_API, &mut api)
             .map_err(|e| format!("UFFDIO_API with asynchronous write-protection: {e}"))?;

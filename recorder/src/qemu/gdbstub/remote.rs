@@ -154,6 +154,9 @@ impl Remote {
     /// One byte: `None` at the end of the stream, `Some(Err(()))` when `timeout` passed.
     fn byte(&mut self, timeout: Option<Duration>) -> Result<Option<Result<u8, ()>>, GdbstubError> {
         if self.pending.is_empty() {
+            // A wait already due (a sample late by the time it is asked for) still waits a
+            // microsecond: a socket refuses a zero timeout, and None would wait forever.
+            let timeout = timeout.map(|t| t.max(Duration::from_micros(1)));
             self.stream.set_read_timeout(timeout).map_err(GdbstubError::Io)?;
             let mut buf = [0u8; 4096];
             let n = loop {
