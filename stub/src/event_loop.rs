@@ -41,6 +41,10 @@ impl BlockingEventLoop for ReplayEventLoop {
             Some(Action::ReverseStep) => session.step_backward(),
             None => Stop::Step,
         };
+        // The stop's values first: what gdb reads at the stop is final when it hears of it
+        // (gdb waits for a stop reply as long as it takes; a read after it would time out).
+        let settled = matches!(stop, Stop::Interrupted | Stop::NoHistory) || session.settle(&mut incoming);
+        let stop = if settled { stop } else { Stop::Interrupted };
         let reason = match stop {
             Stop::Interrupted => {
                 let byte = conn.read().map_err(WaitForStopReasonError::Connection)?;

@@ -119,6 +119,7 @@ fn goto(target: &mut ReplayTarget, n: &str, out: &mut ConsoleOutput<'_>) {
     match n.parse::<u64>() {
         Ok(n) if n <= s.last() => {
             s.set_position(n);
+            settle(s, out);
             outputln!(out, "position {n}, rip {:#x}", s.pc());
             if !target.gdb_flushes {
                 outputln!(
@@ -128,6 +129,34 @@ fn goto(target: &mut ReplayTarget, n: &str, out: &mut ConsoleOutput<'_>) {
             }
         }
         _ => outputln!(out, "goto: `{n}` is not a position of {}", span(s.len())),
+    }
+}
+
+/// Works out the values at the position `goto` moved to before it answers, so that what gdb
+/// reads there next is final; after half a second it says so, and a dot every half second
+/// after that restarts gdb's wait for the answer (see [`HISTORY_WAIT`]).
+fn settle(s: &mut rtit_replay_core::session::Session, out: &mut ConsoleOutput<'_>) {
+    let since = std::time::Instant::now();
+    let mut told = None::<std::time::Instant>;
+    s.settle(&mut || {
+        let now = std::time::Instant::now();
+        match told {
+            None if now - since >= HISTORY_WAIT => {
+                output!(out, "working out the values here");
+                out.flush();
+                told = Some(now);
+            }
+            Some(t) if now - t >= HISTORY_WAIT => {
+                output!(out, ".");
+                out.flush();
+                told = Some(now);
+            }
+            _ => {}
+        }
+        false
+    });
+    if told.is_some() {
+        outputln!(out, "");
     }
 }
 
@@ -229,7 +258,7 @@ fn because(w: rtit_replay_core::state::Why, backwards: bool) -> String {
 }
 
 /// `monitor wait`: waits until the values are final, a dot every half second (each console packet
-/// restarts gdb's wait for the answer, as for the history); at most [`HISTORY_PATIENCE`].
+/// restarts gdb's wait for the answer, as for the history), as long as it takes.
 /// A gdb not started by `rtit replay` keeps the registers it read before: it must flush them.
 fn wait_values(target: &mut ReplayTarget, out: &mut ConsoleOutput<'_>) {
     let s = &mut target.session;
@@ -244,12 +273,8 @@ fn wait_values(target: &mut ReplayTarget, out: &mut ConsoleOutput<'_>) {
         done * 100 / total.max(1)
     );
     out.flush();
-    let since = std::time::Instant::now();
+    // As long as it takes: the chains end on any history this machine can hold.
     while !s.wait_values(HISTORY_WAIT) {
-        if since.elapsed() >= HISTORY_PATIENCE {
-            outputln!(out, "\nthe values are still being worked out; try again in a moment");
-            return;
-        }
         output!(out, ".");
         out.flush();
     }

@@ -317,6 +317,16 @@ fn run(
             report.registers_start
         }
     };
+    // A fatal signal's stop is at the faulting instruction, the end of the history: what
+    // the gdbstub read there are the end's registers, where the plugin knows rip alone.
+    let hex = |r: &RegisterMap| {
+        r.get("rip")
+            .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())
+    };
+    let registers_end = match (watched.unhandled, hex(&report.registers_end)) {
+        (Some(regs), Some(fault)) if hex(&regs) == Some(fault) => regs,
+        _ => report.registers_end.clone(),
+    };
     let mut signals = watched.signals;
     exact_positions(&mut signals, &watched.told, &report.deliveries);
     // Anchors, where the plugin tracked the written pages (its notes say why not).
@@ -369,7 +379,7 @@ fn run(
         maps: report.maps,
         images,
         registers_start,
-        registers_end: report.registers_end,
+        registers_end,
         start_ip,
         cr3,
         end,

@@ -10,6 +10,7 @@
 //! the state layer ([`crate::state`]) knows them. Everything else is unknown (DESIGN.md:
 //! unknown is acceptable, wrong is not).
 
+mod anchor_states;
 mod background;
 mod catch;
 mod history;
@@ -415,6 +416,22 @@ impl Session {
         if let Some(d) = self.decoded_mut() {
             d.values.prepare(progress);
         }
+    }
+
+    /// Works out the values at the current position so that what is read there next is
+    /// final, waiting as long as that takes unless `interrupted` (polled every few
+    /// milliseconds) says to stop; whether they are final. A stop calls it before it is
+    /// reported (see [`Values::settle`]). Position 0 before the history is decoded is the
+    /// start snapshot's, final at once.
+    pub fn settle(&mut self, interrupted: &mut dyn FnMut() -> bool) -> bool {
+        let p = self.position;
+        if p == 0 && !self.ready() {
+            return true;
+        }
+        let Some(d) = self.decoded_mut() else {
+            return true;
+        };
+        d.values.settle(p, interrupted)
     }
 
     /// Waits at most `timeout` for the state layer's answers to be final everywhere (see

@@ -26,6 +26,9 @@ pub(super) struct Prepared {
     results: Vec<crate::recording::InsnResult>,
     signals: Vec<crate::recording::SignalEntry>,
     cpuid: Vec<crate::recording::cpuid::CpuidLeaf>,
+    /// The recording's anchors (their registers those it can vouch for) and the map they
+    /// need, made into states with the history (reading their pages takes a while).
+    anchors: Option<(crate::recording::anchors::Anchors, crate::recording::Maps)>,
 }
 
 impl Prepared {
@@ -133,6 +136,10 @@ pub(super) fn prepare(recording: &Recording, space: &AddressSpace) -> Result<Pre
         ..snapshot_state(&trusted(&m.registers_start), &files, &start_memory)
     };
     start.mem.set_readonly(readonly_start);
+    let anchors = recording.anchors()?.map(|mut a| {
+        a.list.iter_mut().for_each(|a| a.registers = trusted(&a.registers));
+        (a, maps.clone())
+    });
     Ok(Prepared {
         start,
         end,
@@ -141,6 +148,7 @@ pub(super) fn prepare(recording: &Recording, space: &AddressSpace) -> Result<Pre
         results: recording.results()?,
         signals,
         cpuid,
+        anchors,
     })
 }
 
@@ -149,6 +157,7 @@ pub(super) fn prepare(recording: &Recording, space: &AddressSpace) -> Result<Pre
 /// is `complete`: one cut short does not reach the state the snapshot describes.
 fn inputs(
     prepared: Prepared,
+    space: &AddressSpace,
     history: Arc<Timeline>,
     fault: bool,
     complete: bool,
@@ -171,7 +180,15 @@ fn inputs(
         .filter(|e| !(fault && e.position == retired))
         .map(|e| e.position)
         .collect();
+    // Anchors only in a whole history: their positions count every instruction.
+    let anchors = match (&prepared.anchors, complete) {
+        (Some((anchors, maps)), true) => {
+            super::anchor_states::anchor_states(anchors, maps, &prepared.start, &prepared.map_changes, space)
+        }
+        _ => Vec::new(),
+    };
     Ok(state::Inputs {
+        anchors,
         end: match complete {
             true => prepared.end?,
             false => None,
@@ -290,7 +307,8 @@ pub(super) fn decode(work: Work, progress: &mut (dyn FnMut(u64) + Send)) -> Resu
         });
     let mut handler_entries: Vec<u64> = prepared.signals.iter().map(|e| e.position).collect();
     handler_entries.sort_unstable();
-    let values = Values::new(space, inputs(prepared, timeline.clone(), fault.is_some(), complete)?);
+    let inputs = inputs(prepared, &space, timeline.clone(), fault.is_some(), complete)?;
+    let values = Values::new(space, inputs);
     Ok(Decoded {
         timeline,
         retired,

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
+use super::anchored::Anchored;
 use super::chains::{Chains, Made, Plan, ValuesProgress};
 use super::known::Known;
 use super::maps::MapEffect;
@@ -108,6 +109,10 @@ pub struct Inputs {
     pub start: State,
     /// The state at the last position, if the recording has it.
     pub end: Option<State>,
+    /// Exact states the recording holds between the start and the end (its anchors), by
+    /// position, in order: the values then come from the exact states on either side of a
+    /// position ([`super::anchored`]), not from the chains.
+    pub anchors: Vec<(u64, State)>,
     /// Whether the last position is an instruction that faulted: the end state's registers
     /// are then those the kernel saved, with RF set by the fault's delivery (SDM vol. 3,
     /// 18.3.1.1), which is what gdb shows natively there.
@@ -182,6 +187,8 @@ pub struct Values {
     patience: Duration,
     /// How often the final forward chain met each instruction nobody modelled.
     unmodelled: FxHashMap<iced_x86::Mnemonic, u64>,
+    /// The values from exact states, for a recording with anchors (then no chains run).
+    anchored: Option<Anchored>,
 }
 
 impl Values {
@@ -245,12 +252,27 @@ impl Values {
             insns: Vec::new(),
         };
         shared.prepare();
+        let shared = Arc::new(shared);
         let interval = interval(len);
+        let anchored = (!inputs.anchors.is_empty()).then(|| {
+            let mut exact = vec![(0, inputs.start.clone())];
+            let below_end = |p: u64| p < if inputs.end.is_some() { last } else { len };
+            for (p, mut st) in std::mem::take(&mut inputs.anchors) {
+                if p > exact[exact.len() - 1].0 && below_end(p) {
+                    st.mem.set_volatile(&volatile);
+                    exact.push((p, st));
+                }
+            }
+            if let Some(end) = &inputs.end {
+                exact.push((last, end.clone()));
+            }
+            Anchored::new(shared.clone(), exact)
+        });
         Self {
-            walker: Walker::new(Arc::new(shared)),
+            walker: Walker::new(shared),
             interval,
             chains: None,
-            held: Some(Plan {
+            held: anchored.is_none().then(|| Plan {
                 interval,
                 start: inputs.start.clone(),
                 end: inputs.end,
@@ -269,6 +291,7 @@ impl Values {
             conflicts: 0,
             patience: Duration::ZERO,
             unmodelled: FxHashMap::default(),
+            anchored,
         }
     }
 
@@ -341,6 +364,18 @@ impl Values {
 
     /// How the engine did so far.
     pub fn stats(&self) -> ValuesStats {
+        if let Some(a) = &self.anchored {
+            let s = a.stats();
+            return ValuesStats {
+                forward_steps: s.forward_steps,
+                backward_steps: s.backward_steps,
+                conflicts: self.conflicts,
+                checkpoints: s.states,
+                bytes: s.bytes,
+                interval: super::anchored::COARSE,
+                walked: (0, 0),
+            };
+        }
         let states = self
             .forward
             .iter()
@@ -599,10 +634,17 @@ impl Values {
         st
     }
 
-    /// Both passes' states at `p`.
+    /// Both passes' states at `p`: final with anchors, and at a snapshot's position; elsewhere
+    /// final once [`Self::settle`] says so (provisional only where a question did not wait).
     pub fn at(&mut self, p: u64) -> Option<Known> {
         if p >= self.len() {
             return None;
+        }
+        if let Some(a) = &mut self.anchored {
+            return a.at(p, &mut || false);
+        }
+        if let Some(exact) = self.snapshot_at(p) {
+            return Some(Known::new(exact.clone(), exact, self.walker.shared.space.clone()));
         }
         let wait = self.held.is_none() && self.len() <= WAIT_BELOW;
         self.collect(wait, &mut |_, _| {});
@@ -610,6 +652,56 @@ impl Values {
         let forward = self.forward_at(p);
         let backward = self.backward_at(p);
         Some(Known::new(forward, backward, self.walker.shared.space.clone()))
+    }
+
+    /// The snapshot at `p`, if the recording has one there (the start's, or the end's) with
+    /// the registers: the answer there is what it holds, final before any pass has run.
+    fn snapshot_at(&self, p: u64) -> Option<State> {
+        let st = match p {
+            0 => Some(&self.forward[0]),
+            p if p + 1 == self.len() => self.backward.get(&p),
+            _ => None,
+        }?;
+        // A snapshot without the registers (an exit under QEMU: rip alone) is no answer.
+        super::anchored::general_registers(st).then(|| st.clone())
+    }
+
+    /// Works out the values at `p` so that they are final when this returns true, waiting as
+    /// long as that takes unless `interrupted` (polled every few milliseconds) says to stop:
+    /// with anchors, the walks from the exact states on either side; without, the chains.
+    /// What a stop does before it is reported, so that gdb never sees a provisional value.
+    pub fn settle(&mut self, p: u64, interrupted: &mut dyn FnMut() -> bool) -> bool {
+        if p >= self.len() {
+            return true;
+        }
+        if let Some(a) = &mut self.anchored {
+            return a.at(p, interrupted).is_some();
+        }
+        if self.snapshot_at(p).is_some() {
+            return true;
+        }
+        self.release();
+        while let Some(chains) = &self.chains {
+            match chains.made.recv_timeout(Duration::from_millis(20)) {
+                Ok(m) => self.take(m),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) if interrupted() => return false,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => self.chains = None,
+            }
+        }
+        true
+    }
+
+    /// Whether the values come from exact states along the history (the recording's anchors).
+    pub fn anchored(&self) -> bool {
+        self.anchored.is_some()
+    }
+
+    /// The positions of the exact states the values come from (with anchors), in order.
+    pub fn exact_positions(&self) -> Vec<u64> {
+        self.anchored
+            .as_ref()
+            .map_or_else(Vec::new, |a| a.exact_positions().collect())
     }
 
     /// The instructions nobody modelled that the final forward chain met (each position of

@@ -32,6 +32,22 @@ impl MapEffect {
     pub fn touched(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.forget.iter().chain(&self.zero).copied()
     }
+
+    /// Makes `mem` what the change leaves (going forwards): forgotten ranges, zeroed ones,
+    /// new file mappings with their file's bytes where `space` holds the file, and what no
+    /// store writes from here on.
+    pub fn apply(&self, mem: &mut super::memory::Memory, space: &crate::image::AddressSpace) {
+        self.forget.iter().for_each(|&(a, n)| mem.forget(a, n));
+        self.zero.iter().for_each(|&(a, n)| mem.zero(a, n));
+        if let Some(r) = &self.readonly {
+            mem.set_readonly(r.clone());
+        }
+        for (start, len, path, offset) in &self.files {
+            if let Some(bytes) = space.file_mapping_bytes(path, *len, *offset) {
+                mem.write(*start, bytes);
+            }
+        }
+    }
 }
 
 /// `ranges` minus the union of `minus`, as (start, end) pairs.

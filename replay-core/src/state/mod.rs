@@ -25,6 +25,7 @@
 //! checkpoints, made in the background), `engine` (queries), `known` (reading both passes at one position), `why` (the
 //! cause of each unknown), `sigreturn` (the context a signal return restores).
 
+mod anchored;
 mod backward;
 mod chains;
 mod engine;

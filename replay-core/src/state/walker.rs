@@ -224,16 +224,7 @@ impl Walker {
             // (a mapped file that is not an image).
             if let Some(e) = changes {
                 why::begin(Cause::MapChange, p);
-                e.forget.iter().for_each(|&(a, n)| st.mem.forget(a, n));
-                e.zero.iter().for_each(|&(a, n)| st.mem.zero(a, n));
-                if let Some(r) = &e.readonly {
-                    st.mem.set_readonly(r.clone());
-                }
-                for (start, len, path, offset) in &e.files {
-                    if let Some(bytes) = self.shared.space.file_mapping_bytes(path, *len, *offset) {
-                        st.mem.write(*start, bytes);
-                    }
-                }
+                e.apply(&mut st.mem, &self.shared.space);
                 why::begin(cause, p);
             }
             // A signal delivery the recorder logged (step backend): only the kernel ran

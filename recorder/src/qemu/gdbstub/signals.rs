@@ -87,6 +87,9 @@ pub struct Delivery<'a> {
     pub told: &'a mut Vec<usize>,
     /// No user code runs untraced (no IP filter).
     pub only_kernel: bool,
+    /// The registers at the last signal the program did not handle: where a fatal one
+    /// stopped it, the end's registers (the plugin cannot read them).
+    pub unhandled: &'a mut Option<crate::outcome::RegisterMap>,
 }
 
 /// Lets the program have signal `s` (as reported by a stop); if it handles it, runs it to
@@ -106,9 +109,10 @@ pub fn deliver(
         // A reply it cannot read only leaves that unknown (a gap where the program dies).
         if let Some(faulted) = counters.faulted {
             let regs = registers(&remote.request("g")?).ok();
-            if let Some(rip) = regs.and_then(|r| register(&r, "rip")) {
+            if let Some(rip) = regs.as_ref().and_then(|r| register(r, "rip")) {
                 super::guest::write_words(pid, faulted, &[rip]);
             }
+            *d.unhandled = regs;
         }
         remote.send(&format!("C{s:02x}"))?;
         return Ok(true);

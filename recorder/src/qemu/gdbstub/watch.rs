@@ -69,6 +69,9 @@ pub struct Watched {
     /// With anchors planned: whether they were taken (the plugin tracked the written
     /// pages), and why they stopped before the end, if they did.
     pub anchors: Option<Option<String>>,
+    /// The registers at the last signal the program did not handle (a fatal one ends it
+    /// there).
+    pub unhandled: Option<RegisterMap>,
 }
 
 /// A running watch over QEMU's gdbstub.
@@ -156,6 +159,8 @@ struct Program {
     sampling: bool,
     /// Whether a sampling signal was withheld while a handler was being reached.
     withheld: bool,
+    /// The registers at the last signal the program did not handle.
+    unhandled: Option<RegisterMap>,
 }
 
 impl Program {
@@ -169,6 +174,7 @@ impl Program {
             entries: &mut self.signals,
             told: &mut self.told,
             only_kernel: self.only_kernel,
+            unhandled: &mut self.unhandled,
         };
         let running = super::signals::deliver(remote, self.pid, &self.counters, s, &mut d, &done)?;
         self.withheld |= d.withheld;
@@ -211,11 +217,13 @@ fn watch(
         told: Vec::new(),
         sampling: plan.sample || anchors.is_some(),
         withheld: false,
+        unhandled: None,
     };
     let samples = plan.sample.then_some(&mut watched.samples);
     run(&mut remote, &mut program, done, samples, anchors.as_mut())?;
     watched.signals = program.signals;
     watched.told = program.told;
+    watched.unhandled = program.unhandled;
     watched.anchors = anchors.map(super::anchors::Anchors::finish).transpose()?;
     Ok(watched)
 }

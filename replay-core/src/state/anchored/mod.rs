@@ -1,0 +1,164 @@
+//! Values between exact states (issue 40): where the recording holds whole states along the
+//! history (its anchors, besides the start and end snapshots), the values at a position are
+//! those the forward pass reaches from the exact state at or before it, merged with those the
+//! backward pass reaches from the exact state after it. Each stretch between two exact states
+//! is its own: nothing outside it changes an answer inside it, so every answer is final the
+//! moment it is computed, and a question costs at most a stretch's walk each way, both ways
+//! at once on two cores, whatever the history's length.
+//!
+//! At an exact state's own position the answer is that state: what the recorder read there,
+//! no more (a register it did not read, such as a ymm register's upper half under QEMU's
+//! gdbstub, is unknown there even where a pass could have worked it out). An end snapshot
+//! without the general registers (a program that exited under QEMU: no stop to read them
+//! at) is the end of the last stretch instead, its registers the forward pass's.
+//!
+//! The backward pass starts from each exact state without its read-only ranges: a store
+//! through an unknown address makes all other memory unknown, and keeping the read-only
+//! pages (python3's libraries: thousands) made every such step copy them, 3 µs a step
+//! where 80 ns is the rule. The forward pass keeps them, and it alone needs them.
+//!
+//! The passes' chains ([`super::engine`]) serve recordings without anchors: there the answers
+//! between the snapshots become final only when the chains are complete.
+
+mod side;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::known::Known;
+use super::memory::Footprint;
+use super::walker::{Shared, Walker};
+use super::State;
+pub(in crate::state) use side::COARSE;
+use side::{Direction, Side};
+
+/// A walk longer than this runs on a thread of its own, beside the other direction's.
+const ON_A_THREAD: u64 = 1 << 16;
+
+/// How often a question that walks on threads looks at whether it is interrupted.
+const POLL: Duration = Duration::from_millis(5);
+
+/// Values from the exact states on either side of each position.
+pub(super) struct Anchored {
+    shared: Arc<Shared>,
+    /// The exact states by position, in order; the first at position 0.
+    exact: Vec<(u64, State)>,
+    /// The same for the backward pass: without read-only ranges.
+    exact_back: Vec<State>,
+    /// Whether each exact state holds the general registers: the answer at its position.
+    whole: Vec<bool>,
+    forward: Side,
+    backward: Side,
+}
+
+/// How an anchored engine did (for the engine's statistics).
+pub(super) struct AnchoredStats {
+    pub(super) forward_steps: u64,
+    pub(super) backward_steps: u64,
+    pub(super) states: usize,
+    pub(super) bytes: usize,
+}
+
+impl Anchored {
+    /// An engine over `shared` from `exact` (position 0's state first, then in order of
+    /// position, each position once).
+    pub(super) fn new(shared: Arc<Shared>, exact: Vec<(u64, State)>) -> Self {
+        debug_assert!(exact.first().is_some_and(|(p, _)| *p == 0));
+        debug_assert!(exact.windows(2).all(|w| w[0].0 < w[1].0));
+        let exact_back = (exact.iter())
+            .map(|(_, s)| {
+                let mut s = s.clone();
+                s.mem.set_readonly(Arc::from([]));
+                s
+            })
+            .collect();
+        let whole = exact.iter().map(|(_, s)| general_registers(s)).collect();
+        Self {
+            exact_back,
+            whole,
+            forward: Side::new(Walker::new(shared.clone()), Direction::Forwards),
+            backward: Side::new(Walker::new(shared.clone()), Direction::Backwards),
+            shared,
+            exact,
+        }
+    }
+
+    /// Positions of the exact states.
+    pub(super) fn exact_positions(&self) -> impl Iterator<Item = u64> + '_ {
+        self.exact.iter().map(|(p, _)| *p)
+    }
+
+    /// Both passes' states at `p`, or `None` if `interrupted` said to stop first (what was
+    /// walked is kept: asking again goes on from there).
+    pub(super) fn at(&mut self, p: u64, interrupted: &mut dyn FnMut() -> bool) -> Option<Known> {
+        let space = self.shared.space.clone();
+        let i = self.exact.partition_point(|(q, _)| *q <= p) - 1;
+        if self.exact[i].0 == p && (i == 0 || self.whole[i]) {
+            let st = &self.exact[i].1;
+            return Some(Known::new(st.clone(), st.clone(), space));
+        }
+        // The stretch: from the exact state below to the one above (at `p` itself, for an
+        // end snapshot without the registers).
+        let (j, k) = match self.exact[i].0 == p {
+            true => (i - 1, Some(i)),
+            false => (i, Some(i + 1).filter(|&k| k < self.exact.len())),
+        };
+        let (below, st) = &self.exact[j];
+        let above = k.map(|k| (self.exact[k].0, &self.exact_back[k]));
+        let cancel = AtomicBool::new(false);
+        let (forward, backward) = (&mut self.forward, &mut self.backward);
+        let unknown = State::unknown();
+        // No exact state above (a recording without an end snapshot): the backward pass
+        // knows nothing there.
+        let (top, end) = above.map_or((None, &unknown), |(q, s)| (Some(q), s));
+        let mut walk_back = |cancel: &AtomicBool| match top {
+            Some(top) => backward.at(p, top, end, cancel),
+            None => Some(State::unknown()),
+        };
+        let long = p - below > ON_A_THREAD || top.is_some_and(|t| t - p > ON_A_THREAD);
+        let (f, b) = match long {
+            // A long walk: both on threads, this one watching for an interruption.
+            true => std::thread::scope(|s| {
+                let f = s.spawn(|| forward.at(p, *below, st, &cancel));
+                let b = s.spawn(|| walk_back(&cancel));
+                while !(f.is_finished() && b.is_finished()) {
+                    if interrupted() {
+                        cancel.store(true, Ordering::Relaxed);
+                    }
+                    std::thread::sleep(POLL);
+                }
+                let join = |h: std::thread::ScopedJoinHandle<'_, Option<State>>| h.join().ok().flatten();
+                (join(f), join(b))
+            }),
+            false => (forward.at(p, *below, st, &cancel), walk_back(&cancel)),
+        };
+        Some(Known::new(f?, b?, space))
+    }
+
+    /// Steps walked and states held.
+    pub(super) fn stats(&self) -> AnchoredStats {
+        let mut footprint = Footprint::new();
+        let mut states = 0;
+        let exact = self.exact.iter().map(|(_, s)| s);
+        for s in exact.chain(self.forward.kept()).chain(self.backward.kept()) {
+            states += 1;
+            s.mem.footprint(&mut footprint);
+        }
+        AnchoredStats {
+            forward_steps: self.forward.steps(),
+            backward_steps: self.backward.steps(),
+            states,
+            bytes: footprint.bytes() + states * size_of::<State>(),
+        }
+    }
+}
+
+/// Whether `st` knows the general registers and the stack pointer: a snapshot that holds
+/// every register the recorder could read, not the instruction pointer alone.
+pub(super) fn general_registers(st: &State) -> bool {
+    use super::reg::{RAX, RBP, RBX, RCX, RDI, RDX, RSI, RSP};
+    [RAX, RBX, RCX, RDX, RSI, RDI, RBP, RSP]
+        .into_iter()
+        .all(|r| st.regs.get(r).is_some())
+}

@@ -1,0 +1,147 @@
+//! One direction's walks between exact states, and the states they leave behind to start the
+//! next walk nearer: the last answer, a coarse state every [`COARSE`] positions of every
+//! stretch walked, and fine ones every [`FINE`] near the position asked last (a stepping gdb
+//! asks at the neighbouring positions next).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::super::walker::Walker;
+use super::super::State;
+
+/// Positions between coarse states: a question next to a stretch walked before walks at
+/// most this far (about 25 ms).
+pub(in crate::state) const COARSE: u64 = 1 << 18;
+
+/// Positions between fine states, near the position asked last: a step walks at most this
+/// far (about 0.1 ms).
+const FINE: u64 = 1024;
+
+/// Coarse states kept, at most, each way (the farthest from the last question go first):
+/// each holds its registers and the pages written since the state before, tens of KB.
+const COARSE_KEPT: usize = 1024;
+
+/// Steps between two looks at whether the walk is cancelled.
+const CANCEL_EVERY: u64 = 1 << 14;
+
+/// Forwards or backwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Direction {
+    Forwards,
+    Backwards,
+}
+
+/// One direction's walker and the states it keeps.
+pub(super) struct Side {
+    walker: Walker,
+    direction: Direction,
+    coarse: BTreeMap<u64, State>,
+    fine: BTreeMap<u64, State>,
+    last: Option<(u64, State)>,
+}
+
+impl Side {
+    pub(super) fn new(walker: Walker, direction: Direction) -> Self {
+        Self {
+            walker,
+            direction,
+            coarse: BTreeMap::new(),
+            fine: BTreeMap::new(),
+            last: None,
+        }
+    }
+
+    /// Steps walked so far.
+    pub(super) fn steps(&self) -> u64 {
+        match self.direction {
+            Direction::Forwards => self.walker.stats.forward,
+            Direction::Backwards => self.walker.stats.backward,
+        }
+    }
+
+    /// The states kept.
+    pub(super) fn kept(&self) -> impl Iterator<Item = &State> {
+        (self.coarse.values())
+            .chain(self.fine.values())
+            .chain(self.last.iter().map(|(_, s)| s))
+    }
+
+    /// The nearest state kept between `p` and the exact state at `bound` (inclusive), and its
+    /// position: at or below `p` going forwards, at or above it going backwards.
+    fn nearest(&mut self, p: u64, bound: u64, exact: &State) -> (u64, State) {
+        let forwards = self.direction == Direction::Forwards;
+        let (lo, hi) = if forwards { (bound, p) } else { (p, bound) };
+        let inside = |q: u64| (lo..=hi).contains(&q);
+        let pick = |m: &BTreeMap<u64, State>| match forwards {
+            true => m.range(lo..=hi).next_back().map(|(&q, _)| q),
+            false => m.range(lo..=hi).next().map(|(&q, _)| q),
+        };
+        let nearer = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => Some(if forwards { a.max(b) } else { a.min(b) }),
+            (a, b) => a.or(b),
+        };
+        let kept = nearer(pick(&self.coarse), pick(&self.fine));
+        let last = self.last.as_ref().map(|(q, _)| *q).filter(|&q| inside(q));
+        match (last, kept) {
+            (Some(q), k) if nearer(Some(q), k) == Some(q) => self.last.take().expect("a last state"),
+            (_, Some(q)) => (
+                q,
+                self.coarse.get(&q).or_else(|| self.fine.get(&q)).expect("kept").clone(),
+            ),
+            _ => (bound, exact.clone()),
+        }
+    }
+
+    /// The state at `p`, walked from the exact state `exact` at `bound` (below `p` going
+    /// forwards, above it going backwards) or from a state kept between them; `None` if
+    /// `cancel` was set first (how far the walk got is kept for the next).
+    pub(super) fn at(&mut self, p: u64, bound: u64, exact: &State, cancel: &AtomicBool) -> Option<State> {
+        let forwards = self.direction == Direction::Forwards;
+        let (mut at, mut st) = self.nearest(p, bound, exact);
+        if at.abs_diff(p) > FINE {
+            // A jump: the fine states are for where the last question was.
+            self.fine.clear();
+        }
+        let mut walked = 0u64;
+        while at != p {
+            if walked % CANCEL_EVERY == CANCEL_EVERY - 1 && cancel.load(Ordering::Relaxed) {
+                self.last = Some((at, st));
+                return None;
+            }
+            walked += 1;
+            if forwards {
+                self.walker.step_forward(&mut st, at);
+                at += 1;
+            } else {
+                at -= 1;
+                self.walker.step_backward(&mut st, at);
+            }
+            if at == p {
+                break;
+            }
+            if at % COARSE == 0 {
+                self.keep_coarse(at, &st, p);
+            }
+            if at % FINE == 0 && at.abs_diff(p) < COARSE {
+                self.fine.insert(at, st.clone());
+            }
+        }
+        self.last = Some((p, st.clone()));
+        Some(st)
+    }
+
+    /// Keeps a coarse state, dropping the one farthest from `p` if there are too many.
+    fn keep_coarse(&mut self, at: u64, st: &State, p: u64) {
+        if self.coarse.len() >= COARSE_KEPT {
+            let first = self.coarse.keys().next().copied();
+            let last = self.coarse.keys().next_back().copied();
+            let far = match (first, last) {
+                (Some(f), Some(l)) if f.abs_diff(p) >= l.abs_diff(p) => f,
+                (_, Some(l)) => l,
+                _ => return,
+            };
+            self.coarse.remove(&far);
+        }
+        self.coarse.insert(at, st.clone());
+    }
+}
