@@ -7,27 +7,6 @@ mod common;
 
 use std::process::{Command, Stdio};
 
-/// The library (or function) of each frame line of a `bt`: the part that is the same in a
-/// native run and under QEMU, which loads libraries elsewhere.
-fn frame_places(out: &str) -> Vec<String> {
-    out.lines()
-        .filter(|l| l.starts_with('#'))
-        .map(|l| match l.split_once(" from ") {
-            // By file name up to `.so`: native gdb names the loader's path
-            // (/lib/…/libffi.so.8), the recording the file it resolved to (libffi.so.8.1.2).
-            Some((_, lib)) => {
-                let name = lib.rsplit('/').next().unwrap_or(lib);
-                name.split(".so").next().unwrap_or(name).to_string()
-            }
-            None => {
-                let rest = l.split_once(' ').map_or(l, |(_, r)| r.trim_start());
-                let rest = rest.split_once(" in ").map_or(rest, |(_, r)| r);
-                rest.split_whitespace().next().unwrap_or("").to_string()
-            }
-        })
-        .collect()
-}
-
 #[test]
 fn python3s_null_pointer_crash_shows_the_null_and_the_frames() {
     let dir = common::scratch("replay_crash", "python3-ctypes");
@@ -70,7 +49,7 @@ fn python3s_null_pointer_crash_shows_the_null_and_the_frames() {
     assert!(replayed.contains("$2 = 0x"), "the stack pointer: {replayed}");
     // Frame 0 is glibc's strlen of each CPU (AVX2 under QEMU, maybe EVEX natively); the
     // callers are the same libraries in the same order.
-    let (want, got) = (frame_places(&native), frame_places(&replayed));
+    let (want, got) = (common::gdb::frame_places(&native), common::gdb::frame_places(&replayed));
     assert!(want.len() >= 7, "native: {native}");
     assert!(got[0].starts_with("__strlen_"), "{replayed}");
     assert_eq!(got[1..], want[1..], "replayed:\n{replayed}\nnative:\n{native}");

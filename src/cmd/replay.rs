@@ -53,6 +53,10 @@ pub struct ReplayArgs {
     /// replay while its store goes on, however fast the machine writes.
     #[arg(long, hide = true, value_name = "MS", default_value_t = 0)]
     store_pace_ms: u64,
+    /// Leave the recording's anchors unread: the values come from the passes' chains, as
+    /// without anchors (the tests' and benchmarks' way to compare the two).
+    #[arg(long, hide = true)]
+    ignore_anchors: bool,
 }
 
 /// gdb's `remotetimeout` for the gdb started here (gdb's default is 2 s): the stub answers
@@ -74,7 +78,10 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     ending::handle_signals()?;
     // However `run` returns, the history being stored beside the recording goes with it.
     let _abandon = ending::AbandonOnDrop;
-    let rec = recordings::open(args.recording.as_deref())?;
+    let mut rec = recordings::open(args.recording.as_deref())?;
+    if args.ignore_anchors {
+        rec = rec.ignoring_anchors();
+    }
 
     let quiet = Arc::new(AtomicBool::new(false));
     let stage = Arc::new(Mutex::new(Stage::default()));

@@ -14,8 +14,14 @@ pub struct Server {
 
 impl Server {
     pub fn start(rec: &Recording) -> Self {
+        Self::start_with(rec, &[])
+    }
+
+    /// [`Self::start`] with more options for `rtit replay`.
+    pub fn start_with(rec: &Recording, options: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_rtit"))
             .args(["replay", "--no-gdb", "--port", "0"])
+            .args(options)
             .arg(&rec.dir)
             .stderr(Stdio::piped())
             .spawn()
@@ -97,6 +103,27 @@ impl Drop for Server {
 /// gdb's backtrace lines (`#N ...`).
 pub fn frames(out: &str) -> Vec<String> {
     out.lines().filter(|l| l.starts_with('#')).map(str::to_string).collect()
+}
+
+/// The library (or function) of each frame line of a `bt`: the part that is the same in a
+/// native run and under QEMU, which loads libraries elsewhere.
+pub fn frame_places(out: &str) -> Vec<String> {
+    out.lines()
+        .filter(|l| l.starts_with('#'))
+        .map(|l| match l.split_once(" from ") {
+            // By file name up to `.so`: native gdb names the loader's path
+            // (/lib/…/libffi.so.8), the recording the file it resolved to (libffi.so.8.1.2).
+            Some((_, lib)) => {
+                let name = lib.rsplit('/').next().unwrap_or(lib);
+                name.split(".so").next().unwrap_or(name).to_string()
+            }
+            None => {
+                let rest = l.split_once(' ').map_or(l, |(_, r)| r.trim_start());
+                let rest = rest.split_once(" in ").map_or(rest, |(_, r)| r);
+                rest.split_whitespace().next().unwrap_or("").to_string()
+            }
+        })
+        .collect()
 }
 
 /// The function of each frame of a `bt` (addresses and arguments differ between a native run

@@ -99,9 +99,20 @@ impl Anchors {
 }
 
 impl Recording {
+    /// The recording as if it had no anchors: a replay's values then come from the passes'
+    /// chains, as for a recording made without them (to compare the two, in tests and
+    /// benchmarks).
+    pub fn ignoring_anchors(mut self) -> Self {
+        self.anchors_ignored = true;
+        self
+    }
+
     /// The anchors the recorder took, if any: in order of position, inside the history, with
     /// registers that are registers and pages that are whole, one anchor's after another's.
     pub fn anchors(&self) -> Result<Option<Anchors>, RecordingError> {
+        if self.anchors_ignored {
+            return Ok(None);
+        }
         let path = self.dir.join(files::ANCHORS);
         let Some(list) = self.json_lines::<Anchor>(files::ANCHORS)? else {
             return Ok(None);

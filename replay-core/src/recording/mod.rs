@@ -104,6 +104,8 @@ pub struct Recording {
     pub dir: PathBuf,
     /// Its manifest.
     pub manifest: Manifest,
+    /// Whether its anchors are left unread ([`Self::ignoring_anchors`]).
+    anchors_ignored: bool,
 }
 
 impl Recording {
@@ -167,6 +169,7 @@ impl Recording {
         let recording = Self {
             dir: dir.to_path_buf(),
             manifest,
+            anchors_ignored: false,
         };
         recording.check_present()?;
         Ok(recording)

@@ -1,0 +1,126 @@
+//! Values at once (issue 40): what gdb shows at a stop is final when the stop is shown. A
+//! real gdb with its default settings connects the moment the server listens, with no
+//! `monitor wait`: a crash after a billion instructions shows native gdb's frames and the
+//! NULL that caused it, and at positions `monitor goto` jumps to, the registers, the stack
+//! and the frames are what the passes' chains show once complete on the same recording.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::gdb::{frame_places, Server};
+use rtit_replay_core::recording::Recording;
+
+/// A program that loops, then passes NULL to `strlen` through ctypes.
+fn crash_after(iterations: u64) -> String {
+    format!("s = 0\nfor i in range({iterations}): s += i * i\nimport ctypes; ctypes.string_at(0)")
+}
+
+/// Whether this kernel lets the plugin track written pages (asynchronous userfaultfd
+/// write-protection, Linux 6.7): anchors are taken only then.
+fn kernel_tracks_written_pages() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release.trim().split(['.', '-']).map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (6, 7)
+}
+
+/// `rtit record` of python3 running `script`, with `options`; it dies of SIGSEGV.
+fn record(out: &Path, script: &str, options: &[&str]) -> Recording {
+    let status = Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .args(["record", "--out"])
+        .arg(out)
+        .args(options)
+        .env("RTIT_QEMU_PLUGIN", common::plugin())
+        .args(["--", "/usr/bin/python3", "-c", script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("rtit record");
+    assert!(!status.success(), "python3 dies of SIGSEGV");
+    Recording::open(out).expect("a recording")
+}
+
+#[test]
+fn a_crash_after_a_billion_instructions_shows_natives_frames_at_once() {
+    if !kernel_tracks_written_pages() {
+        eprintln!("skipped: this kernel has no asynchronous userfaultfd write-protection (Linux 6.7)");
+        return;
+    }
+    let dir = common::scratch("values_at_once", "long-crash");
+    let script = crash_after(900_000);
+    let rec = record(&dir.join("rec"), &script, &[]);
+    assert!(
+        rec.manifest.instructions >= 1_000_000_000,
+        "{}",
+        rec.manifest.instructions
+    );
+    assert!(rec.anchors().expect("anchors").is_some(), "anchors taken");
+    let server = Server::start(&rec);
+    let replayed = server.gdb(None, &["continue", "p/x $rdi", "p/x $rsp", "bt 7"]);
+    let native = Command::new("gdb")
+        .args(["-batch", "-nx", "-ex", "run", "-ex", "p/x $rdi", "-ex", "bt 7"])
+        .args(["--args", "/usr/bin/python3", "-c", &script])
+        .output()
+        .expect("gdb");
+    let native = String::from_utf8_lossy(&native.stdout).into_owned() + &String::from_utf8_lossy(&native.stderr);
+    assert!(replayed.contains("SIGSEGV"), "{replayed}");
+    assert!(native.contains("$1 = 0x0"), "native: {native}");
+    assert!(replayed.contains("$1 = 0x0"), "the NULL passed to strlen: {replayed}");
+    assert!(replayed.contains("$2 = 0x"), "the stack pointer: {replayed}");
+    let (want, got) = (frame_places(&native), frame_places(&replayed));
+    assert!(want.len() >= 7, "native: {native}");
+    assert!(got.len() >= 7, "{replayed}");
+    assert!(got[0].starts_with("__strlen_"), "{replayed}");
+    assert_eq!(got[1..], want[1..], "replayed:\n{replayed}\nnative:\n{native}");
+}
+
+/// What gdb shows at a position: the frames, some registers and the top of the stack.
+const LOOK: [&str; 3] = ["bt 4", "info registers rip rsp rbp rax rdi", "x/4gx $rsp"];
+
+#[test]
+fn where_goto_lands_gdb_sees_what_the_complete_chains_show() {
+    if !kernel_tracks_written_pages() {
+        eprintln!("skipped: this kernel has no asynchronous userfaultfd write-protection (Linux 6.7)");
+        return;
+    }
+    let dir = common::scratch("values_at_once", "goto");
+    let rec = record(
+        &dir.join("rec"),
+        "import ctypes; ctypes.string_at(0)",
+        &["--anchor-every", "3000000"],
+    );
+    let anchors = rec.anchors().expect("anchors").expect("anchors taken");
+    assert!(anchors.list.len() >= 5, "{} anchors", anchors.list.len());
+    let last = rec.manifest.instructions;
+    // Positions spread over the history, none an anchor's, one just past an anchor.
+    let mut positions: Vec<u64> = (1..=5).map(|k| last * k / 6 + 12_345).collect();
+    positions.push(anchors.list[2].position + 1);
+    let mut commands: Vec<String> = Vec::new();
+    for p in &positions {
+        commands.push(format!("monitor goto {p}"));
+        commands.push("maint flush register-cache".into());
+        commands.push("maint flush dcache".into());
+        commands.extend(LOOK.iter().map(|c| c.to_string()));
+    }
+    let commands: Vec<&str> = commands.iter().map(String::as_str).collect();
+    let anchored = Server::start(&rec).gdb(None, &commands);
+    let chains = Server::start_with(&rec, &["--ignore-anchors"]);
+    let mut waited = vec!["monitor wait"];
+    waited.extend(&commands);
+    let complete = chains.gdb(None, &waited);
+    // What gdb shows, without the line a long `goto` keeps gdb waiting with.
+    let from_first_goto = |out: &str| {
+        let shown = &out[out.find("position ").unwrap_or(0)..];
+        let kept: Vec<&str> = shown
+            .lines()
+            .filter(|l| !l.starts_with("working out the values here"))
+            .collect();
+        kept.join("\n")
+    };
+    let (anchored, complete) = (from_first_goto(&anchored), from_first_goto(&complete));
+    assert!(anchored.matches("\n#1 ").count() >= positions.len(), "{anchored}");
+    assert!(!anchored.contains("<unavailable>"), "{anchored}");
+    assert_eq!(anchored, complete, "with anchors (left) and after the chains (right)");
+}
