@@ -1,4 +1,5 @@
-//! The recordings of real programs the benchmarks share (`replay_scale`, `integrity`): made
+//! The recordings of real programs the benchmarks share (`replay_scale`, `integrity`,
+//! `values_at_once`): made
 //! once under the qemu backend and kept in the benchmark's directory.
 
 use std::path::{Path, PathBuf};
@@ -16,7 +17,9 @@ const PYTHON_START: f64 = 30e6;
 /// instructions under the qemu backend with `plugin`, made once in `dir` and kept.
 pub fn recording(dir: &Path, plugin: &Path, program: &str, n: f64) -> PathBuf {
     let out = dir.join(format!("{program}-{n:e}"));
-    if Recording::open(&out).is_ok_and(|r| r.sealed()) {
+    // One made before anchors were taken (past 2^25 instructions) is made again.
+    let anchored = |r: &Recording| r.manifest.instructions < 1 << 25 || r.anchors().is_ok_and(|a| a.is_some());
+    if Recording::open(&out).is_ok_and(|r| r.sealed() && anchored(&r)) {
         return out;
     }
     let _ = std::fs::remove_dir_all(&out);

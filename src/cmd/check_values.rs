@@ -23,6 +23,10 @@ pub struct CheckValuesArgs {
     /// Print every wrong value, not just the first ten.
     #[arg(long)]
     verbose: bool,
+    /// Leave the recording's anchors unread: the values from the passes' chains, as
+    /// without anchors (to compare what each knows).
+    #[arg(long, hide = true)]
+    ignore_anchors: bool,
 }
 
 /// Per-register tallies.
@@ -213,7 +217,10 @@ fn compare_vectors(
 
 /// Runs `rtit check-values`.
 pub fn run(args: &CheckValuesArgs) -> Result<()> {
-    let rec = recordings::open(args.recording.as_deref())?;
+    let mut rec = recordings::open(args.recording.as_deref())?;
+    if args.ignore_anchors {
+        rec = rec.ignoring_anchors();
+    }
     let samples = rec.truth_registers()?.with_context(|| {
         format!(
             "{}: no sampled registers; record with `rtit record --truth`",

@@ -338,9 +338,14 @@ fn info(target: &ReplayTarget, out: &mut ConsoleOutput<'_>) {
     }
     let v = s.values_stats();
     match v.walked {
+        _ if s.exact_states().is_some() => outputln!(
+            out,
+            "values    final at every stop: from the {} whole states the recording holds (start, anchors, end) on either side",
+            s.exact_states().unwrap_or(0)
+        ),
         (done, total) if done < total => outputln!(
             out,
-            "values    being worked out in the background: {}% (until then some show as <unavailable>)",
+            "values    being worked out in the background: {}% (a stop waits for those it shows)",
             done * 100 / total
         ),
         _ => outputln!(

@@ -453,6 +453,13 @@ impl Session {
         }
     }
 
+    /// How many exact states the values come from (the start, the anchors, the end), for a
+    /// recording with anchors; `None` without (the chains), or before the history is there.
+    pub fn exact_states(&self) -> Option<usize> {
+        let d = self.history.now()?.ok()?;
+        d.values.anchored().then(|| d.values.exact_positions().len())
+    }
+
     /// How the state layer did so far.
     pub fn values_stats(&self) -> state::ValuesStats {
         self.decoded().map(|d| d.values.stats()).unwrap_or_default()

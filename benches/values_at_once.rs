@@ -1,0 +1,161 @@
+//! Values at once (issue 40): how long a stop waits before what gdb reads there is final, on
+//! python3 recordings (the qemu backend, anchors every 2^25 instructions by default) of about
+//! 1e7, 1e8 and 1e9 instructions. For each, in a process of its own (so its peak memory is
+//! its own), with the anchors and again without them (the passes' chains, as a recording
+//! without anchors gets its values):
+//! - the time to open the recording (the stored history when there is one);
+//! - from there, the time until the values at the end are final and a `bt`'s reads
+//!   (registers, 256 bytes of stack) are answered; the same at the middle, then at five
+//!   random positions one after another (the slowest and the mean);
+//! - the peak memory, per instruction.
+//!
+//! Each measurement three times, given as a range. Needs qemu-x86_64 and a release build of
+//! the plugin (`cargo build --release`). Run with `cargo bench --bench values_at_once`;
+//! `RTIT_VALUES_SIZES=1e7,1e8` picks sizes.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use rtit_replay_core::recording::Recording;
+use rtit_replay_core::session::Session;
+use rtit_replay_core::timeline::cache::Policy;
+
+#[path = "common/recordings.rs"]
+mod recordings;
+
+/// What one child measured, in seconds (memory in MiB).
+#[derive(Default, Clone, Copy)]
+struct Measured {
+    open: f64,
+    end: f64,
+    middle: f64,
+    random_max: f64,
+    random_mean: f64,
+    peak: f64,
+}
+
+/// The process's peak resident memory, in MiB.
+fn peak_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN);
+    kib / 1024.0
+}
+
+/// Seconds until the values at `p` are final and a `bt`'s reads are answered.
+fn look(s: &mut Session, p: u64) -> f64 {
+    let t = Instant::now();
+    s.set_position(p);
+    s.settle(&mut || false);
+    let rsp = s.register("rsp");
+    let _ = s.register("rbp");
+    let _ = s.register("rip");
+    if let Some(sp) = rsp {
+        let _ = s.read_memory_prefix(sp, 256);
+    }
+    t.elapsed().as_secs_f64()
+}
+
+/// The child: measures one recording in one mode and prints the figures.
+fn child(dir: &Path, ignore_anchors: bool) {
+    let t = Instant::now();
+    let mut rec = Recording::open(dir).expect("a recording");
+    if ignore_anchors {
+        rec = rec.ignoring_anchors();
+    }
+    let mut s = Session::open_cached(rec, false, Policy::Auto, &mut |_| {}).expect("a session");
+    let open = t.elapsed().as_secs_f64();
+    let last = s.last();
+    let end = look(&mut s, last);
+    let middle = look(&mut s, last / 2 + 777);
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let randoms: Vec<f64> = (0..5)
+        .map(|_| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            look(&mut s, (x >> 11) % last)
+        })
+        .collect();
+    let random_max = randoms.iter().cloned().fold(0.0, f64::max);
+    let random_mean = randoms.iter().sum::<f64>() / randoms.len() as f64;
+    println!(
+        "MEASURED {open} {end} {middle} {random_max} {random_mean} {}",
+        peak_mib()
+    );
+}
+
+/// Runs the child for `dir` and `ignore_anchors` and reads what it measured.
+fn measure(dir: &Path, ignore_anchors: bool) -> Measured {
+    let exe = std::env::current_exe().expect("this benchmark");
+    let out = Command::new(exe)
+        .env("RTIT_VALUES_CHILD", dir)
+        .env("RTIT_VALUES_IGNORE", if ignore_anchors { "1" } else { "0" })
+        .output()
+        .expect("the child");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("MEASURED "))
+        .unwrap_or_else(|| panic!("the child measured nothing: {}", String::from_utf8_lossy(&out.stderr)));
+    let v: Vec<f64> = line.split_whitespace().map(|w| w.parse().unwrap_or(f64::NAN)).collect();
+    Measured {
+        open: v[0],
+        end: v[1],
+        middle: v[2],
+        random_max: v[3],
+        random_mean: v[4],
+        peak: v[5],
+    }
+}
+
+/// `min–max` of `values`, with `digits` decimals.
+fn range(values: impl Iterator<Item = f64>, digits: usize) -> String {
+    let v: Vec<f64> = values.collect();
+    let (lo, hi) = v.iter().fold((f64::MAX, f64::MIN), |(l, h), &x| (l.min(x), h.max(x)));
+    format!("{lo:.digits$}–{hi:.digits$}")
+}
+
+fn main() {
+    if let Ok(dir) = std::env::var("RTIT_VALUES_CHILD") {
+        child(
+            Path::new(&dir),
+            std::env::var("RTIT_VALUES_IGNORE").as_deref() == Ok("1"),
+        );
+        return;
+    }
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let plugin = root.join("target/release/librtit_qemu_plugin.so");
+    let dir = root.join("target/bench/values_at_once");
+    std::fs::create_dir_all(&dir).expect("bench dir");
+    let sizes = std::env::var("RTIT_VALUES_SIZES").unwrap_or_else(|_| "1e7,1e8,1e9".into());
+    println!("python3, qemu backend: seconds until a stop's values are final and a bt's reads answered (3 runs)");
+    println!("size | insns | anchors | mode | open | end | middle | 5 random: slowest | mean | peak MiB | bytes/insn");
+    for size in sizes.split(',') {
+        let n: f64 = size.parse().expect("a size such as 1e8");
+        let out = recordings::recording(&dir, &plugin, "python3", n);
+        let rec = Recording::open(&out).expect("a recording");
+        let insns = rec.manifest.instructions;
+        let anchors = rec.anchors().ok().flatten().map_or(0, |a| a.list.len());
+        for ignore in [false, true] {
+            let runs: Vec<Measured> = (0..3).map(|_| measure(&out, ignore)).collect();
+            let mode = if ignore { "chains" } else { "anchors" };
+            let peak_per = |m: &Measured| m.peak * 1048576.0 / insns as f64;
+            println!(
+                "{size} | {insns} | {anchors} | {mode} | {} | {} | {} | {} | {} | {} | {}",
+                range(runs.iter().map(|m| m.open), 2),
+                range(runs.iter().map(|m| m.end), 3),
+                range(runs.iter().map(|m| m.middle), 3),
+                range(runs.iter().map(|m| m.random_max), 3),
+                range(runs.iter().map(|m| m.random_mean), 3),
+                range(runs.iter().map(|m| m.peak), 0),
+                range(runs.iter().map(peak_per), 2),
+            );
+        }
+    }
+}
