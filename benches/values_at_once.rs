@@ -7,11 +7,14 @@
 //! - from there, the time until the values at the end are final and a `bt`'s reads
 //!   (registers, 256 bytes of stack) are answered; the same at the middle, then at five
 //!   random positions one after another (the slowest and the mean);
+//! - with anchors, the time from opening until the background fill has kept states along
+//!   the whole history (the chains: until they are complete), then five more random
+//!   positions (the slowest);
 //! - the peak memory, per instruction.
 //!
 //! Each measurement three times, given as a range. Needs qemu-x86_64 and a release build of
 //! the plugin (`cargo build --release`). Run with `cargo bench --bench values_at_once`;
-//! `RTIT_VALUES_SIZES=1e7,1e8` picks sizes.
+//! `RTIT_VALUES_SIZES=1e7,1e8` picks sizes, `RTIT_VALUES_MODES=anchors` the modes.
 
 use std::path::Path;
 use std::process::Command;
@@ -32,6 +35,8 @@ struct Measured {
     middle: f64,
     random_max: f64,
     random_mean: f64,
+    filled: f64,
+    random_after: f64,
     peak: f64,
 }
 
@@ -81,8 +86,19 @@ fn child(dir: &Path, ignore_anchors: bool) {
         .collect();
     let random_max = randoms.iter().cloned().fold(0.0, f64::max);
     let random_mean = randoms.iter().sum::<f64>() / randoms.len() as f64;
+    while !matches!(s.values_stats().walked, (done, total) if done >= total) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let filled = t.elapsed().as_secs_f64();
+    let after: Vec<f64> = (0..5)
+        .map(|_| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            look(&mut s, (x >> 11) % last)
+        })
+        .collect();
+    let random_after = after.iter().cloned().fold(0.0, f64::max);
     println!(
-        "MEASURED {open} {end} {middle} {random_max} {random_mean} {}",
+        "MEASURED {open} {end} {middle} {random_max} {random_mean} {filled} {random_after} {}",
         peak_mib()
     );
 }
@@ -107,7 +123,9 @@ fn measure(dir: &Path, ignore_anchors: bool) -> Measured {
         middle: v[2],
         random_max: v[3],
         random_mean: v[4],
-        peak: v[5],
+        filled: v[5],
+        random_after: v[6],
+        peak: v[7],
     }
 }
 
@@ -135,24 +153,30 @@ fn main() {
     std::fs::create_dir_all(&dir).expect("bench dir");
     let sizes = std::env::var("RTIT_VALUES_SIZES").unwrap_or_else(|_| "1e7,1e8,1e9".into());
     println!("python3, qemu backend: seconds until a stop's values are final and a bt's reads answered (3 runs)");
-    println!("size | insns | anchors | mode | open | end | middle | 5 random: slowest | mean | peak MiB | bytes/insn");
+    println!("size | insns | anchors | mode | open | end | middle | 5 random: slowest | mean | all kept (s from open) | 5 random after: slowest | peak MiB | bytes/insn");
     for size in sizes.split(',') {
         let n: f64 = size.parse().expect("a size such as 1e8");
         let out = recordings::recording(&dir, &plugin, "python3", n);
         let rec = Recording::open(&out).expect("a recording");
         let insns = rec.manifest.instructions;
         let anchors = rec.anchors().ok().flatten().map_or(0, |a| a.list.len());
+        let modes = std::env::var("RTIT_VALUES_MODES").unwrap_or_else(|_| "anchors,chains".into());
         for ignore in [false, true] {
+            if !modes.contains(if ignore { "chains" } else { "anchors" }) {
+                continue;
+            }
             let runs: Vec<Measured> = (0..3).map(|_| measure(&out, ignore)).collect();
             let mode = if ignore { "chains" } else { "anchors" };
             let peak_per = |m: &Measured| m.peak * 1048576.0 / insns as f64;
             println!(
-                "{size} | {insns} | {anchors} | {mode} | {} | {} | {} | {} | {} | {} | {}",
+                "{size} | {insns} | {anchors} | {mode} | {} | {} | {} | {} | {} | {} | {} | {} | {}",
                 range(runs.iter().map(|m| m.open), 2),
                 range(runs.iter().map(|m| m.end), 3),
                 range(runs.iter().map(|m| m.middle), 3),
                 range(runs.iter().map(|m| m.random_max), 3),
                 range(runs.iter().map(|m| m.random_mean), 3),
+                range(runs.iter().map(|m| m.filled), 1),
+                range(runs.iter().map(|m| m.random_after), 3),
                 range(runs.iter().map(|m| m.peak), 0),
                 range(runs.iter().map(peak_per), 2),
             );

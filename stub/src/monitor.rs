@@ -230,7 +230,7 @@ fn why_unknown(target: &mut ReplayTarget, what: &str, out: &mut ConsoleOutput<'_
     };
     outputln!(out, "{label} is unknown here (position {})", s.position());
     let (done, total) = s.values_stats().walked;
-    if done < total {
+    if done < total && s.exact_states().is_none() {
         // The passes below are the partial ones: the answer may come once they are done.
         outputln!(
             out,
@@ -338,10 +338,11 @@ fn info(target: &ReplayTarget, out: &mut ConsoleOutput<'_>) {
     }
     let v = s.values_stats();
     match v.walked {
-        _ if s.exact_states().is_some() => outputln!(
+        (done, total) if s.exact_states().is_some() => outputln!(
             out,
-            "values    final at every stop: from the {} whole states the recording holds (start, anchors, end) on either side",
-            s.exact_states().unwrap_or(0)
+            "values    final at every stop: from the {} whole states the recording holds (start, anchors, end) on either side; states kept along the history for fast stops: {}%",
+            s.exact_states().unwrap_or(0),
+            done * 100 / total.max(1)
         ),
         (done, total) if done < total => outputln!(
             out,

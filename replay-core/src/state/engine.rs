@@ -304,6 +304,9 @@ impl Values {
 
     /// Starts the chains held back.
     pub(crate) fn release(&mut self) {
+        if let Some(a) = &mut self.anchored {
+            a.start_fill();
+        }
         if let Some(plan) = self.held.take() {
             self.chains = Some(Chains::spawn(self.walker.shared.clone(), plan));
         }
@@ -373,7 +376,7 @@ impl Values {
                 checkpoints: s.states,
                 bytes: s.bytes,
                 interval: super::anchored::COARSE,
-                walked: (0, 0),
+                walked: s.filled,
             };
         }
         let states = self

@@ -20,6 +20,8 @@
 //! The passes' chains ([`super::engine`]) serve recordings without anchors: there the answers
 //! between the snapshots become final only when the chains are complete.
 
+mod fill;
+mod kept;
 mod side;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,7 +32,9 @@ use super::known::Known;
 use super::memory::Footprint;
 use super::walker::{Shared, Walker};
 use super::State;
-pub(in crate::state) use side::COARSE;
+use fill::{Fill, Sources};
+use kept::Kept;
+pub(in crate::state) use kept::COARSE;
 use side::{Direction, Side};
 
 /// A walk longer than this runs on a thread of its own, beside the other direction's.
@@ -43,13 +47,18 @@ const POLL: Duration = Duration::from_millis(5);
 pub(super) struct Anchored {
     shared: Arc<Shared>,
     /// The exact states by position, in order; the first at position 0.
-    exact: Vec<(u64, State)>,
+    exact: Arc<[(u64, State)]>,
     /// The same for the backward pass: without read-only ranges.
-    exact_back: Vec<State>,
+    exact_back: Arc<[State]>,
     /// Whether each exact state holds the general registers: the answer at its position.
     whole: Vec<bool>,
     forward: Side,
     backward: Side,
+    /// The states kept each way, shared with the fill.
+    kept: (Arc<Kept>, Arc<Kept>),
+    /// Set while a question walks, for the fill to wait.
+    pause: Arc<AtomicBool>,
+    fill: Option<Fill>,
 }
 
 /// How an anchored engine did (for the engine's statistics).
@@ -58,6 +67,8 @@ pub(super) struct AnchoredStats {
     pub(super) backward_steps: u64,
     pub(super) states: usize,
     pub(super) bytes: usize,
+    /// Positions the background fill walked, and in all.
+    pub(super) filled: (u64, u64),
 }
 
 impl Anchored {
@@ -74,13 +85,31 @@ impl Anchored {
             })
             .collect();
         let whole = exact.iter().map(|(_, s)| general_registers(s)).collect();
+        let kept = (Arc::new(Kept::default()), Arc::new(Kept::default()));
         Self {
             exact_back,
             whole,
-            forward: Side::new(Walker::new(shared.clone()), Direction::Forwards),
-            backward: Side::new(Walker::new(shared.clone()), Direction::Backwards),
+            forward: Side::new(Walker::new(shared.clone()), Direction::Forwards, kept.0.clone()),
+            backward: Side::new(Walker::new(shared.clone()), Direction::Backwards, kept.1.clone()),
+            kept,
+            pause: Arc::new(AtomicBool::new(false)),
+            fill: None,
             shared,
-            exact,
+            exact: exact.into(),
+        }
+    }
+
+    /// Starts the background fill ([`fill`]), once.
+    pub(super) fn start_fill(&mut self) {
+        if self.fill.is_none() {
+            self.fill = Some(Fill::spawn(Sources {
+                shared: self.shared.clone(),
+                exact: self.exact.clone(),
+                exact_back: self.exact_back.clone(),
+                forward: self.kept.0.clone(),
+                backward: self.kept.1.clone(),
+                pause: self.pause.clone(),
+            }));
         }
     }
 
@@ -117,6 +146,9 @@ impl Anchored {
             None => Some(State::unknown()),
         };
         let long = p - below > ON_A_THREAD || top.is_some_and(|t| t - p > ON_A_THREAD);
+        // The fill waits while a question walks: the question comes first.
+        self.pause.store(true, Ordering::Relaxed);
+        let _resume = Resume(&self.pause);
         let (f, b) = match long {
             // A long walk: both on threads, this one watching for an interruption.
             true => std::thread::scope(|s| {
@@ -145,7 +177,13 @@ impl Anchored {
             states += 1;
             s.mem.footprint(&mut footprint);
         }
+        states += self.kept.0.count(&mut footprint) + self.kept.1.count(&mut footprint);
+        let filled = self
+            .fill
+            .as_ref()
+            .map_or((0, 0), |f| (f.walked.load(Ordering::Relaxed).min(f.total), f.total));
         AnchoredStats {
+            filled,
             forward_steps: self.forward.steps(),
             backward_steps: self.backward.steps(),
             states,
@@ -161,4 +199,13 @@ pub(super) fn general_registers(st: &State) -> bool {
     [RAX, RBX, RCX, RDX, RSI, RDI, RBP, RSP]
         .into_iter()
         .all(|r| st.regs.get(r).is_some())
+}
+
+/// Lets the fill go on when dropped.
+struct Resume<'a>(&'a AtomicBool);
+
+impl Drop for Resume<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
 }

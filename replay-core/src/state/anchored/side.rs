@@ -1,28 +1,22 @@
 //! One direction's walks between exact states, and the states they leave behind to start the
-//! next walk nearer: the last answer, a coarse state every [`COARSE`] positions of every
-//! stretch walked, and fine ones every [`FINE`] near the position asked last (a stepping gdb
-//! asks at the neighbouring positions next).
+//! next walk nearer: the last answer, a kept state every [`COARSE`] positions of every
+//! stretch walked (shared with the background fill), and fine ones every [`FINE`] near the
+//! position asked last (a stepping gdb asks at the neighbouring positions next).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use super::super::walker::Walker;
 use super::super::State;
-
-/// Positions between coarse states: a question next to a stretch walked before walks at
-/// most this far (about 25 ms).
-pub(in crate::state) const COARSE: u64 = 1 << 18;
+use super::kept::{Kept, COARSE};
 
 /// Positions between fine states, near the position asked last: a step walks at most this
 /// far (about 0.1 ms).
 const FINE: u64 = 1024;
 
-/// Coarse states kept, at most, each way (the farthest from the last question go first):
-/// each holds its registers and the pages written since the state before, tens of KB.
-const COARSE_KEPT: usize = 1024;
-
 /// Steps between two looks at whether the walk is cancelled.
-const CANCEL_EVERY: u64 = 1 << 14;
+pub(super) const CANCEL_EVERY: u64 = 1 << 14;
 
 /// Forwards or backwards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,17 +29,17 @@ pub(super) enum Direction {
 pub(super) struct Side {
     walker: Walker,
     direction: Direction,
-    coarse: BTreeMap<u64, State>,
+    coarse: Arc<Kept>,
     fine: BTreeMap<u64, State>,
     last: Option<(u64, State)>,
 }
 
 impl Side {
-    pub(super) fn new(walker: Walker, direction: Direction) -> Self {
+    pub(super) fn new(walker: Walker, direction: Direction, coarse: Arc<Kept>) -> Self {
         Self {
             walker,
             direction,
-            coarse: BTreeMap::new(),
+            coarse,
             fine: BTreeMap::new(),
             last: None,
         }
@@ -59,11 +53,9 @@ impl Side {
         }
     }
 
-    /// The states kept.
+    /// The states kept near the last question (the shared ones are counted apart).
     pub(super) fn kept(&self) -> impl Iterator<Item = &State> {
-        (self.coarse.values())
-            .chain(self.fine.values())
-            .chain(self.last.iter().map(|(_, s)| s))
+        self.fine.values().chain(self.last.iter().map(|(_, s)| s))
     }
 
     /// The nearest state kept between `p` and the exact state at `bound` (inclusive), and its
@@ -72,22 +64,22 @@ impl Side {
         let forwards = self.direction == Direction::Forwards;
         let (lo, hi) = if forwards { (bound, p) } else { (p, bound) };
         let inside = |q: u64| (lo..=hi).contains(&q);
-        let pick = |m: &BTreeMap<u64, State>| match forwards {
-            true => m.range(lo..=hi).next_back().map(|(&q, _)| q),
-            false => m.range(lo..=hi).next().map(|(&q, _)| q),
-        };
         let nearer = |a: Option<u64>, b: Option<u64>| match (a, b) {
             (Some(a), Some(b)) => Some(if forwards { a.max(b) } else { a.min(b) }),
             (a, b) => a.or(b),
         };
-        let kept = nearer(pick(&self.coarse), pick(&self.fine));
+        let fine = match forwards {
+            true => self.fine.range(lo..=hi).next_back(),
+            false => self.fine.range(lo..=hi).next(),
+        }
+        .map(|(&q, _)| q);
+        let coarse = self.coarse.nearest(lo, hi, forwards);
+        let kept = nearer(coarse.as_ref().map(|(q, _)| *q), fine);
         let last = self.last.as_ref().map(|(q, _)| *q).filter(|&q| inside(q));
         match (last, kept) {
             (Some(q), k) if nearer(Some(q), k) == Some(q) => self.last.take().expect("a last state"),
-            (_, Some(q)) => (
-                q,
-                self.coarse.get(&q).or_else(|| self.fine.get(&q)).expect("kept").clone(),
-            ),
+            (_, Some(q)) if fine == Some(q) => (q, self.fine[&q].clone()),
+            (_, Some(_)) => coarse.expect("the nearest kept state"),
             _ => (bound, exact.clone()),
         }
     }
@@ -120,7 +112,7 @@ impl Side {
                 break;
             }
             if at % COARSE == 0 {
-                self.keep_coarse(at, &st, p);
+                self.coarse.keep(at, &st);
             }
             if at % FINE == 0 && at.abs_diff(p) < COARSE {
                 self.fine.insert(at, st.clone());
@@ -128,20 +120,5 @@ impl Side {
         }
         self.last = Some((p, st.clone()));
         Some(st)
-    }
-
-    /// Keeps a coarse state, dropping the one farthest from `p` if there are too many.
-    fn keep_coarse(&mut self, at: u64, st: &State, p: u64) {
-        if self.coarse.len() >= COARSE_KEPT {
-            let first = self.coarse.keys().next().copied();
-            let last = self.coarse.keys().next_back().copied();
-            let far = match (first, last) {
-                (Some(f), Some(l)) if f.abs_diff(p) >= l.abs_diff(p) => f,
-                (_, Some(l)) => l,
-                _ => return,
-            };
-            self.coarse.remove(&far);
-        }
-        self.coarse.insert(at, st.clone());
     }
 }

@@ -1,0 +1,148 @@
+//! The background fill: on every core, each stretch between two whole states walked once
+//! forwards and once backwards, keeping a state every [`COARSE`] positions each way, so that
+//! a stop anywhere walks at most that far (milliseconds) once its stretch is filled. Nothing
+//! it keeps changes an answer (the same walks from the same whole states); it only makes
+//! the answers nearer. It yields to a question being worked out (`pause`), and stops when the
+//! engine goes.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::super::walker::{Shared, Walker};
+use super::super::State;
+use super::kept::{Kept, COARSE};
+use super::side::CANCEL_EVERY;
+
+/// What the fill works from, shared with the engine.
+pub(super) struct Sources {
+    pub(super) shared: Arc<Shared>,
+    /// The whole states by position, for the forward walks.
+    pub(super) exact: Arc<[(u64, State)]>,
+    /// The same without read-only ranges, for the backward walks.
+    pub(super) exact_back: Arc<[State]>,
+    pub(super) forward: Arc<Kept>,
+    pub(super) backward: Arc<Kept>,
+    /// Set while a question walks: the fill waits.
+    pub(super) pause: Arc<AtomicBool>,
+}
+
+/// The fill's threads.
+pub(super) struct Fill {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+    /// Positions walked so far, and in all.
+    pub(super) walked: Arc<AtomicU64>,
+    pub(super) total: u64,
+}
+
+/// One walk: a stretch's index and its direction.
+#[derive(Clone, Copy)]
+struct Task {
+    stretch: usize,
+    forwards: bool,
+}
+
+impl Fill {
+    /// Starts the fill on every core.
+    pub(super) fn spawn(sources: Sources) -> Self {
+        let sources = Arc::new(sources);
+        let len = sources.shared.history.len();
+        let stretches = sources.exact.len();
+        // Forwards over every stretch (the last one to the end of the history when there is
+        // no end state), backwards over those with a whole state above.
+        let mut tasks = Vec::new();
+        for i in 0..stretches {
+            tasks.push(Task {
+                stretch: i,
+                forwards: true,
+            });
+            if i + 1 < stretches {
+                tasks.push(Task {
+                    stretch: i,
+                    forwards: false,
+                });
+            }
+        }
+        let span = |t: &Task| {
+            let top = sources
+                .exact
+                .get(t.stretch + 1)
+                .map_or(len.saturating_sub(1), |(p, _)| *p);
+            top - sources.exact[t.stretch].0
+        };
+        let total = tasks.iter().map(span).sum();
+        let tasks: Arc<[Task]> = tasks.into();
+        let next = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let walked = Arc::new(AtomicU64::new(0));
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = (0..cores)
+            .map(|_| {
+                let (sources, tasks, next) = (sources.clone(), tasks.clone(), next.clone());
+                let (stop, walked) = (stop.clone(), walked.clone());
+                std::thread::spawn(move || {
+                    let mut walker = Walker::new(sources.shared.clone());
+                    while let Some(&task) = tasks.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        if !walk(&sources, &mut walker, task, &stop, &walked) {
+                            return;
+                        }
+                    }
+                })
+            })
+            .collect();
+        Self {
+            stop,
+            threads,
+            walked,
+            total,
+        }
+    }
+}
+
+impl Drop for Fill {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Walks one stretch one way, keeping a state at every multiple of [`COARSE`] inside it;
+/// false if told to stop.
+fn walk(s: &Sources, walker: &mut Walker, task: Task, stop: &AtomicBool, walked: &AtomicU64) -> bool {
+    let len = s.shared.history.len();
+    let (bottom, ref below) = s.exact[task.stretch];
+    let top = s.exact.get(task.stretch + 1).map_or(len.saturating_sub(1), |(p, _)| *p);
+    let (kept, mut at, mut st) = match task.forwards {
+        true => (&s.forward, bottom, below.clone()),
+        false => (&s.backward, top, s.exact_back[task.stretch + 1].clone()),
+    };
+    let mut steps = 0u64;
+    while (task.forwards && at < top) || (!task.forwards && at > bottom) {
+        if steps % CANCEL_EVERY == 0 {
+            walked.fetch_add(steps.min(CANCEL_EVERY), Ordering::Relaxed);
+            while s.pause.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            if stop.load(Ordering::Relaxed) {
+                return false;
+            }
+        }
+        steps += 1;
+        if task.forwards {
+            walker.step_forward(&mut st, at);
+            at += 1;
+        } else {
+            at -= 1;
+            walker.step_backward(&mut st, at);
+        }
+        if at % COARSE == 0 && at != bottom && at != top && !kept.has(at) {
+            kept.keep(at, &st);
+        }
+    }
+    walked.fetch_add(steps % CANCEL_EVERY, Ordering::Relaxed);
+    true
+}
