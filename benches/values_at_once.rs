@@ -14,7 +14,8 @@
 //!
 //! Each measurement three times, given as a range. Needs qemu-x86_64 and a release build of
 //! the plugin (`cargo build --release`). Run with `cargo bench --bench values_at_once`;
-//! `RTIT_VALUES_SIZES=1e7,1e8` picks sizes, `RTIT_VALUES_MODES=anchors` the modes.
+//! `RTIT_VALUES_SIZES=1e7,1e8` picks sizes, `RTIT_VALUES_MODES=anchors` the modes and
+//! `RTIT_VALUES_PROGRAM=sort` another program (`sort`, `sha256sum`).
 
 use std::path::Path;
 use std::process::Command;
@@ -152,11 +153,12 @@ fn main() {
     let dir = root.join("target/bench/values_at_once");
     std::fs::create_dir_all(&dir).expect("bench dir");
     let sizes = std::env::var("RTIT_VALUES_SIZES").unwrap_or_else(|_| "1e7,1e8,1e9".into());
-    println!("python3, qemu backend: seconds until a stop's values are final and a bt's reads answered (3 runs)");
+    let program = std::env::var("RTIT_VALUES_PROGRAM").unwrap_or_else(|_| "python3".into());
+    println!("{program}, qemu backend: seconds until a stop's values are final and a bt's reads answered (3 runs)");
     println!("size | insns | anchors | mode | open | end | middle | 5 random: slowest | mean | all kept (s from open) | 5 random after: slowest | peak MiB | bytes/insn");
     for size in sizes.split(',') {
         let n: f64 = size.parse().expect("a size such as 1e8");
-        let out = recordings::recording(&dir, &plugin, "python3", n);
+        let out = recordings::recording(&dir, &plugin, &program, n);
         let rec = Recording::open(&out).expect("a recording");
         let insns = rec.manifest.instructions;
         let anchors = rec.anchors().ok().flatten().map_or(0, |a| a.list.len());

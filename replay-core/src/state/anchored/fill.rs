@@ -1,6 +1,6 @@
 //! The background fill: on every core, each stretch between two whole states walked once
-//! forwards and once backwards, keeping a state every [`COARSE`] positions each way, so that
-//! a stop anywhere walks at most that far (milliseconds) once its stretch is filled. Nothing
+//! forwards and once backwards, keeping a state every [`EVERY`] positions each way, so that
+//! a stop anywhere walks at most that far (tens of milliseconds) once its stretch is filled. Nothing
 //! it keeps changes an answer (the same walks from the same whole states); it only makes
 //! the answers nearer. It yields to a question being worked out (`pause`), and stops when the
 //! engine goes.
@@ -12,8 +12,14 @@ use std::time::Duration;
 
 use super::super::walker::{Shared, Walker};
 use super::super::State;
-use super::kept::{Kept, COARSE};
+use super::kept::Kept;
 use super::side::CANCEL_EVERY;
+
+/// Positions between the states the fill keeps: a stop next to one walks at most this far
+/// (about 50 ms), both ways at once. Not the questions' 2^18: a state holds what was written
+/// since the one before, and on sort (2.5 G instructions, its buffers rewritten over and
+/// over) states every 2^18 positions took 3.4 GB before the fill was half done.
+const EVERY: u64 = 1 << 20;
 
 /// What the fill works from, shared with the engine.
 pub(super) struct Sources {
@@ -110,7 +116,7 @@ impl Drop for Fill {
     }
 }
 
-/// Walks one stretch one way, keeping a state at every multiple of [`COARSE`] inside it;
+/// Walks one stretch one way, keeping a state at every multiple of [`EVERY`] inside it;
 /// false if told to stop.
 fn walk(s: &Sources, walker: &mut Walker, task: Task, stop: &AtomicBool, walked: &AtomicU64) -> bool {
     let len = s.shared.history.len();
@@ -139,7 +145,7 @@ fn walk(s: &Sources, walker: &mut Walker, task: Task, stop: &AtomicBool, walked:
             at -= 1;
             walker.step_backward(&mut st, at);
         }
-        if at % COARSE == 0 && at != bottom && at != top && !kept.has(at) {
+        if at % EVERY == 0 && at != bottom && at != top && !kept.has(at) {
             kept.keep(at, &st);
         }
     }
