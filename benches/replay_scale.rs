@@ -30,19 +30,12 @@ use rtit_replay_core::session::Session;
 use rtit_replay_core::timeline::cache;
 use rtit_replay_core::timeline::parallel::{self, Split};
 
+#[path = "common/memory.rs"]
+mod memory;
 #[path = "common/recordings.rs"]
 mod recordings;
 
-/// The process's peak resident memory, in MiB.
-fn peak_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(f64::NAN);
-    kib / 1024.0
-}
+use memory::peak_mib;
 
 /// What [`listen`] measured: seconds from the start of `rtit replay --no-gdb` until it
 /// listens, until it answered a client's first questions (`?`, `g`: where it stopped and the

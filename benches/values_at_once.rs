@@ -25,8 +25,12 @@ use rtit_replay_core::recording::Recording;
 use rtit_replay_core::session::Session;
 use rtit_replay_core::timeline::cache::Policy;
 
+#[path = "common/memory.rs"]
+mod memory;
 #[path = "common/recordings.rs"]
 mod recordings;
+
+use memory::peak_mib;
 
 /// What one child measured, in seconds (memory in MiB).
 #[derive(Default, Clone, Copy)]
@@ -39,17 +43,6 @@ struct Measured {
     filled: f64,
     random_after: f64,
     peak: f64,
-}
-
-/// The process's peak resident memory, in MiB.
-fn peak_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(f64::NAN);
-    kib / 1024.0
 }
 
 /// Seconds until the values at `p` are final and a `bt`'s reads are answered.
@@ -100,7 +93,7 @@ fn child(dir: &Path, ignore_anchors: bool) {
     let random_after = after.iter().cloned().fold(0.0, f64::max);
     println!(
         "MEASURED {open} {end} {middle} {random_max} {random_mean} {filled} {random_after} {}",
-        peak_mib()
+        peak_mib(std::process::id())
     );
 }
 

@@ -11,18 +11,9 @@ use rtit_replay_core::recording::Recording;
 use rtit_replay_core::session::Session;
 use rtit_replay_core::timeline::cache::Policy;
 
-/// Whether this kernel lets the plugin track written pages (asynchronous userfaultfd
-/// write-protection, Linux 6.7): anchors are taken only then.
-fn kernel_tracks_written_pages() -> bool {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let mut parts = release.trim().split(['.', '-']).map(|p| p.parse::<u32>().unwrap_or(0));
-    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-    (major, minor) >= (6, 7)
-}
-
 #[test]
 fn every_anchor_agrees_with_what_the_passes_know_there() {
-    if !kernel_tracks_written_pages() {
+    if !common::kernel_tracks_written_pages() {
         eprintln!("skipped: this kernel has no asynchronous userfaultfd write-protection (Linux 6.7)");
         return;
     }

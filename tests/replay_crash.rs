@@ -37,20 +37,6 @@ fn python3s_null_pointer_crash_shows_the_null_and_the_frames() {
         .output()
         .expect("rtit replay");
     let replayed = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    let native = Command::new("gdb")
-        .args(["-batch", "-nx", "-ex", "run", "-ex", "p/x $rdi", "-ex", "bt 7"])
-        .args(["--args", "/usr/bin/python3", "-c", script])
-        .output()
-        .expect("gdb");
-    let native = String::from_utf8_lossy(&native.stdout).into_owned() + &String::from_utf8_lossy(&native.stderr);
-    assert!(replayed.contains("SIGSEGV"), "{replayed}");
-    assert!(native.contains("$1 = 0x0"), "native: {native}");
-    assert!(replayed.contains("$1 = 0x0"), "the NULL passed to strlen: {replayed}");
-    assert!(replayed.contains("$2 = 0x"), "the stack pointer: {replayed}");
-    // Frame 0 is glibc's strlen of each CPU (AVX2 under QEMU, maybe EVEX natively); the
-    // callers are the same libraries in the same order.
-    let (want, got) = (common::gdb::frame_places(&native), common::gdb::frame_places(&replayed));
-    assert!(want.len() >= 7, "native: {native}");
-    assert!(got[0].starts_with("__strlen_"), "{replayed}");
-    assert_eq!(got[1..], want[1..], "replayed:\n{replayed}\nnative:\n{native}");
+    let native = common::gdb::native_python3_crash(script);
+    common::gdb::assert_same_python3_crash(&replayed, &native);
 }

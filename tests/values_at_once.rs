@@ -9,21 +9,12 @@ mod common;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use common::gdb::{frame_places, Server};
+use common::gdb::Server;
 use rtit_replay_core::recording::Recording;
 
 /// A program that loops, then passes NULL to `strlen` through ctypes.
 fn crash_after(iterations: u64) -> String {
     format!("s = 0\nfor i in range({iterations}): s += i * i\nimport ctypes; ctypes.string_at(0)")
-}
-
-/// Whether this kernel lets the plugin track written pages (asynchronous userfaultfd
-/// write-protection, Linux 6.7): anchors are taken only then.
-fn kernel_tracks_written_pages() -> bool {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let mut parts = release.trim().split(['.', '-']).map(|p| p.parse::<u32>().unwrap_or(0));
-    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-    (major, minor) >= (6, 7)
 }
 
 /// `rtit record` of python3 running `script`, with `options`; it dies of SIGSEGV.
@@ -44,7 +35,7 @@ fn record(out: &Path, script: &str, options: &[&str]) -> Recording {
 
 #[test]
 fn a_crash_after_a_billion_instructions_shows_natives_frames_at_once() {
-    if !kernel_tracks_written_pages() {
+    if !common::kernel_tracks_written_pages() {
         eprintln!("skipped: this kernel has no asynchronous userfaultfd write-protection (Linux 6.7)");
         return;
     }
@@ -59,21 +50,8 @@ fn a_crash_after_a_billion_instructions_shows_natives_frames_at_once() {
     assert!(rec.anchors().expect("anchors").is_some(), "anchors taken");
     let server = Server::start(&rec);
     let replayed = server.gdb(None, &["continue", "p/x $rdi", "p/x $rsp", "bt 7"]);
-    let native = Command::new("gdb")
-        .args(["-batch", "-nx", "-ex", "run", "-ex", "p/x $rdi", "-ex", "bt 7"])
-        .args(["--args", "/usr/bin/python3", "-c", &script])
-        .output()
-        .expect("gdb");
-    let native = String::from_utf8_lossy(&native.stdout).into_owned() + &String::from_utf8_lossy(&native.stderr);
-    assert!(replayed.contains("SIGSEGV"), "{replayed}");
-    assert!(native.contains("$1 = 0x0"), "native: {native}");
-    assert!(replayed.contains("$1 = 0x0"), "the NULL passed to strlen: {replayed}");
-    assert!(replayed.contains("$2 = 0x"), "the stack pointer: {replayed}");
-    let (want, got) = (frame_places(&native), frame_places(&replayed));
-    assert!(want.len() >= 7, "native: {native}");
-    assert!(got.len() >= 7, "{replayed}");
-    assert!(got[0].starts_with("__strlen_"), "{replayed}");
-    assert_eq!(got[1..], want[1..], "replayed:\n{replayed}\nnative:\n{native}");
+    let native = common::gdb::native_python3_crash(&script);
+    common::gdb::assert_same_python3_crash(&replayed, &native);
 }
 
 /// What gdb shows at a position: the frames, some registers and the top of the stack.
@@ -81,7 +59,7 @@ const LOOK: [&str; 3] = ["bt 4", "info registers rip rsp rbp rax rdi", "x/4gx $r
 
 #[test]
 fn where_goto_lands_gdb_sees_what_the_complete_chains_show() {
-    if !kernel_tracks_written_pages() {
+    if !common::kernel_tracks_written_pages() {
         eprintln!("skipped: this kernel has no asynchronous userfaultfd write-protection (Linux 6.7)");
         return;
     }

@@ -138,3 +138,29 @@ pub fn frame_functions(out: &str) -> Vec<String> {
         })
         .collect()
 }
+
+/// What native gdb shows where `python3 -c script` crashes: the first argument and 7 frames.
+pub fn native_python3_crash(script: &str) -> String {
+    let native = Command::new("gdb")
+        .args(["-batch", "-nx", "-ex", "run", "-ex", "p/x $rdi", "-ex", "bt 7"])
+        .args(["--args", "/usr/bin/python3", "-c", script])
+        .output()
+        .expect("gdb");
+    String::from_utf8_lossy(&native.stdout).into_owned() + &String::from_utf8_lossy(&native.stderr)
+}
+
+/// Checks that a replay of python3's ctypes crash (`continue`, `p/x $rdi`, `p/x $rsp`,
+/// `bt 7`) shows the NULL passed to strlen, the stack pointer, and native gdb's callers.
+pub fn assert_same_python3_crash(replayed: &str, native: &str) {
+    assert!(replayed.contains("SIGSEGV"), "{replayed}");
+    assert!(native.contains("$1 = 0x0"), "native: {native}");
+    assert!(replayed.contains("$1 = 0x0"), "the NULL passed to strlen: {replayed}");
+    assert!(replayed.contains("$2 = 0x"), "the stack pointer: {replayed}");
+    // Frame 0 is glibc's strlen of each CPU (AVX2 under QEMU, maybe EVEX natively); the
+    // callers are the same libraries in the same order.
+    let (want, got) = (frame_places(native), frame_places(replayed));
+    assert!(want.len() >= 7, "native: {native}");
+    assert!(got.len() >= 7, "{replayed}");
+    assert!(got[0].starts_with("__strlen_"), "{replayed}");
+    assert_eq!(got[1..], want[1..], "replayed:\n{replayed}\nnative:\n{native}");
+}

@@ -86,3 +86,12 @@ pub fn plugin() -> &'static Path {
         lib
     })
 }
+
+/// Whether this kernel lets the plugin track written pages (asynchronous userfaultfd
+/// write-protection, Linux 6.7): anchors are taken only then.
+pub fn kernel_tracks_written_pages() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release.trim().split(['.', '-']).map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (6, 7)
+}
