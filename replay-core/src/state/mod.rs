@@ -22,7 +22,9 @@
 //! `transition` (one position to the next: instructions, system calls, events), `walker`
 //! (a walk over the history with what the recording says lies between), `nearby` (a walk's
 //! place in a sorted list of positions), `chains` (the
-//! checkpoints, made in the background), `engine` (queries), `known` (reading both passes at one position), `why` (the
+//! checkpoints, made in the background), `anchored/` (values from the whole states a recording
+//! holds along the history, and their background fill), `inputs` (what the engine is built
+//! from), `engine/` (queries, and a stop's wait for final values), `known` (reading both passes at one position), `why` (the
 //! cause of each unknown), `sigreturn` (the context a signal return restores).
 
 mod anchored;
@@ -32,6 +34,7 @@ mod engine;
 pub mod flags;
 mod float;
 mod forward;
+mod inputs;
 mod integer;
 mod known;
 pub mod maps;
@@ -52,7 +55,8 @@ mod writes;
 mod xsave;
 
 pub use chains::ValuesProgress;
-pub use engine::{interval, Inputs, Values, ValuesStats, INTERVAL, WAIT_BELOW};
+pub use engine::{interval, Values, ValuesStats, INTERVAL, WAIT_BELOW};
+pub use inputs::Inputs;
 pub use known::{Conflict, Known, KnownPrefix};
 pub use reg::Reg;
 pub use transition::set_named;

@@ -27,18 +27,17 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
+mod settle;
+
 use super::anchored::Anchored;
 use super::chains::{Chains, Made, Plan, ValuesProgress};
+use super::inputs::Inputs;
 use super::known::Known;
-use super::maps::MapEffect;
 use super::memory::Footprint;
-use super::walker::{rseq_areas, Shared, Steps, Walker};
+use super::walker::{rseq_areas, Steps, Walker};
 use super::State;
 use crate::image::AddressSpace;
-use crate::recording::cpuid::CpuidLeaf;
-use crate::recording::{InsnResult, SignalEntry};
 use crate::syscall::SyscallRecord;
-use crate::timeline::Timeline;
 
 /// Positions between checkpoints, at least (short histories: a question walks at most this
 /// far each way, well under a millisecond).
@@ -81,42 +80,6 @@ pub fn interval(len: u64) -> u64 {
 /// Whether the last answer at `q` is at least as close to `p` as a fine checkpoint could be.
 fn fine_below(q: u64, p: u64) -> bool {
     q - p < FINE
-}
-
-/// What the engine is built from.
-#[derive(Debug, Default)]
-pub struct Inputs {
-    /// The address at each position (the last may be an instruction that faulted).
-    pub history: Arc<Timeline>,
-    /// Positions `q` such that something the trace does not show happened between `q - 1`
-    /// and `q`: an interrupt, a gap, an error.
-    pub hard_barriers: Vec<u64>,
-    /// Positions where tracing stopped or resumed: a system call if the instruction before is
-    /// one, else untraced code ran.
-    pub soft_barriers: Vec<u64>,
-    /// Memory-map changes, by the position at which each took effect.
-    pub map_changes: Vec<(u64, MapEffect)>,
-    /// System call records by position.
-    pub syscalls: Vec<SyscallRecord>,
-    /// What instructions the trace cannot tell returned (cpuid, rdtsc …), by position.
-    pub results: Vec<InsnResult>,
-    /// Signal handlers' entries: their registers and frames, by position.
-    pub signals: Vec<SignalEntry>,
-    /// What CPUID returns on the recording's CPU model (qemu backend), where no result is
-    /// logged per execution.
-    pub cpuid: Vec<CpuidLeaf>,
-    /// The state at position 0.
-    pub start: State,
-    /// The state at the last position, if the recording has it.
-    pub end: Option<State>,
-    /// Exact states the recording holds between the start and the end (its anchors), by
-    /// position, in order: the values then come from the exact states on either side of a
-    /// position ([`super::anchored`]), not from the chains.
-    pub anchors: Vec<(u64, State)>,
-    /// Whether the last position is an instruction that faulted: the end state's registers
-    /// are then those the kernel saved, with RF set by the fault's delivery (SDM vol. 3,
-    /// 18.3.1.1), which is what gdb shows natively there.
-    pub fault: bool,
 }
 
 /// How the engine did (for `rtit check-values` and the cost report).
@@ -222,35 +185,7 @@ impl Values {
             end.mem.set_volatile(&volatile);
             backward.insert(last, end.clone());
         }
-        let (mut hard, mut soft) = (inputs.hard_barriers, inputs.soft_barriers);
-        hard.sort_unstable();
-        soft.sort_unstable();
-        let mut shared = Shared {
-            space,
-            history: inputs.history,
-            hard,
-            soft,
-            map_changes: inputs
-                .map_changes
-                .into_iter()
-                .fold(FxHashMap::default(), |mut m, (p, e)| {
-                    let entry: &mut MapEffect = m.entry(p).or_default();
-                    entry.forget.extend(e.forget);
-                    entry.zero.extend(e.zero);
-                    entry.files.extend(e.files);
-                    if e.readonly.is_some() {
-                        entry.readonly = e.readonly;
-                    }
-                    m
-                }),
-            syscalls: inputs.syscalls.into_iter().map(|r| (r.position, r)).collect(),
-            results: inputs.results.into_iter().map(|r| (r.position, r)).collect(),
-            signals: inputs.signals.into_iter().map(|r| (r.position, r)).collect(),
-            cpuid: inputs.cpuid,
-            fault: inputs.fault,
-            special: Vec::new(),
-            insns: Vec::new(),
-        };
+        let mut shared = super::inputs::shared(space, &mut inputs);
         shared.prepare();
         let shared = Arc::new(shared);
         let interval = interval(len);
@@ -655,56 +590,6 @@ impl Values {
         let forward = self.forward_at(p);
         let backward = self.backward_at(p);
         Some(Known::new(forward, backward, self.walker.shared.space.clone()))
-    }
-
-    /// The snapshot at `p`, if the recording has one there (the start's, or the end's) with
-    /// the registers: the answer there is what it holds, final before any pass has run.
-    fn snapshot_at(&self, p: u64) -> Option<State> {
-        let st = match p {
-            0 => Some(&self.forward[0]),
-            p if p + 1 == self.len() => self.backward.get(&p),
-            _ => None,
-        }?;
-        // A snapshot without the registers (an exit under QEMU: rip alone) is no answer.
-        super::anchored::general_registers(st).then(|| st.clone())
-    }
-
-    /// Works out the values at `p` so that they are final when this returns true, waiting as
-    /// long as that takes unless `interrupted` (polled every few milliseconds) says to stop:
-    /// with anchors, the walks from the exact states on either side; without, the chains.
-    /// What a stop does before it is reported, so that gdb never sees a provisional value.
-    pub fn settle(&mut self, p: u64, interrupted: &mut dyn FnMut() -> bool) -> bool {
-        if p >= self.len() {
-            return true;
-        }
-        if let Some(a) = &mut self.anchored {
-            return a.at(p, interrupted).is_some();
-        }
-        if self.snapshot_at(p).is_some() {
-            return true;
-        }
-        self.release();
-        while let Some(chains) = &self.chains {
-            match chains.made.recv_timeout(Duration::from_millis(20)) {
-                Ok(m) => self.take(m),
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) if interrupted() => return false,
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => self.chains = None,
-            }
-        }
-        true
-    }
-
-    /// Whether the values come from exact states along the history (the recording's anchors).
-    pub fn anchored(&self) -> bool {
-        self.anchored.is_some()
-    }
-
-    /// The positions of the exact states the values come from (with anchors), in order.
-    pub fn exact_positions(&self) -> Vec<u64> {
-        self.anchored
-            .as_ref()
-            .map_or_else(Vec::new, |a| a.exact_positions().collect())
     }
 
     /// The instructions nobody modelled that the final forward chain met (each position of
