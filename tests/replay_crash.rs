@@ -5,23 +5,14 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 #[test]
 fn python3s_null_pointer_crash_shows_the_null_and_the_frames() {
     let dir = common::scratch("replay_crash", "python3-ctypes");
     let script = "import ctypes; ctypes.string_at(0)";
     let rec = dir.join("rec");
-    let status = Command::new(env!("CARGO_BIN_EXE_rtit"))
-        .args(["record", "--backend", "qemu", "--out"])
-        .arg(&rec)
-        .env("RTIT_QEMU_PLUGIN", common::plugin())
-        .args(["--", "/usr/bin/python3", "-c", script])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("rtit record");
-    assert!(!status.success(), "python3 dies of SIGSEGV");
+    common::record_python3_crash(&rec, script, &["--backend", "qemu"]);
     // `rtit replay` starts the gdb it is given: a script that runs gdb in batch mode.
     let gdb = dir.join("gdb.sh");
     std::fs::write(

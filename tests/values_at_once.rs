@@ -6,31 +6,11 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::{Command, Stdio};
-
 use common::gdb::Server;
-use rtit_replay_core::recording::Recording;
 
 /// A program that loops, then passes NULL to `strlen` through ctypes.
 fn crash_after(iterations: u64) -> String {
     format!("s = 0\nfor i in range({iterations}): s += i * i\nimport ctypes; ctypes.string_at(0)")
-}
-
-/// `rtit record` of python3 running `script`, with `options`; it dies of SIGSEGV.
-fn record(out: &Path, script: &str, options: &[&str]) -> Recording {
-    let status = Command::new(env!("CARGO_BIN_EXE_rtit"))
-        .args(["record", "--out"])
-        .arg(out)
-        .args(options)
-        .env("RTIT_QEMU_PLUGIN", common::plugin())
-        .args(["--", "/usr/bin/python3", "-c", script])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("rtit record");
-    assert!(!status.success(), "python3 dies of SIGSEGV");
-    Recording::open(out).expect("a recording")
 }
 
 #[test]
@@ -41,7 +21,7 @@ fn a_crash_after_a_billion_instructions_shows_natives_frames_at_once() {
     }
     let dir = common::scratch("values_at_once", "long-crash");
     let script = crash_after(900_000);
-    let rec = record(&dir.join("rec"), &script, &[]);
+    let rec = common::record_python3_crash(&dir.join("rec"), &script, &[]);
     assert!(
         rec.manifest.instructions >= 1_000_000_000,
         "{}",
@@ -64,7 +44,7 @@ fn where_goto_lands_gdb_sees_what_the_complete_chains_show() {
         return;
     }
     let dir = common::scratch("values_at_once", "goto");
-    let rec = record(
+    let rec = common::record_python3_crash(
         &dir.join("rec"),
         "import ctypes; ctypes.string_at(0)",
         &["--anchor-every", "3000000"],

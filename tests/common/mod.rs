@@ -95,3 +95,19 @@ pub fn kernel_tracks_written_pages() -> bool {
     let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
     (major, minor) >= (6, 7)
 }
+
+/// `rtit record` of python3 running `script`, with `options`; it dies of SIGSEGV.
+pub fn record_python3_crash(out: &Path, script: &str, options: &[&str]) -> Recording {
+    let status = Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .args(["record", "--out"])
+        .arg(out)
+        .args(options)
+        .env("RTIT_QEMU_PLUGIN", plugin())
+        .args(["--", "/usr/bin/python3", "-c", script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("rtit record");
+    assert!(!status.success(), "python3 dies of SIGSEGV");
+    Recording::open(out).expect("a recording")
+}
