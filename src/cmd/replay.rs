@@ -252,14 +252,16 @@ fn news(h: &History<'_>, dir: &std::path::Path, quiet: bool) {
             h.timeline().heap_bytes() as f64 / f64::from(1 << 20)
         );
     }
-    if h.len() > rtit_replay_core::state::WAIT_BELOW {
+    // With anchors a stop's values are worked out for it alone: nothing to announce.
+    if let Some(progress) = h
+        .values_progress()
+        .filter(|_| h.len() > rtit_replay_core::state::WAIT_BELOW)
+    {
         eprintln!(
-            "rtit: working out values over the {} positions in the background; until then some show as <unavailable> (`monitor info` says how far)",
+            "rtit: working out values over the {} positions in the background (a stop waits for those it shows; `monitor info` says how far)",
             h.len()
         );
-        if let Some(progress) = h.values_progress() {
-            announce_final(progress);
-        }
+        announce_final(progress);
     }
 }
 

@@ -47,8 +47,8 @@ rtit monitor commands:
   monitor goto N      move to position N (a gdb not started by `rtit replay` must then run
                       `maint flush register-cache` and `maint flush dcache`)
   monitor info        a summary of the recording
-  monitor wait        wait until the values are final (worked out in the background on a
-                      long history; until then some show as <unavailable>): for scripts
+  monitor wait        wait until the values are final everywhere (a stop already waits for
+                      its own; without anchors the rest come in the background): for scripts
   monitor insns [N]   the instructions around the current position (N each side, default 5)
   monitor why-unknown REG|ADDR
                       why a register (rax, rsp, xmm0 …) or the byte at a hex address is unknown here:
