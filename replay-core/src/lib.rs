@@ -1,7 +1,7 @@
 //! The replay engine of rtit: from the raw RTIT packet bytes of a recording back to every
 //! executed instruction, and the queries reverse execution needs.
 //!
-//! Layered as libipt is, each layer usable and testable on its own (see DESIGN.md):
+//! Layered as libipt is, each layer usable and testable on its own (docs/design.md):
 //! - [`packet`]: the RTIT packets of chapter 4 of the RTIT reference, a decoder and an encoder;
 //! - [`ip`]: the LAST_LIP compression of the IPs those packets carry (§4.2.3.1);
 //! - [`regs`]: the RTIT MSRs, RTIT_CTL bits and event IDs (chapter 3);

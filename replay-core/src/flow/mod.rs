@@ -1,5 +1,5 @@
 //! Flow reconstruction: from the packet stream and the images back to every executed
-//! instruction (DESIGN.md, layer 4).
+//! instruction (the flow layer of docs/design.md).
 //!
 //! The decoder walks basic blocks from a known IP and takes from the trace only what the code
 //! cannot tell: a TNT bit per conditional branch, a TIP per indirect branch, at a near RET a

@@ -7,8 +7,8 @@
 //! retired.
 //!
 //! Values are shown only where they are right: `rip` always; the other registers and memory as
-//! the state layer ([`crate::state`]) knows them. Everything else is unknown (DESIGN.md:
-//! unknown is acceptable, wrong is not).
+//! the state layer ([`crate::state`]) knows them. Everything else is unknown: unknown is
+//! acceptable, wrong is not.
 
 mod anchor_states;
 mod background;

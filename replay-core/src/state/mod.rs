@@ -1,4 +1,4 @@
-//! The state layer (DESIGN.md, layer 6): registers and memory at a position of the history,
+//! The state layer (docs/design.md, docs/values.md): registers and memory at a position of the history,
 //! each known or unknown. A value shown must be right; unknown is acceptable, wrong is not.
 //!
 //! Two passes meet at every position, as in REPT (OSDI 2018): the *forward* state starts from

@@ -1,4 +1,4 @@
-//! The history as positions 0..N (DESIGN.md, layer 5): position → instruction address, and
+//! The history as positions 0..N (the timeline layer of docs/design.md): position → instruction address, and
 //! the queries reverse execution needs (the next or previous position at which any address
 //! of a set executes).
 //!

@@ -145,7 +145,7 @@ fn walk(s: &Sources, walker: &mut Walker, task: Task, stop: &AtomicBool, walked:
             at -= 1;
             walker.step_backward(&mut st, at);
         }
-        if at % EVERY == 0 && at != bottom && at != top && !kept.has(at) {
+        if at % EVERY == 0 && at != bottom && at != top {
             kept.keep(at, &st);
         }
     }

@@ -32,11 +32,6 @@ impl Kept {
         found.map(|(&q, s)| (q, s.clone()))
     }
 
-    /// Whether a state is kept at `at`.
-    pub(super) fn has(&self, at: u64) -> bool {
-        self.lock().contains_key(&at)
-    }
-
     /// Keeps `st` at `at` (a state already there is the same: it is left).
     pub(super) fn keep(&self, at: u64, st: &State) {
         self.lock().entry(at).or_insert_with(|| st.clone());
