@@ -49,10 +49,7 @@ impl<'a> Builder<'a> {
     /// history is tens of megabytes: grown by doubling, each step copies it and touches its
     /// pages afresh). Unused room is given back by [`Self::finish`].
     pub fn reserve(&mut self, runs: usize) {
-        let t = &mut self.timeline;
-        if t.runs.try_reserve(runs).is_ok() {
-            let _ = t.marks.try_reserve(runs / super::STRIDE + 1);
-        }
+        self.timeline.runs.reserve(runs);
     }
 
     /// Makes room for the runs a trace of `bytes` bytes usually holds: branchy code such as
@@ -65,7 +62,6 @@ impl<'a> Builder<'a> {
     /// The timeline built.
     pub fn finish(mut self) -> Timeline {
         self.timeline.runs.shrink_to_fit();
-        self.timeline.marks.shrink_to_fit();
         self.timeline.events.shrink_to_fit();
         self.timeline
     }
@@ -87,7 +83,7 @@ impl<'a> Builder<'a> {
 
     /// Runs and events so far.
     pub(crate) fn counts(&self) -> (usize, usize) {
-        (self.timeline.runs.len(), self.timeline.events.len())
+        (self.timeline.runs.count, self.timeline.events.len())
     }
 
     /// Decodes a new run: sequential from `first`. A run cut short by an undecodable

@@ -5,14 +5,15 @@
 //! Not an array of every address: the flow decoder reports runs (instructions one after
 //! another in memory), and runs repeat (loops, calls of the same function), so each distinct
 //! run is a *block* whose addresses are decoded once (`blocks`), and the history is the
-//! sequence of its runs' block numbers, four bytes a run, with the position of every
-//! [`STRIDE`]th run. A position is found by a binary search over those marks and a walk of
-//! at most `STRIDE` runs; a [`Cursor`] follows a pass that moves one position at a time in
-//! constant time; a search for breakpoints looks at each run once, and at a block's
-//! addresses only where the block holds one (`search`).
+//! sequence of its runs' blocks, each told by which successor of the block before it it is,
+//! mostly in half a byte (`runs`), with the position of every [`STRIDE`]th run. A position is
+//! found by a binary search over those marks and a walk of at most `STRIDE` runs; a
+//! [`Cursor`] follows a pass that moves one position at a time in constant time; a search for
+//! breakpoints looks at each run once, and at a block's addresses only where the block holds
+//! one (`search`).
 //!
-//! Runs average 5–10 instructions on real programs, so this costs well under a byte an
-//! instruction (`docs/benchmarks.md`).
+//! Runs average 5–15 instructions on real programs, so this costs about a tenth of a byte an
+//! instruction, less than the trace (`docs/benchmarks.md`).
 
 mod blocks;
 mod build;
@@ -20,6 +21,7 @@ pub mod cache;
 mod cursor;
 mod first;
 pub mod parallel;
+mod runs;
 mod search;
 #[cfg(test)]
 mod tests;
@@ -33,18 +35,15 @@ pub use search::Hit;
 
 use crate::flow::FlowEvent;
 use blocks::Blocks;
-
-/// Runs between two marks of their first position.
-const STRIDE: usize = 32;
+use runs::{Runs, STRIDE};
 
 /// The reconstructed history, indexed by position.
 #[derive(Debug, Default, Clone)]
 pub struct Timeline {
     blocks: Blocks,
-    /// The block of each run, in the order they ran.
-    runs: Vec<u32>,
-    /// The first position of runs 0, STRIDE, 2 STRIDE, …
-    marks: Vec<u64>,
+    /// The block of each run, in the order they ran, and the first position of every
+    /// [`STRIDE`]th.
+    runs: Runs,
     events: Vec<FlowEvent>,
     len: u64,
 }
@@ -71,10 +70,7 @@ impl Timeline {
     #[inline]
     fn push_run(&mut self, block: u32, len: u32) {
         debug_assert_eq!(len, self.blocks.len(block));
-        if self.runs.len() % STRIDE == 0 {
-            self.marks.push(self.len);
-        }
-        self.runs.push(block);
+        self.runs.push(block, self.len);
         self.len += u64::from(len);
     }
 
@@ -107,38 +103,41 @@ impl Timeline {
 
     /// The address of the instruction at `position`.
     pub fn ip_at(&self, position: u64) -> Option<u64> {
-        let (run, start) = self.locate(position)?;
-        Some(self.blocks.ips(self.runs[run])[(position - start) as usize])
+        let (_, start, block) = self.locate(position)?;
+        Some(self.blocks.ips(block)[(position - start) as usize])
     }
 
-    /// The run holding `position` and that run's first position.
-    fn locate(&self, position: u64) -> Option<(usize, u64)> {
+    /// The chunk of runs holding `position` ([`runs`]).
+    fn chunk_of(&self, position: u64) -> usize {
+        self.runs.mark_positions.partition_point(|&m| m <= position) - 1
+    }
+
+    /// The run holding `position`: its number, its first position and its block.
+    fn locate(&self, position: u64) -> Option<(usize, u64, u32)> {
         if position >= self.len {
             return None;
         }
-        let k = self.marks.partition_point(|&m| m <= position) - 1;
-        let (mut run, mut start) = (k * STRIDE, self.marks[k]);
-        loop {
-            let n = self.blocks.len(self.runs[run]) as u64;
+        let k = self.chunk_of(position);
+        let (mut run, mut start) = (k * STRIDE, self.runs.mark_positions[k]);
+        for block in self.runs.iter_from(run) {
+            let n = self.blocks.len(block) as u64;
             if position < start + n {
-                return Some((run, start));
+                return Some((run, start, block));
             }
             start += n;
             run += 1;
         }
+        None
     }
 
     /// Resident bytes: the runs, the marks, the blocks' addresses and the events.
     pub fn heap_bytes(&self) -> usize {
-        self.runs.capacity() * 4
-            + self.marks.capacity() * 8
-            + self.blocks.heap_bytes()
-            + self.events.capacity() * size_of::<FlowEvent>()
+        self.runs.heap_bytes() + self.blocks.heap_bytes() + self.events.capacity() * size_of::<FlowEvent>()
     }
 
     /// Every address, position by position.
     pub fn ips(&self) -> impl Iterator<Item = u64> + '_ {
-        self.runs.iter().flat_map(|&b| self.blocks.ips(b).iter().copied())
+        self.runs.iter_from(0).flat_map(|b| self.blocks.ips(b).iter().copied())
     }
 
     /// Where this history and `other` first differ (instructions or events), if they do:
@@ -161,6 +160,6 @@ impl Timeline {
 
     /// How many runs and distinct blocks.
     pub fn counts(&self) -> (usize, usize) {
-        (self.runs.len(), self.blocks.count())
+        (self.runs.count, self.blocks.count())
     }
 }

@@ -4,6 +4,7 @@
 
 use std::collections::HashSet;
 
+use super::runs::STRIDE;
 use super::Timeline;
 
 /// What a search found.
@@ -20,6 +21,9 @@ pub enum Hit {
 /// Runs between two calls of `interrupted`.
 const POLL: usize = 1 << 16;
 
+/// Chunks of runs decoded side by side ([`super::runs::Runs::chunks_into`]).
+const GROUP: usize = 8;
+
 impl Timeline {
     /// Which blocks hold an address of `set`.
     fn holding(&self, set: &HashSet<u64>) -> Vec<bool> {
@@ -35,25 +39,39 @@ impl Timeline {
             return Hit::None;
         }
         let holding = self.holding(set);
-        let Some((mut run, mut start)) = self.locate(from) else {
+        let Some((run, mut start, _)) = self.locate(from) else {
             return Hit::None;
         };
         let mut skip = (from - start) as usize;
-        while start < until {
-            let b = self.runs[run];
-            if holding[b as usize] {
-                let at = self.blocks.ips(b).iter().skip(skip).position(|ip| set.contains(ip));
-                if let Some(i) = at {
-                    let p = start + (skip + i) as u64;
-                    return if p < until { Hit::At(p) } else { Hit::None };
+        let mut group: Vec<Vec<u32>> = (0..GROUP).map(|_| Vec::with_capacity(STRIDE)).collect();
+        let (mut k, mut first) = (run / STRIDE, run % STRIDE);
+        let mut looked = 0usize;
+        while k < self.runs.chunks() {
+            let n = GROUP.min(self.runs.chunks() - k);
+            self.runs.chunks_into(k, &mut group[..n]);
+            for chunk in &group[..n] {
+                for &b in &chunk[first..] {
+                    if start >= until {
+                        return Hit::None;
+                    }
+                    if holding[b as usize] {
+                        let at = self.blocks.ips(b).iter().skip(skip).position(|ip| set.contains(ip));
+                        if let Some(i) = at {
+                            let p = start + (skip + i) as u64;
+                            return if p < until { Hit::At(p) } else { Hit::None };
+                        }
+                    }
+                    skip = 0;
+                    start += self.blocks.len(b) as u64;
                 }
+                first = 0;
             }
-            skip = 0;
-            start += self.blocks.len(b) as u64;
-            run += 1;
-            if run % POLL == 0 && interrupted() {
+            k += n;
+            looked += n * STRIDE;
+            if looked >= POLL && interrupted() {
                 return Hit::Interrupted(start.min(until));
             }
+            looked %= POLL;
         }
         Hit::None
     }
@@ -72,30 +90,46 @@ impl Timeline {
             return Hit::None;
         }
         let holding = self.holding(set);
-        let Some((mut run, mut start)) = self.locate(from - 1) else {
+        let Some((run, start, block)) = self.locate(from - 1) else {
             return Hit::None;
         };
-        // Instructions of the run at `from - 1` looked at: up to and including it.
-        let mut take = (from - start) as usize;
-        loop {
-            let b = self.runs[run];
-            if holding[b as usize] {
-                let at = self.blocks.ips(b)[..take].iter().rposition(|ip| set.contains(ip));
-                if let Some(i) = at {
-                    let p = start + i as u64;
-                    return if p >= until { Hit::At(p) } else { Hit::None };
+        // The run at `from - 1`, up to and including that position.
+        let take = (from - start) as usize;
+        if let Some(i) = self.blocks.ips(block)[..take].iter().rposition(|ip| set.contains(ip)) {
+            let p = start + i as u64;
+            return if p >= until { Hit::At(p) } else { Hit::None };
+        }
+        // Then the runs before it, chunks decoded a group at a time, each read backwards.
+        let mut group: Vec<Vec<u32>> = (0..GROUP).map(|_| Vec::with_capacity(STRIDE)).collect();
+        let (mut k, mut below) = (run / STRIDE + 1, Some(run % STRIDE));
+        let mut start = start;
+        let mut looked = 0usize;
+        while k > 0 && start > until {
+            let n = GROUP.min(k);
+            self.runs.chunks_into(k - n, &mut group[..n]);
+            for chunk in group[..n].iter().rev() {
+                let end = below.take().unwrap_or(chunk.len());
+                for &b in chunk[..end].iter().rev() {
+                    if start <= until {
+                        return Hit::None;
+                    }
+                    let len = self.blocks.len(b) as u64;
+                    start -= len;
+                    if holding[b as usize] {
+                        if let Some(i) = self.blocks.ips(b).iter().rposition(|ip| set.contains(ip)) {
+                            let p = start + i as u64;
+                            return if p >= until { Hit::At(p) } else { Hit::None };
+                        }
+                    }
                 }
             }
-            if run == 0 || start <= until {
-                return Hit::None;
-            }
-            run -= 1;
-            let n = self.blocks.len(self.runs[run]);
-            start -= n as u64;
-            take = n as usize;
-            if run % POLL == 0 && interrupted() {
+            k -= n;
+            looked += n * STRIDE;
+            if looked >= POLL && interrupted() {
                 return Hit::Interrupted(start.max(until));
             }
+            looked %= POLL;
         }
+        Hit::None
     }
 }

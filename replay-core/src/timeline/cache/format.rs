@@ -1,8 +1,10 @@
 //! The bytes of a stored timeline: a header naming the recording and the rtit it was decoded
-//! by (its key), the timeline's arrays as they are in memory (little-endian), its events, and
-//! a checksum of everything before it. Read back, every array is checked against the others
-//! (block numbers below the block count, offsets in order), so a damaged file is refused
-//! with where it went wrong, never turned into a wrong history.
+//! by (its key), the timeline's arrays as they are in memory (little-endian; the runs' codes
+//! as they are, the successor lists as their lengths then their blocks), its events, and a
+//! checksum of everything before it. Read back, every array is checked against the others
+//! (block numbers below the block count, offsets in order, every run's code decoded once and
+//! the marks found where their runs are), so a damaged file is refused with where it went
+//! wrong, never turned into a wrong history.
 
 use std::hash::Hasher;
 use std::io::{self, Read, Write};
@@ -12,10 +14,11 @@ use rustc_hash::FxHasher;
 use super::{CacheError, Key, Prefix};
 use crate::flow::{EventKind, FlowEvent};
 use crate::timeline::blocks::Blocks;
-use crate::timeline::{Timeline, STRIDE};
+use crate::timeline::runs::{Runs, LISTED, STRIDE};
+use crate::timeline::Timeline;
 
 /// The first bytes of every stored timeline; the last digit is the format's version.
-const MAGIC: &[u8; 8] = b"rtitTL01";
+const MAGIC: &[u8; 8] = b"rtitTL02";
 
 /// Bytes converted at a time.
 const CHUNK: usize = 1 << 16;
@@ -27,22 +30,53 @@ pub(super) fn write(timeline: &Timeline, prefix: Prefix, key: &Key, out: impl Wr
     w.put(&key.0)?;
     let ips = &timeline.blocks.ips[..prefix.ips];
     let starts = &timeline.blocks.starts[..prefix.blocks + 1];
-    let runs = &timeline.runs[..prefix.runs];
-    let marks = &timeline.marks[..prefix.runs.div_ceil(STRIDE)];
+    let runs = &timeline.runs;
+    let codes = &runs.codes[..prefix.nibbles.div_ceil(2) as usize];
+    let marks = prefix.runs.div_ceil(STRIDE);
+    // The lists as they were at the prefix: what came after added only blocks past it.
+    let blocks = prefix.blocks as u32;
+    let lists: Vec<Vec<u32>> = runs.next[..runs.next.len().min(prefix.blocks + 1)]
+        .iter()
+        .map(|l| l.iter().copied().filter(|&b| b < blocks).collect())
+        .collect();
     let events = &timeline.events[..prefix.events];
     for n in [
         prefix.len,
         ips.len() as u64,
         starts.len() as u64,
-        runs.len() as u64,
+        prefix.runs as u64,
+        prefix.nibbles,
+        lists.len() as u64,
         events.len() as u64,
     ] {
         w.put(&n.to_le_bytes())?;
     }
     put_all(&mut w, ips, |v| v.to_le_bytes())?;
     put_all(&mut w, starts, |v| v.to_le_bytes())?;
-    put_all(&mut w, runs, |v| v.to_le_bytes())?;
-    put_all(&mut w, marks, |v| v.to_le_bytes())?;
+    // A nibble past the prefix shares its last byte: left out.
+    let odd = prefix.nibbles % 2 == 1;
+    for (i, chunk) in codes.chunks(CHUNK).enumerate() {
+        match chunk.split_last() {
+            Some((&b, head)) if odd && (i + 1) * CHUNK >= codes.len() => {
+                let mut c = head.to_vec();
+                c.push(b & 15);
+                w.put(&c)?;
+            }
+            _ => w.put(chunk)?,
+        }
+    }
+    put_all(&mut w, &lists.iter().map(|l| l.len() as u32).collect::<Vec<_>>(), |v| {
+        v.to_le_bytes()
+    })?;
+    put_all(&mut w, &lists.concat(), |v| v.to_le_bytes())?;
+    put_all(&mut w, &runs.mark_positions[..marks], |v| v.to_le_bytes())?;
+    put_all(&mut w, &runs.mark_nibbles[..marks], |v| v.to_le_bytes())?;
+    put_all(&mut w, &runs.mark_before[..marks], |v| v.to_le_bytes())?;
+    let last_block = match prefix.runs {
+        0 => u32::MAX,
+        n => runs.iter_from(n - 1).next().unwrap_or(u32::MAX),
+    };
+    w.put(&last_block.to_le_bytes())?;
     for e in events {
         put_event(&mut w, e)?;
     }
@@ -66,19 +100,54 @@ pub(super) fn read(input: impl Read, key: &Key, size: u64) -> Result<Timeline, C
         return Err(CacheError::OtherKey);
     }
     let len = r.u64()?;
-    let counts = [r.u64()?, r.u64()?, r.u64()?, r.u64()?];
-    let [n_ips, n_starts, n_runs, n_events] = counts;
+    let counts = [r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?];
+    let [n_ips, n_starts, n_runs, n_nibbles, n_lists, n_events] = counts;
     let n_marks = n_runs.div_ceil(STRIDE as u64);
-    let array_bytes = [(n_ips, 8), (n_starts, 4), (n_runs, 4), (n_marks, 8)]
-        .iter()
-        .fold(0u64, |sum, &(n, b)| sum.saturating_add(n.saturating_mul(b)));
-    if n_events > size || array_bytes > size || n_starts == 0 {
+    let array_bytes = [
+        (n_ips, 8),
+        (n_starts, 4),
+        (n_nibbles.div_ceil(2), 1),
+        (n_lists, 4),
+        (n_marks, 20),
+    ]
+    .iter()
+    .fold(0u64, |sum, &(n, b)| sum.saturating_add(n.saturating_mul(b)));
+    // A run's code takes a nibble at least.
+    if n_events > size || array_bytes > size || n_starts == 0 || n_lists > n_starts || n_runs > n_nibbles {
         return Err(r.corrupt("array sizes the file cannot hold"));
     }
     let ips = take_all(&mut r, n_ips, u64::from_le_bytes)?;
     let starts = take_all(&mut r, n_starts, u32::from_le_bytes)?;
-    let runs = take_all(&mut r, n_runs, u32::from_le_bytes)?;
-    let marks = take_all(&mut r, n_marks, u64::from_le_bytes)?;
+    let mut codes = vec![0; n_nibbles.div_ceil(2) as usize];
+    for chunk in codes.chunks_mut(CHUNK) {
+        r.take(chunk)?;
+    }
+    let lengths = take_all(&mut r, n_lists, u32::from_le_bytes)?;
+    let listed = lengths.iter().map(|&n| u64::from(n)).sum::<u64>();
+    if lengths.iter().any(|&n| n as usize > LISTED) {
+        return Err(r.corrupt("a successor list out of range"));
+    }
+    let mut flat = take_all(&mut r, listed, u32::from_le_bytes)?.into_iter();
+    let next = lengths
+        .iter()
+        .map(|&n| flat.by_ref().take(n as usize).collect())
+        .collect();
+    let mark_positions = take_all(&mut r, n_marks, u64::from_le_bytes)?;
+    let mark_nibbles = take_all(&mut r, n_marks, u64::from_le_bytes)?;
+    let mark_before = take_all(&mut r, n_marks, u32::from_le_bytes)?;
+    let mut last = [0; 4];
+    r.take(&mut last)?;
+    let mut runs = Runs {
+        codes,
+        nibbles: n_nibbles,
+        count: usize::try_from(n_runs).map_err(|_| r.corrupt("the run count"))?,
+        next,
+        mark_positions,
+        mark_nibbles,
+        mark_before,
+        last: Some(u32::from_le_bytes(last)).filter(|_| n_runs > 0),
+        ..Runs::default()
+    };
     let mut events = Vec::with_capacity(n_events as usize);
     for _ in 0..n_events {
         events.push(take_event(&mut r)?);
@@ -94,11 +163,11 @@ pub(super) fn read(input: impl Read, key: &Key, size: u64) -> Result<Timeline, C
         return Err(r.corrupt("bytes after the checksum"));
     }
     let blocks = Blocks { ips, starts };
-    check(&blocks, &runs, &marks, len).map_err(|what| r.corrupt(what))?;
+    runs.index();
+    check(&blocks, &runs, len).map_err(|what| r.corrupt(what))?;
     Ok(Timeline {
         blocks,
         runs,
-        marks,
         events,
         len,
     })
@@ -106,28 +175,15 @@ pub(super) fn read(input: impl Read, key: &Key, size: u64) -> Result<Timeline, C
 
 /// Whether the arrays agree with one another, so that no lookup can go out of bounds: the
 /// checksum already makes a damaged file unlikely to get here.
-fn check(blocks: &Blocks, runs: &[u32], marks: &[u64], len: u64) -> Result<(), &'static str> {
+fn check(blocks: &Blocks, runs: &Runs, len: u64) -> Result<(), &'static str> {
     let starts = &blocks.starts;
     if starts[0] != 0
-        || starts.windows(2).any(|w| w[0] > w[1])
+        || starts.windows(2).any(|w| w[0] >= w[1])
         || starts.last().map(|&s| s as usize) != Some(blocks.ips.len())
     {
         return Err("block offsets out of order");
     }
-    let count = starts.len() as u32 - 1;
-    if runs.iter().any(|&b| b >= count) {
-        return Err("a run of a block that does not exist");
-    }
-    if marks.first().is_some_and(|&m| m != 0)
-        || marks.windows(2).any(|w| w[0] > w[1])
-        || marks.last().is_some_and(|&m| m >= len.max(1))
-    {
-        return Err("run marks out of order");
-    }
-    if runs.is_empty() != (len == 0) {
-        return Err("a length without runs");
-    }
-    Ok(())
+    runs.check(starts.len() as u32 - 1, |b| u64::from(blocks.len(b)), len)
 }
 
 fn put_all<T: Copy, const N: usize>(

@@ -135,6 +135,7 @@ pub struct Prefix {
     ips: usize,
     blocks: usize,
     runs: usize,
+    nibbles: u64,
     events: usize,
 }
 
@@ -145,7 +146,8 @@ impl Prefix {
             len: timeline.len,
             ips: timeline.blocks.ips.len(),
             blocks: timeline.blocks.count(),
-            runs: timeline.runs.len(),
+            runs: timeline.runs.count,
+            nibbles: timeline.runs.nibbles,
             events: timeline.events.len(),
         }
     }

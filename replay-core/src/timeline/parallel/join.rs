@@ -13,11 +13,12 @@ impl Builder<'_> {
         let base = self.len();
         // The run pending at `from` begins the runs after it: those instructions came before.
         let mut skip = from.pending.map_or(0, |p| p.1) as usize;
-        let end = to.map_or(part.runs.len(), |c| c.runs);
+        let end = to.map_or(part.runs.count, |c| c.runs);
         // Each of the part's blocks is found again in the whole once, not at every run, and
         // kept with its length so that a run reads nothing more.
         let mut remap = vec![(u32::MAX, 0); part.blocks.count()];
-        for &b in &part.runs[from.runs.min(end)..end] {
+        let from_run = from.runs.min(end);
+        for b in part.runs.iter_from(from_run).take(end - from_run) {
             if skip > 0 {
                 let ips = part.blocks.ips(b);
                 if skip >= ips.len() {

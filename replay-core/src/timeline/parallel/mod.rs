@@ -199,7 +199,7 @@ fn join_all(
     snapshots: &[Vec<stretch::Snapshot<'_>>],
 ) -> Option<(Timeline, usize)> {
     let mut whole = Builder::new(input.space);
-    whole.reserve(stretches.iter().map(|s| s.timeline.runs.len()).sum());
+    whole.reserve(stretches.iter().map(|s| s.timeline.runs.count).sum());
     let (mut cur, mut from, mut joins) = (0, Cut::START, 0);
     // The clean point `from` is (none for the first stretch's start).
     let mut from_resume = None;
