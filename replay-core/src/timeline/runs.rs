@@ -46,9 +46,9 @@ pub(super) struct Runs {
     /// holds a successor for every call site, and scanning them at every run cost a tenth of
     /// the decode.
     pub(super) far: FxHashMap<(u32, u32), u16>,
-    /// The first 15 entries of every list in a row of one cache line: decoding a run then
-    /// costs one load that depends on the run before (two through `next`, the decode's
-    /// critical path).
+    /// The first 15 entries of every list and its length in a row of one cache line:
+    /// decoding or adding a run then costs one load that depends on the run before (two
+    /// through `next`, the decode's critical path).
     pub(super) near: Vec<Near>,
 }
 
@@ -57,8 +57,9 @@ pub(super) struct Runs {
 #[repr(align(64))]
 pub(super) struct Near([u32; 16]);
 
-/// Entries of a list looked through one by one before [`Runs::far`].
-const NEAR: usize = 16;
+/// Entries of a list in its row of [`Runs::near`], looked through one by one before
+/// [`Runs::far`]; the row's last word holds the list's length.
+const NEAR: usize = 15;
 
 /// The list of `prev`'s successors.
 #[inline]
@@ -77,32 +78,30 @@ impl Runs {
             self.mark_before.push(prev);
         }
         let l = list(prev);
-        if self.next.len() <= l {
+        if self.near.len() <= l {
             self.next.resize_with(l + 1, Vec::new);
             self.near.resize(l + 1, Near::default());
         }
-        let successors = &mut self.next[l];
-        let near = &successors[..successors.len().min(NEAR)];
-        let index = match near.first() {
-            Some(&b) if b == block => Some(0),
-            _ => match near.iter().position(|&b| b == block) {
-                Some(i) => Some(i),
-                None if successors.len() <= NEAR => None,
-                None => self.far.get(&(prev, block)).map(|&i| i as usize),
-            }
-            .or_else(|| {
-                (successors.len() < LISTED).then(|| {
-                    successors.push(block);
-                    let i = successors.len() - 1;
-                    if i < 15 {
-                        self.near[l].0[i] = block;
-                    } else if i >= NEAR {
-                        self.far.insert((prev, block), i as u16);
-                    }
-                    i
-                })
-            }),
-        };
+        // The row holds the list's first entries and its length: most runs read nothing else.
+        let row = &mut self.near[l].0;
+        let listed = row[15] as usize;
+        let index = match row[..listed.min(NEAR)].iter().position(|&b| b == block) {
+            Some(i) => Some(i),
+            None if listed <= NEAR => None,
+            None => self.far.get(&(prev, block)).map(|&i| i as usize),
+        }
+        .or_else(|| {
+            (listed < LISTED).then(|| {
+                self.next[l].push(block);
+                row[15] = listed as u32 + 1;
+                if listed < NEAR {
+                    row[listed] = block;
+                } else {
+                    self.far.insert((prev, block), listed as u16);
+                }
+                listed
+            })
+        });
         match index {
             Some(i) if i < 15 => self.put(i as u8),
             Some(i) => {
@@ -172,10 +171,11 @@ impl Runs {
         self.near = vec![Near::default(); self.next.len()];
         for (l, successors) in self.next.iter().enumerate() {
             let prev = (l as u32).wrapping_sub(1);
+            self.near[l].0[15] = successors.len() as u32;
             for (i, &b) in successors.iter().enumerate() {
-                if i < 15 {
+                if i < NEAR {
                     self.near[l].0[i] = b;
-                } else if i >= NEAR {
+                } else {
                     self.far.insert((prev, b), i as u16);
                 }
             }
