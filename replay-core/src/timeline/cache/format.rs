@@ -51,8 +51,12 @@ pub(super) fn write(timeline: &Timeline, prefix: Prefix, key: &Key, out: impl Wr
     ] {
         w.put(&n.to_le_bytes())?;
     }
-    put_all(&mut w, ips, |v| v.to_le_bytes())?;
     put_all(&mut w, starts, |v| v.to_le_bytes())?;
+    let ips = encode_ips(ips, starts);
+    w.put(&(ips.len() as u64).to_le_bytes())?;
+    for chunk in ips.chunks(CHUNK) {
+        w.put(chunk)?;
+    }
     // A nibble past the prefix shares its last byte: left out.
     let odd = prefix.nibbles % 2 == 1;
     for (i, chunk) in codes.chunks(CHUNK).enumerate() {
@@ -104,7 +108,7 @@ pub(super) fn read(input: impl Read, key: &Key, size: u64) -> Result<Timeline, C
     let [n_ips, n_starts, n_runs, n_nibbles, n_lists, n_events] = counts;
     let n_marks = n_runs.div_ceil(STRIDE as u64);
     let array_bytes = [
-        (n_ips, 8),
+        (n_ips, 1),
         (n_starts, 4),
         (n_nibbles.div_ceil(2), 1),
         (n_lists, 4),
@@ -116,8 +120,16 @@ pub(super) fn read(input: impl Read, key: &Key, size: u64) -> Result<Timeline, C
     if n_events > size || array_bytes > size || n_starts == 0 || n_lists > n_starts || n_runs > n_nibbles {
         return Err(r.corrupt("array sizes the file cannot hold"));
     }
-    let ips = take_all(&mut r, n_ips, u64::from_le_bytes)?;
     let starts = take_all(&mut r, n_starts, u32::from_le_bytes)?;
+    let n_bytes = r.u64()?;
+    if n_bytes > size {
+        return Err(r.corrupt("array sizes the file cannot hold"));
+    }
+    let mut bytes = vec![0; n_bytes as usize];
+    for chunk in bytes.chunks_mut(CHUNK) {
+        r.take(chunk)?;
+    }
+    let ips = decode_ips(&bytes, &starts, n_ips).map_err(|what| r.corrupt(what))?;
     let mut codes = vec![0; n_nibbles.div_ceil(2) as usize];
     for chunk in codes.chunks_mut(CHUNK) {
         r.take(chunk)?;
@@ -184,6 +196,70 @@ fn check(blocks: &Blocks, runs: &Runs, len: u64) -> Result<(), &'static str> {
         return Err("block offsets out of order");
     }
     runs.check(starts.len() as u32 - 1, |b| u64::from(blocks.len(b)), len)
+}
+
+/// The blocks' addresses as each block's first, then the length of each instruction after
+/// it in a byte (a block's instructions follow one another in memory): an eighth of the
+/// addresses themselves, which in a short history outweighed its runs. A first byte of 1
+/// says so; 0, the addresses as they are (a block whose instructions do not follow one
+/// another, which the decoder does not make).
+fn encode_ips(ips: &[u64], starts: &[u32]) -> Vec<u8> {
+    let blocks = starts.windows(2).map(|w| &ips[w[0] as usize..w[1] as usize]);
+    let follow = |b: &[u64]| b.windows(2).all(|w| (1..=255).contains(&w[1].wrapping_sub(w[0])));
+    if !blocks.clone().all(follow) {
+        return std::iter::once(0)
+            .chain(ips.iter().flat_map(|v| v.to_le_bytes()))
+            .collect();
+    }
+    let mut out = vec![1];
+    for b in blocks {
+        out.extend_from_slice(&b[0].to_le_bytes());
+        out.extend(b.windows(2).map(|w| (w[1] - w[0]) as u8));
+    }
+    out
+}
+
+/// The addresses [`encode_ips`] wrote, `n` of them in the blocks `starts` says.
+fn decode_ips(bytes: &[u8], starts: &[u32], n: u64) -> Result<Vec<u64>, &'static str> {
+    let short = "block addresses end early";
+    let (&how, mut rest) = bytes.split_first().ok_or(short)?;
+    let word = |rest: &mut &[u8]| -> Result<u64, &'static str> {
+        let (w, tail) = rest.split_first_chunk::<8>().ok_or(short)?;
+        *rest = tail;
+        Ok(u64::from_le_bytes(*w))
+    };
+    let mut ips = Vec::with_capacity(n.min(bytes.len() as u64) as usize);
+    match how {
+        0 => {
+            for _ in 0..n {
+                ips.push(word(&mut rest)?);
+            }
+        }
+        1 => {
+            if starts.last().map(|&s| u64::from(s)) != Some(n) {
+                return Err("block offsets out of order");
+            }
+            for w in starts.windows(2) {
+                let len = w[1].checked_sub(w[0]).ok_or("block offsets out of order")?;
+                if len == 0 {
+                    continue;
+                }
+                let mut ip = word(&mut rest)?;
+                ips.push(ip);
+                let (deltas, tail) = rest.split_at_checked(len as usize - 1).ok_or(short)?;
+                rest = tail;
+                for &d in deltas {
+                    ip = ip.wrapping_add(u64::from(d));
+                    ips.push(ip);
+                }
+            }
+        }
+        _ => return Err("block addresses of an unknown kind"),
+    }
+    match rest.is_empty() && ips.len() as u64 == n {
+        true => Ok(ips),
+        false => Err("block addresses that do not fill their blocks"),
+    }
 }
 
 fn put_all<T: Copy, const N: usize>(

@@ -104,6 +104,16 @@ fn a_long_history_of_few_blocks_reads_back() {
 }
 
 #[test]
+fn blocks_whose_instructions_do_not_follow_one_another_are_stored_as_they_are() {
+    let mut t = sample();
+    let odd = t.blocks.add(&[0x9000, 0x1000, 0x1000 + 300]);
+    t.push_run(odd, 3);
+    let r = back(&bytes(&t, &key(1)), &key(1)).expect("read");
+    assert_eq!(t.first_difference(&r), None);
+    assert_eq!(r.ip_at(t.len() - 2), Some(0x1000));
+}
+
+#[test]
 fn only_the_prefix_is_stored() {
     let mut t = sample();
     let before = t.clone();
