@@ -77,6 +77,8 @@ fn read_all(dir: &Path) -> Result<(), RecordingError> {
     rec.signals()?;
     rec.results()?;
     rec.cpuid()?;
+    rec.anchors()?;
+    rec.code_ran()?;
     rec.address_space()?;
     Ok(())
 }

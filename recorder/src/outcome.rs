@@ -76,6 +76,9 @@ pub struct Outcome {
     /// The anchors' files (`anchors.jsonl` and `anchor-pages.bin`), where the backend took
     /// anchors: moved into the recording.
     pub anchor_files: Option<[std::path::PathBuf; 2]>,
+    /// Which code each stretch of the history ran (`code-ran.bin`), where the backend noted
+    /// it: moved into the recording.
+    pub code_file: Option<std::path::PathBuf>,
     /// What cpuid, rdtsc, rdtscp and xgetbv returned, where the backend saw it.
     pub results: Vec<rtit_replay_core::recording::InsnResult>,
     /// Signal handlers' entries: registers and the frame, where the backend saw them.

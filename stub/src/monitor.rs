@@ -61,10 +61,12 @@ impl MonitorCmd for ReplayTarget {
         let mut words = cmd.split_whitespace();
         let (first, second) = (words.next(), words.next());
         if first == Some("when") && second.is_none() && !self.session.ready() {
-            // Where gdb is needs no history: only how long it is does.
+            // Where gdb is needs no history (the start, the beginning, the end): only how
+            // long it is does.
             outputln!(
                 out,
-                "position 0 (the history of {} instructions is still being read; the first move waits for it)",
+                "position {} (the history of {} instructions is still being read; a move past its beginning waits for it)",
+                self.session.position(),
                 self.session.recording().manifest.instructions
             );
             return Ok(());

@@ -124,6 +124,7 @@ pub fn record(mut opts: MsrOptions) -> Result<Outcome, String> {
         results: Vec::new(),
         syscalls_file: None,
         anchor_files: None,
+        code_file: None,
         signals: placed.signals,
         cpuid: Vec::new(),
         xcr0,

@@ -359,6 +359,7 @@ fn run(
         syscalls: report.syscalls,
         syscalls_file: Some(dir.join(files::SYSCALLS)).filter(|p| p.is_file()),
         anchor_files,
+        code_file: Some(dir.join(files::CODE_RAN)).filter(|p| p.is_file()),
         results: Vec::new(),
         signals,
         cpuid,

@@ -573,6 +573,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
         results,
         syscalls_file: None,
         anchor_files: None,
+        code_file: None,
         signals,
         cpuid: Vec::new(),
         xcr0,

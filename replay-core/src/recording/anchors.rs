@@ -91,6 +91,16 @@ pub struct Anchors {
 }
 
 impl Anchors {
+    /// The first `k` anchors alone (their pages are the file's first bytes).
+    pub fn first(&self, k: usize) -> Anchors {
+        let list: Vec<Anchor> = self.list.iter().take(k).cloned().collect();
+        let end = self.list.get(k).map_or(self.pages.len(), |a| a.offset as usize);
+        Anchors {
+            list,
+            pages: self.pages[..end.min(self.pages.len())].to_vec(),
+        }
+    }
+
     /// The pages anchor `i` holds: written since the anchor before (checked when read).
     pub fn pages(&self, i: usize) -> Vec<Page<'_>> {
         let a = &self.list[i];

@@ -17,6 +17,7 @@
 //! with a manifest is a finished recording (possibly marked interrupted).
 
 pub mod anchors;
+pub mod code_ran;
 pub mod cpuid;
 mod error;
 pub use crate::hex;
@@ -82,6 +83,8 @@ pub mod files {
     pub const ANCHORS: &str = "anchors.jsonl";
     /// The anchors' pages.
     pub const ANCHOR_PAGES: &str = "anchor-pages.bin";
+    /// Which code pages each stretch of the history ran (optional, qemu backend).
+    pub const CODE_RAN: &str = "code-ran.bin";
 }
 
 /// Where recordings go unless told otherwise: `$RTIT_DIR`, else `$XDG_DATA_HOME/rtit`, else

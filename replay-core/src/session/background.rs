@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::history::History;
 use super::open::{decode, Decoded, Work};
+use super::prefix::{first_difference, Prefix};
 use crate::recording::RecordingError;
 
 /// How often a wait looks whether it was interrupted.
@@ -20,6 +21,8 @@ pub type OnDone = Box<dyn FnOnce(Result<&History<'_>, &RecordingError>) + Send>;
 pub(super) struct Background {
     cell: OnceLock<Result<Decoded, RecordingError>>,
     arriving: Option<Receiver<Result<Decoded, RecordingError>>>,
+    /// The history's beginning, decoded first (`None` sent: there is none).
+    beginning: Option<Receiver<Option<Prefix>>>,
     /// The recording's directory, for the error if the decoding thread dies.
     dir: String,
 }
@@ -30,16 +33,34 @@ impl Background {
         Self {
             cell: OnceLock::from(decoded),
             arriving: None,
+            beginning: None,
             dir,
         }
     }
 
-    /// Decodes on a thread of its own.
+    /// Decodes on a thread of its own: the history's beginning first ([`Prefix`]), then
+    /// the whole, whose beginning must be the same.
     pub(super) fn spawn(work: Work, mut progress: Box<dyn FnMut(u64) + Send>, on_done: OnDone) -> Self {
         let dir = work.recording.dir.display().to_string();
         let (tx, rx) = mpsc::sync_channel(1);
+        let (early_tx, early_rx) = mpsc::sync_channel(1);
         std::thread::spawn(move || {
-            let decoded = decode(work, &mut *progress);
+            let prefix = Prefix::decode(&work);
+            let beginning = prefix.as_ref().map(Prefix::history);
+            let _ = early_tx.send(prefix);
+            let path = work.recording.dir.display().to_string();
+            let decoded = decode(work, &mut *progress).and_then(|d| match beginning {
+                Some((upto, ref t)) => match first_difference(t, &d.timeline, upto) {
+                    Some(p) => Err(RecordingError::Invalid {
+                        path,
+                        message: format!(
+                            "the history's beginning, decoded alone, differs from the whole at position {p} (a bug; please report it)"
+                        ),
+                    }),
+                    None => Ok(d),
+                },
+                None => Ok(d),
+            });
             match &decoded {
                 Ok(d) => on_done(Ok(&History(d))),
                 Err(e) => on_done(Err(e)),
@@ -49,8 +70,17 @@ impl Background {
         Self {
             cell: OnceLock::new(),
             arriving: Some(rx),
+            beginning: Some(early_rx),
             dir,
         }
+    }
+
+    /// The history's beginning, once, waiting for it if it is still being decoded (a few
+    /// milliseconds); `None` if there is none, or it was taken.
+    pub(super) fn take_prefix(&mut self) -> Option<Prefix> {
+        let prefix = self.beginning.as_ref()?.recv().ok().flatten();
+        self.beginning = None;
+        prefix
     }
 
     /// The history, waiting for it as long as it takes.

@@ -54,7 +54,12 @@ impl Session {
         catch: &Catch,
         mut interrupted: impl FnMut() -> bool,
     ) -> Stop {
-        let Some(event) = self.next_event(catch) else {
+        // No catch: nothing to wait for the history's system calls for.
+        let event = match catch {
+            Catch::Nothing => None,
+            _ => self.next_event(catch),
+        };
+        let Some(event) = event else {
             return self.continue_forward(breakpoints, interrupted);
         };
         if let Err(stop) = self.await_history(&mut interrupted) {
@@ -75,7 +80,11 @@ impl Session {
         catch: &Catch,
         interrupted: impl FnMut() -> bool,
     ) -> Stop {
-        let Some(event) = self.previous_event(catch) else {
+        let event = match catch {
+            Catch::Nothing => None,
+            _ => self.previous_event(catch),
+        };
+        let Some(event) = event else {
             return self.continue_backward(breakpoints, interrupted);
         };
         let from = self.position.min(self.retired());

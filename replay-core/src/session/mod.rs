@@ -13,8 +13,10 @@
 mod anchor_states;
 mod background;
 mod catch;
+mod early_end;
 mod history;
 mod open;
+mod prefix;
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
@@ -72,6 +74,10 @@ pub struct Session {
     at_start: Option<Known>,
     /// Where the history starts, known before it is decoded (`None`: only the decode knows).
     first_ip: Option<u64>,
+    /// The end of a run a fault ended, known before the history is ([`early_end`]).
+    early_end: Option<early_end::EarlyEnd>,
+    /// The history's beginning while the whole is decoded ([`prefix`]).
+    prefix: Option<prefix::Prefix>,
     position: u64,
     /// The state at the position asked last (gdb asks many questions at one stop), and the
     /// state layer's generation it was computed at.
@@ -112,7 +118,7 @@ impl Session {
         policy: Policy,
         progress: &mut (dyn FnMut(u64) + Send),
     ) -> Result<Self, RecordingError> {
-        let (work, _) = Self::work(recording, partial, policy)?;
+        let (work, _, _) = Self::work(recording, partial, policy)?;
         let recording = work.recording.clone();
         let space = work.space.clone();
         let dir = recording.dir.display().to_string();
@@ -139,7 +145,7 @@ impl Session {
         progress: Box<dyn FnMut(u64) + Send>,
         on_done: OnDone,
     ) -> Result<Self, RecordingError> {
-        let (work, at_start) = Self::work(recording, partial, policy)?;
+        let (work, at_start, early_end) = Self::work(recording, partial, policy)?;
         let first_ip = tl::first_ip(
             &work
                 .recording
@@ -148,18 +154,18 @@ impl Session {
         let recording = work.recording.clone();
         let space = work.space.clone();
         let history = Background::spawn(work, progress, on_done);
-        Ok(Self::new(
-            recording,
-            space,
-            history,
-            first_ip.map(|_| at_start),
-            first_ip,
-        ))
+        let mut session = Self::new(recording, space, history, first_ip.map(|_| at_start), first_ip);
+        session.early_end = early_end;
+        Ok(session)
     }
 
     /// Everything read from the recording's files before decoding, checked, and what is
-    /// known at position 0 from it.
-    fn work(recording: Recording, partial: bool, policy: Policy) -> Result<(Work, Known), RecordingError> {
+    /// known at position 0 and at the end from it.
+    fn work(
+        recording: Recording,
+        partial: bool,
+        policy: Policy,
+    ) -> Result<(Work, Known, Option<early_end::EarlyEnd>), RecordingError> {
         let space = recording.address_space()?;
         let trace = recording.trace()?;
         // A trace shorter than the recorder wrote is refused before anything is decoded.
@@ -168,7 +174,10 @@ impl Session {
         }
         let prepared = open::prepare(&recording, &space)?;
         let at_start = prepared.known_at_start(&space);
+        let code = recording.code_ran()?;
+        let early_end = early_end::EarlyEnd::new(&recording, &prepared, &space, code.clone(), partial);
         let work = Work {
+            code,
             recording,
             space,
             trace,
@@ -176,7 +185,7 @@ impl Session {
             partial,
             policy,
         };
-        Ok((work, at_start))
+        Ok((work, at_start, early_end))
     }
 
     fn new(
@@ -192,6 +201,8 @@ impl Session {
             history,
             at_start,
             first_ip,
+            early_end: None,
+            prefix: None,
             position: 0,
             known: None,
             patience: None,
@@ -302,6 +313,9 @@ impl Session {
         if position == 0 && self.first_ip.is_some() && !self.ready() {
             return self.first_ip;
         }
+        if let Some(ip) = self.ip_early(position).or_else(|| self.ip_from_prefix(position)) {
+            return Some(ip);
+        }
         self.timeline().ip_at(position)
     }
 
@@ -337,6 +351,9 @@ impl Session {
 
     /// One instruction forwards.
     pub fn step_forward(&mut self) -> Stop {
+        if let Some(stop) = self.step_early() {
+            return stop;
+        }
         if self.decoded().is_none() {
             return Stop::NoHistory;
         }
@@ -368,6 +385,9 @@ impl Session {
     /// Forwards to the next position whose instruction is a breakpoint, or to the end.
     /// `interrupted` is polled now and then.
     pub fn continue_forward(&mut self, breakpoints: &HashSet<u64>, mut interrupted: impl FnMut() -> bool) -> Stop {
+        if let Some(stop) = self.continue_early(breakpoints, &mut interrupted) {
+            return stop;
+        }
         if let Err(stop) = self.await_history(&mut interrupted) {
             return stop;
         }
@@ -381,9 +401,12 @@ impl Session {
     }
 
     /// Backwards to the previous position whose instruction is a breakpoint, or to position 0.
-    pub fn continue_backward(&mut self, breakpoints: &HashSet<u64>, interrupted: impl FnMut() -> bool) -> Stop {
+    pub fn continue_backward(&mut self, breakpoints: &HashSet<u64>, mut interrupted: impl FnMut() -> bool) -> Stop {
         if self.position == 0 {
             return Stop::Begin;
+        }
+        if let Some(stop) = self.reverse_early(breakpoints, &mut interrupted) {
+            return stop;
         }
         let from = self.position.min(self.retired());
         let hit = self.timeline().previous_hit(from, 0, breakpoints, interrupted);
@@ -425,8 +448,11 @@ impl Session {
     /// start snapshot's, final at once.
     pub fn settle(&mut self, interrupted: &mut dyn FnMut() -> bool) -> bool {
         let p = self.position;
-        if p == 0 && !self.ready() {
+        if (p == 0 && !self.ready()) || self.known_early().is_some() {
             return true;
+        }
+        if let Some(settled) = self.settle_prefix(interrupted) {
+            return settled;
         }
         let Some(d) = self.decoded_mut() else {
             return true;
@@ -476,6 +502,12 @@ impl Session {
         let p = self.position;
         if p == 0 && self.at_start.is_some() && !self.ready() {
             return self.at_start.as_ref();
+        }
+        if self.known_early().is_some() {
+            return self.known_early();
+        }
+        if self.known_from_prefix().is_some() {
+            return self.known_from_prefix();
         }
         self.at_start = None;
         self.decoded_mut()?;

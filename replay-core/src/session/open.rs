@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use crate::flow::{EventKind, FlowEvent};
 use crate::image::AddressSpace;
-use crate::recording::{EndState, Recording, RecordingError};
+use crate::recording::code_ran::CodeRan;
+use crate::recording::{files, EndState, Recording, RecordingError};
 use crate::state::vector::named::Named;
 use crate::state::{self, State, Values};
 use crate::timeline::cache::{self, CacheError, Origin, Policy};
@@ -17,18 +18,18 @@ use crate::timeline::{parallel, Timeline};
 
 /// What the state layer needs from the recording's files besides the history.
 pub(super) struct Prepared {
-    start: State,
+    pub(super) start: State,
     /// The end snapshot's state, used (and a failure to read it reported) only if the
     /// history turns out complete: an incomplete recording may lack it.
-    end: Result<Option<State>, RecordingError>,
-    map_changes: Vec<(u64, state::maps::MapEffect)>,
-    syscalls: Vec<crate::syscall::SyscallRecord>,
-    results: Vec<crate::recording::InsnResult>,
-    signals: Vec<crate::recording::SignalEntry>,
-    cpuid: Vec<crate::recording::cpuid::CpuidLeaf>,
+    pub(super) end: Result<Option<State>, RecordingError>,
+    pub(super) map_changes: Vec<(u64, state::maps::MapEffect)>,
+    pub(super) syscalls: Vec<crate::syscall::SyscallRecord>,
+    pub(super) results: Vec<crate::recording::InsnResult>,
+    pub(super) signals: Vec<crate::recording::SignalEntry>,
+    pub(super) cpuid: Vec<crate::recording::cpuid::CpuidLeaf>,
     /// The recording's anchors (their registers those it can vouch for) and the map they
     /// need, made into states with the history (reading their pages takes a while).
-    anchors: Option<(crate::recording::anchors::Anchors, crate::recording::Maps)>,
+    pub(super) anchors: Option<(crate::recording::anchors::Anchors, crate::recording::Maps)>,
 }
 
 impl Prepared {
@@ -162,24 +163,7 @@ fn inputs(
     fault: bool,
     complete: bool,
 ) -> Result<state::Inputs, RecordingError> {
-    let retired = history.len() - u64::from(fault);
-    let events = history.events();
-    let soft_kind = |e: &FlowEvent| matches!(e.kind, EventKind::Enabled { .. } | EventKind::Disabled { .. });
-    let hard = events
-        .iter()
-        .filter(|e| !soft_kind(e))
-        // A fault ends the history: its event only says the last instruction did not run.
-        .filter(|e| !(fault && e.position == retired))
-        .map(|e| e.position)
-        .collect();
-    let soft = events
-        .iter()
-        .filter(|e| soft_kind(e))
-        // Nor does tracing's stop for it (the qemu backend's TIP.PGD at the faulting
-        // instruction): nothing ran between the last retired instruction and the fault.
-        .filter(|e| !(fault && e.position == retired))
-        .map(|e| e.position)
-        .collect();
+    let (hard, soft) = barriers(&history, fault);
     // Anchors only in a whole history: their positions count every instruction.
     let anchors = match (&prepared.anchors, complete) {
         (Some((anchors, maps)), true) => {
@@ -204,6 +188,30 @@ fn inputs(
         fault,
         history,
     })
+}
+
+/// The positions of the history's events that stop the passes (hard: a gap, an error) and
+/// those that only stop tracing (soft), leaving out a fault's own at the end of `history`.
+pub(super) fn barriers(history: &Timeline, fault: bool) -> (Vec<u64>, Vec<u64>) {
+    let retired = history.len() - u64::from(fault);
+    let events = history.events();
+    let soft_kind = |e: &FlowEvent| matches!(e.kind, EventKind::Enabled { .. } | EventKind::Disabled { .. });
+    let hard = events
+        .iter()
+        .filter(|e| !soft_kind(e))
+        // A fault ends the history: its event only says the last instruction did not run.
+        .filter(|e| !(fault && e.position == retired))
+        .map(|e| e.position)
+        .collect();
+    let soft = events
+        .iter()
+        .filter(|e| soft_kind(e))
+        // Nor does tracing's stop for it (the qemu backend's TIP.PGD at the faulting
+        // instruction): nothing ran between the last retired instruction and the fault.
+        .filter(|e| !(fault && e.position == retired))
+        .map(|e| e.position)
+        .collect();
+    (hard, soft)
 }
 
 /// A recording's register map without what it cannot vouch for: a recorder that read the
@@ -249,6 +257,8 @@ pub(super) struct Work {
     pub(super) prepared: Prepared,
     pub(super) partial: bool,
     pub(super) policy: Policy,
+    /// The code each stretch ran, if the recording lists it: checked against the history.
+    pub(super) code: Option<CodeRan>,
 }
 
 /// Decodes the trace (or reads the timeline stored next to the recording) and starts the
@@ -261,6 +271,7 @@ pub(super) fn decode(work: Work, progress: &mut (dyn FnMut(u64) + Send)) -> Resu
         prepared,
         partial,
         policy,
+        code,
     } = work;
     let gaps = recording.gaps();
     let input = recording.decode_input(&trace, &space, &gaps);
@@ -275,6 +286,24 @@ pub(super) fn decode(work: Work, progress: &mut (dyn FnMut(u64) + Send)) -> Resu
         Err(e) if partial => Some(e),
         Err(e) => return Err(e),
     };
+    if let Some(code) = code.as_ref().filter(|_| incomplete.is_none()) {
+        let invalid = |message: String| RecordingError::Invalid {
+            path: recording.dir.join(files::CODE_RAN).display().to_string(),
+            message,
+        };
+        // Counted as the recorder counts: passes of a spin at the end included.
+        if code.covers() != ran {
+            return Err(invalid(format!(
+                "it covers {} positions where the history has {ran}",
+                code.covers()
+            )));
+        }
+        if let Some((position, ip)) = timeline.code_outside(code) {
+            return Err(invalid(format!(
+                "position {position} runs the instruction at {ip:#x}, whose page the list leaves out of its stretch: the list does not say where code ran"
+            )));
+        }
+    }
     let retired = timeline.len();
     // The faulting instruction follows the last retired one only if nothing is missing.
     let fault = match &recording.manifest.end {

@@ -18,9 +18,11 @@
 mod blocks;
 mod build;
 pub mod cache;
+mod code_check;
 mod cursor;
 mod first;
 pub mod parallel;
+mod prefix;
 mod runs;
 mod search;
 #[cfg(test)]
@@ -31,6 +33,7 @@ use std::sync::Arc;
 pub use build::Builder;
 pub use cursor::Cursor;
 pub use first::first_ip;
+pub use prefix::prefix;
 pub use search::Hit;
 
 use crate::flow::FlowEvent;

@@ -66,6 +66,8 @@ pub struct Plugin {
     mem: File,
     trace: File,
     truth: Option<File>,
+    /// Which code each stretch of the history ran (`code-ran.bin`).
+    code: File,
     syscall: Option<(u64, [u64; 6])>,
     /// The traced system call under way, completed at its return.
     syscall_record: Option<SyscallRecord>,
@@ -105,6 +107,7 @@ impl Plugin {
         };
         let trace = create(files::TRACE)?;
         let truth = if args.truth { Some(create(files::TRUTH)?) } else { None };
+        let code = create(files::CODE_RAN)?;
         let mem = high(File::open("/proc/self/mem").map_err(|e| format!("/proc/self/mem: {e}"))?)?;
         let config = RtitConfig {
             ctl: args.ctl,
@@ -131,6 +134,7 @@ impl Plugin {
             mem,
             trace,
             truth,
+            code,
             syscall: None,
             syscall_record: None,
             syscall_seq: None,
@@ -334,7 +338,7 @@ impl Plugin {
         }
         self.flush_check += 1;
         if self.flush_check & 0xfff == 0 {
-            self.flush();
+            self.flush(false);
         }
     }
 
@@ -363,8 +367,13 @@ impl Plugin {
         self.initial = maps;
     }
 
-    /// Appends the trace and the truth written since the last flush to their files.
-    fn flush(&mut self) {
+    /// Appends the trace, the truth and the stretches of code written since the last flush
+    /// to their files (with `end`, the last stretch of code too).
+    fn flush(&mut self, end: bool) {
+        let code = self.engine.take_code(end);
+        if let Err(e) = self.code.write_all(&code) {
+            self.notes.push(format!("{}: {e}", files::CODE_RAN));
+        }
         let trace = self.engine.take_trace();
         if !trace.is_empty() {
             if let Err(e) = self.trace.write_all(&trace) {
@@ -435,7 +444,7 @@ impl Plugin {
         // The trace goes to its file 64 KiB at a time: a write every 4096 blocks took 4 % of
         // the feeder's time on gzip (issue 20).
         if self.engine.tracing() && self.engine.buffered() >= FLUSH_BYTES && !(yielding && crate::ring::wanted()) {
-            self.flush();
+            self.flush(false);
         }
     }
 
@@ -557,7 +566,7 @@ impl Plugin {
         }
         self.deferred
             .settle(&mut self.syscalls, &mut self.children, &mut self.changes);
-        self.flush();
+        self.flush(true);
         let maps = self.maps.as_ref().map(|m| m.current().to_vec()).unwrap_or_default();
         let snap = snapshot_with(&maps, |a, b| self.read(a, b));
         let path = Path::new(&self.args.out).join(files::MEMORY_END);

@@ -10,17 +10,21 @@ impl Engine {
     /// Blocks that started one after another, each with the counts of the block before it,
     /// while tracing ([`Self::executed`] for each, which can neither begin tracing nor fail
     /// then): the feeder thread's loop, with the common settling inlined.
+    /// A stretch of `code-ran.bin` is cut after the batch once it is long enough.
     pub fn executed_all(&mut self, blocks: impl IntoIterator<Item = (u32, Counts)>) {
         let mut blocks = blocks.into_iter();
         while let Some(mut block) = blocks.next() {
             if let (false, Some(p), None) = (self.ended, self.pending, self.delivered) {
                 match self.stretch(p, block, &mut blocks) {
                     Some(unsettled) => block = unsettled,
-                    None => return,
+                    None => break,
                 }
             }
             let began = self.executed(block.0, block.1);
             debug_assert!(matches!(began, Ok(None)), "tracing began twice");
+        }
+        if !self.ended && self.code.due(self.position()) {
+            self.cut_code();
         }
     }
 
@@ -50,7 +54,7 @@ impl Engine {
         };
         // Slices, not the vectors: their pointers and lengths stay in registers (issue 20: read
         // again from the engine at each block, since the model is written to in between).
-        let (hot, handlers) = (&self.hot[..], &self.handlers[..]);
+        let (hot, handlers, code) = (&self.hot[..], &self.handlers[..], &mut self.code);
         let compress = model.compresses_returns();
         let (mut settled, mut count) = (0, 0u64);
         // Both records are looked up at each block: carrying the next block's record over to
@@ -64,6 +68,7 @@ impl Engine {
             model.edge_packets(edge, next, h.nlip, compress);
             count += u64::from(h.expect);
             settled += 1;
+            code.note(block.0);
             p = Pending { id: block.0, first: 0 };
             match blocks.next() {
                 Some(b) => block = b,

@@ -33,6 +33,7 @@ use super::block::{Access, Block, Hot, Summary};
 use crate::model::{CpuState, ModelError, ModelOptions, RtitConfig, UnitModel};
 use crate::sideband::nr;
 
+mod code;
 mod cut;
 mod fast;
 mod feed;
@@ -156,6 +157,8 @@ pub struct Engine {
     /// Whether to check the fast path against the unit model one instruction at a time.
     check: bool,
     oracle: Option<Oracle>,
+    /// Which code each stretch ran ([`code`]).
+    code: code::CodeNotes,
     /// What it met.
     pub stats: Stats,
 }
@@ -194,6 +197,7 @@ impl Engine {
             last_fault: None,
             check,
             oracle: None,
+            code: code::CodeNotes::new(),
             stats: Stats::default(),
         }
     }
@@ -206,6 +210,7 @@ impl Engine {
         }
         let id = self.blocks.len() as u32;
         same.push(id);
+        self.code.grow();
         self.summaries.push(block.summary());
         self.hot.push(block.hot());
         self.blocks.push(block);
@@ -222,6 +227,7 @@ impl Engine {
             return false;
         }
         self.by_start.entry(block.start()).or_default().push(id);
+        self.code.grow();
         self.summaries.push(block.summary());
         self.hot.push(block.hot());
         self.blocks.push(block);
@@ -330,6 +336,21 @@ impl Engine {
         bytes
     }
 
+    /// The stretches of `code-ran.bin` cut since last taken (its magic first): with `end`,
+    /// the stretch under way is cut where the history ends.
+    pub fn take_code(&mut self, end: bool) -> Vec<u8> {
+        if end {
+            self.cut_code();
+        }
+        self.code.take()
+    }
+
+    /// Cuts the stretch of code under way where the history is now.
+    fn cut_code(&mut self) {
+        let position = self.position();
+        self.code.cut(position, &self.blocks, self.pending.map(|p| p.id));
+    }
+
     /// What the check of the fast path found in the bytes taken so far, if it is checked.
     pub fn checked_so_far(&self) -> Option<Checked> {
         match (&self.oracle, self.check) {
@@ -365,6 +386,7 @@ impl Engine {
         // A delivery `rtit record` told is for the next block, whichever way it settles.
         if let (Some(p), None) = (self.pending, self.delivered) {
             if self.settle_common(p, counts, next) {
+                self.code.note(id);
                 self.pending = Some(Pending { id, first: 0 });
                 self.syscall_base = None;
                 return Ok(None);
@@ -377,6 +399,7 @@ impl Engine {
         if let Some((handler, _)) = self.delivered.take() {
             self.deliveries.push((handler == next).then(|| self.position()));
         }
+        self.code.note(id);
         self.pending = Some(Pending { id, first: 0 });
         self.syscall_base = None;
         Ok(None)
@@ -396,6 +419,7 @@ impl Engine {
             self.oracle = Some(Oracle::new(model.clone()));
         }
         self.model = Some(model);
+        self.code.note(id);
         self.pending = Some(Pending { id, first });
         self.syscall_base = None;
         Ok(Some(ip))

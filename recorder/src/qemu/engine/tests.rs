@@ -485,3 +485,49 @@ fn an_indirect_branch_resuming_at_itself_faulted_when_sigsegv_came() {
     assert_eq!(e.take_truth(), [0x1000, 0x1001]);
     assert_eq!(e.deliveries(), [Some(2)]);
 }
+
+#[test]
+fn each_stretch_lists_the_pages_its_code_ran_on() {
+    use rtit_replay_core::recording::code_ran::{CodeRan, STRETCH};
+    const JNE_A: &[u8] = &[0x0f, 0x85, 0xf9, 0xff, 0xff, 0xff]; // 0x1001 -> 0x1000
+    const JMP_B: &[u8] = &[0xe9, 0xf4, 0x3f, 0x00, 0x00]; // 0x1007 -> 0x5000
+    const JMP_A: &[u8] = &[0xe9, 0xfa, 0xbf, 0xff, 0xff]; // 0x5001 -> 0x1000
+                                                          // On the fast path (no truth) and one block at a time (with the truth).
+    for truth in [false, true] {
+        let mut e = Engine::new(
+            ModelOptions::default(),
+            RtitConfig::user_process(0x1000),
+            Start::Entry,
+            truth,
+        );
+        let a = e.add_block(block(&[(0x1000, NOP), (0x1001, JNE_A)]));
+        let c = e.add_block(block(&[(0x1007, JMP_B)]));
+        let b = e.add_block(block(&[(0x5000, NOP), (0x5001, JMP_A)]));
+        e.executed(a, Counts::default()).expect("starts");
+        // A loops past a stretch's length (two positions a round), then C and B run once and A
+        // a few times more: page 5 runs only in the second stretch.
+        let rounds = STRETCH / 2 + 1000;
+        let mut walk: Vec<(u32, Counts)> = (0..rounds).map(|_| (a, full(2))).collect();
+        walk.extend([(c, full(2)), (b, full(1)), (a, full(2))]);
+        walk.extend((0..10).map(|_| (a, full(2))));
+        for batch in walk.chunks(1024) {
+            e.executed_all(batch.iter().copied());
+        }
+        e.stop();
+        let mut bytes = Vec::new();
+        bytes.extend(e.take_code(false));
+        bytes.extend(e.take_code(true));
+        let code = CodeRan::decode(&bytes).expect("a list");
+        assert_eq!(code.covers(), e.position());
+        assert_eq!(code.stretch_of(e.position() - 1), Some(1), "two stretches");
+        let first = code.end_of(0);
+        assert!(
+            (STRETCH..STRETCH + 2 * 1024).contains(&first),
+            "cut at the batch past {STRETCH}: {first}"
+        );
+        assert!(!code.may_run(0, first, [0x5000]), "B did not run in the first stretch");
+        assert!(code.may_run(first, code.covers(), [0x5001]), "it ran in the second");
+        assert!(code.may_run(0, first, [0x1000]) && code.may_run(first, code.covers(), [0x1001]));
+        assert!(!code.may_run(0, code.covers(), [0x9000]), "nothing ran on page 9");
+    }
+}

@@ -1,5 +1,5 @@
 //! Anchors while the program runs (issue 40; the format is `rtit_replay_core::recording::
-//! anchors`): every `every` positions the watch stops the program as it does for a register
+//! anchors`): every `every` positions (closer at first: [`FIRST`]) the watch stops the program as it does for a register
 //! sample, reads every register QEMU's gdbstub gives and the pages written since the anchor
 //! before (`crate::qemu::written`), and appends them to the anchor files in the scratch
 //! directory, which the writer moves into the recording. Only while the plugin tracks the
@@ -27,6 +27,12 @@ pub struct AnchorPlan {
     /// Where the anchor files go.
     pub dir: PathBuf,
 }
+
+/// Positions before the first anchor: the anchors start close together (at about 2^20,
+/// 2^21, 2^22 … positions, until `every` apart), so that a stop in a program's first
+/// instructions, where the dynamic loader stops gdb at each library it loads, walks at
+/// most a few hundred thousand positions for its values before the history is decoded.
+const FIRST: u64 = 1 << 20;
 
 /// The plugin's `TRACKING` word: the written pages are tracked.
 const TRACKING_ON: u64 = 1;
@@ -72,7 +78,7 @@ impl Anchors {
             counters,
             tracking,
             pagemap,
-            next: plan.every,
+            next: plan.every.min(FIRST),
             index: create(files::ANCHORS)?,
             pages: create(files::ANCHOR_PAGES)?,
             offset: 0,
@@ -131,7 +137,7 @@ impl Anchors {
         self.offset += self.buf.len() as u64;
         let line = serde_json::to_string(&anchor).map_err(|e| GdbstubError::Anchors(e.to_string()))?;
         writeln!(self.index, "{line}").map_err(io(Path::new(files::ANCHORS)))?;
-        self.next = position + self.every;
+        self.next = position + self.every.min(position.max(FIRST));
         Ok(())
     }
 

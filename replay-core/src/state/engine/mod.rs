@@ -164,6 +164,19 @@ impl Values {
         Known::new(forward, State::unknown(), space)
     }
 
+    /// What the engine answers at the last position of a history whose end snapshot holds
+    /// the general registers, before the history exists: that snapshot, as [`Self::at`]
+    /// answers there (with anchors or without); `None` for a snapshot without them (an exit
+    /// under QEMU), whose answer a pass works out.
+    pub fn known_at_end(space: AddressSpace, end: &State, syscalls: &[SyscallRecord]) -> Option<Known> {
+        if !super::anchored::general_registers(end) {
+            return None;
+        }
+        let mut end = end.clone();
+        end.mem.set_volatile(&rseq_areas(syscalls));
+        Some(Known::new(end.clone(), end, space))
+    }
+
     /// An engine over a history; its chains start at once in the background.
     pub fn new(space: AddressSpace, inputs: Inputs) -> Self {
         let mut v = Self::held(space, inputs);

@@ -1,0 +1,166 @@
+//! The end at once (issue 40): a C program that works for a billion instructions and then
+//! crashes, recorded with the default backend. A real gdb connecting the moment the server
+//! listens gets through the loader's library stops and a `continue` to the crash before
+//! the trace is decoded, and its `bt` there is native gdb's. With the decode held back, a
+//! session's answers at a stop in the history's beginning and at the end are those the
+//! whole decoded history gives.
+
+mod common;
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use common::gdb::Server;
+use rtit_replay_core::recording::Recording;
+use rtit_replay_core::session::{Session, Stop};
+use rtit_replay_core::timeline::cache::Policy;
+
+/// `rtit record` (qemu backend) of `tests/programs/crash_after.c` built at -O0, `rounds`
+/// rounds of its loop: it dies of SIGSEGV.
+fn record(dir: &Path, rounds: &str) -> (Recording, std::path::PathBuf) {
+    let exe = common::gcc("tests/programs/crash_after.c", &["-O0"], dir);
+    let out = dir.join("rec");
+    let status = Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .args(["record", "--out"])
+        .arg(&out)
+        .env("RTIT_QEMU_PLUGIN", common::plugin())
+        .arg("--")
+        .arg(&exe)
+        .arg(rounds)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("rtit record");
+    assert!(!status.success(), "the program dies of SIGSEGV");
+    (Recording::open(&out).expect("a recording"), exe)
+}
+
+/// Hex numbers masked: addresses differ between QEMU and a native run.
+fn masked(frames: &[String]) -> Vec<String> {
+    frames
+        .iter()
+        .map(|f| {
+            let mut out = String::new();
+            let mut rest = f.as_str();
+            while let Some(i) = rest.find("0x") {
+                out.push_str(&rest[..i]);
+                out.push_str("0x…");
+                rest = rest[i + 2..].trim_start_matches(|c: char| c.is_ascii_hexdigit());
+            }
+            out + rest
+        })
+        .collect()
+}
+
+#[test]
+fn a_crash_after_a_billion_instructions_shows_natives_frames_before_the_decode() {
+    if !common::kernel_tracks_written_pages() {
+        eprintln!("skipped: this kernel has no asynchronous userfaultfd write-protection (Linux 6.7)");
+        return;
+    }
+    let dir = common::scratch("end_at_once", "gdb");
+    let (rec, exe) = record(&dir, "34000000");
+    assert!(
+        rec.manifest.instructions >= 1_000_000_000,
+        "{}",
+        rec.manifest.instructions
+    );
+    let server = Server::start(&rec);
+    let replayed = server.gdb(None, &["continue", "bt", "p value", "monitor info"]);
+    let native = Command::new("gdb")
+        .args(["-batch", "-nx", "-ex", "run", "-ex", "bt", "-ex", "p value", "--args"])
+        .arg(&exe)
+        .arg("34000000")
+        .output()
+        .expect("gdb");
+    let native = String::from_utf8_lossy(&native.stdout).into_owned();
+    assert!(replayed.contains("SIGSEGV"), "{replayed}");
+    let frames = masked(&common::gdb::frames(&replayed));
+    assert_eq!(frames.len(), 5, "store ×3, finish, main: {replayed}");
+    assert_eq!(
+        frames,
+        masked(&common::gdb::frames(&native)),
+        "replayed:\n{replayed}\nnative:\n{native}"
+    );
+    let value = |out: &str| out.lines().find(|l| l.starts_with("$1 = ")).map(str::to_string);
+    assert_eq!(value(&replayed), value(&native), "{replayed}");
+}
+
+/// What a `bt` reads at the current position: registers and the top of the stack.
+fn look(s: &mut Session) -> (Vec<Option<u64>>, Option<Vec<u8>>) {
+    let regs = ["rip", "rsp", "rbp", "rdi", "rsi", "rax", "eflags"].map(|r| s.register(r));
+    let stack = regs[1].and_then(|sp| s.read_memory(sp, 64));
+    (regs.to_vec(), stack)
+}
+
+#[test]
+fn answers_before_the_decode_are_the_whole_historys() {
+    if !common::kernel_tracks_written_pages() {
+        eprintln!("skipped: this kernel has no asynchronous userfaultfd write-protection (Linux 6.7)");
+        return;
+    }
+    let dir = common::scratch("end_at_once", "held");
+    let (rec, _) = record(&dir, "34000000");
+    // The oracle: the whole history, decoded first.
+    let mut whole = Session::open_cached(rec.clone(), false, Policy::Off, &mut |_| {}).expect("opens");
+    let early = whole.ip_at(100_000).expect("an instruction early on");
+    let entry = whole.ip_at(0).expect("the first instruction");
+    assert_eq!(
+        whole.continue_forward(&HashSet::from([early]), || false),
+        Stop::Breakpoint
+    );
+    let hit = whole.position();
+    whole.settle(&mut || false);
+    let at_hit = look(&mut whole);
+    assert!(
+        at_hit.0[1].is_some() && at_hit.1.is_some(),
+        "the stack is known there: {at_hit:?}"
+    );
+    whole.set_position(0);
+    assert_eq!(
+        whole.continue_forward(&HashSet::from([entry]), || false),
+        Stop::Signal(11)
+    );
+    let end = whole.position();
+    let at_end = look(&mut whole);
+
+    // A session whose decode waits at its first progress report until the test says.
+    let (go, gate) = mpsc::channel::<()>();
+    let gate = Mutex::new(gate);
+    let progress = Box::new(move |_| {
+        let _ = gate.lock().map(|g| g.recv());
+    });
+    let mut held =
+        Session::open_background(rec.clone(), false, Policy::Off, progress, Box::new(|_| {})).expect("opens");
+    assert_eq!(
+        held.continue_forward(&HashSet::from([early]), || false),
+        Stop::Breakpoint
+    );
+    assert_eq!(held.position(), hit, "the beginning's first hit is the whole's");
+    assert!(held.settle(&mut || false));
+    assert_eq!(look(&mut held), at_hit, "values at the hit before the decode");
+    assert_eq!(
+        held.continue_forward(&HashSet::from([entry]), || false),
+        Stop::Signal(11)
+    );
+    assert_eq!(held.position(), end);
+    assert_eq!(look(&mut held), at_end, "values at the end before the decode");
+    assert!(!held.ready(), "all this before the whole history was decoded");
+
+    drop(go);
+    assert!(
+        held.wait_ready(Duration::from_secs(120)),
+        "the decode goes on once let go"
+    );
+    assert!(
+        held.failure().is_none(),
+        "the code list and the beginning agree with the whole"
+    );
+    assert_eq!(look(&mut held), at_end, "the same values once decoded");
+    assert_eq!(held.step_backward(), Stop::Step);
+    assert_eq!(held.position(), end - 1);
+}
