@@ -17,6 +17,8 @@
 
 use super::{files, Recording, RecordingError};
 
+use std::ops::Range;
+
 /// The file's first bytes.
 pub const MAGIC: &[u8; 8] = b"rtitCR01";
 
@@ -47,6 +49,14 @@ pub fn encode_stretch(before: u64, end: u64, pages: &[u64], out: &mut Vec<u8>) {
         leb128(p - last, out);
         last = p;
     }
+}
+
+/// The pages of `addresses`, sorted, each once.
+fn pages_of(addresses: impl IntoIterator<Item = u64>) -> Vec<u64> {
+    let mut pages: Vec<u64> = addresses.into_iter().map(|a| a >> PAGE_SHIFT).collect();
+    pages.sort_unstable();
+    pages.dedup();
+    pages
 }
 
 fn leb128(mut v: u64, out: &mut Vec<u8>) {
@@ -131,20 +141,44 @@ impl CodeRan {
     /// Whether an instruction at one of `addresses` may have run at a position in
     /// `from..to`: false only where the list says no such page ran code there (and covers
     /// the whole range).
-    pub fn may_run(&self, from: u64, to: u64, addresses: impl IntoIterator<Item = u64> + Clone) -> bool {
+    pub fn may_run(&self, from: u64, to: u64, addresses: impl IntoIterator<Item = u64>) -> bool {
         if from >= to {
             return false;
         }
         let (Some(first), Some(last)) = (self.stretch_of(from), self.stretch_of(to - 1)) else {
             return true;
         };
-        let mut pages: Vec<u64> = addresses.into_iter().map(|a| a >> PAGE_SHIFT).collect();
-        pages.sort_unstable();
-        pages.dedup();
+        let pages = pages_of(addresses);
         (first..=last).any(|i| {
             let ran = self.pages_of(i);
             pages.iter().any(|p| ran.binary_search(p).is_ok())
         })
+    }
+
+    /// The parts of `from..to` where one of `addresses` may have run: the stretches that
+    /// ran code on one of their pages, next ones merged, cut to the range, in order. The
+    /// whole range where the list does not cover it.
+    pub fn may_run_in(&self, from: u64, to: u64, addresses: impl IntoIterator<Item = u64>) -> Vec<Range<u64>> {
+        if from >= to {
+            return Vec::new();
+        }
+        let (Some(first), Some(last)) = (self.stretch_of(from), self.stretch_of(to - 1)) else {
+            return std::iter::once(from..to).collect();
+        };
+        let pages = pages_of(addresses);
+        let mut parts: Vec<Range<u64>> = Vec::new();
+        for i in first..=last {
+            if !pages.iter().any(|p| self.pages_of(i).binary_search(p).is_ok()) {
+                continue;
+            }
+            let start = if i == 0 { 0 } else { self.ends[i - 1] }.max(from);
+            let end = self.ends[i].min(to);
+            match parts.last_mut() {
+                Some(r) if r.end == start => r.end = end,
+                _ => parts.push(start..end),
+            }
+        }
+        parts
     }
 
     /// The stretch holding position `p`, if the list covers it.
@@ -204,6 +238,30 @@ mod tests {
         assert!(!c.may_run(250, 251, [0x401_000]));
         assert!(c.may_run(250, 252, [0x401_000]), "past what the list covers: maybe");
         assert!(!c.may_run(5, 5, [0x400_000]), "an empty range runs nothing");
+        assert_eq!(
+            c.may_run_in(0, 251, [0x401_000]),
+            vec![(0..250)],
+            "two stretches merged"
+        );
+        assert_eq!(c.may_run_in(5, 200, [0x401_000]), vec![(5..200)], "cut to the range");
+        assert_eq!(
+            c.may_run_in(100, 251, [0x400_000]),
+            vec![],
+            "page 0x400 never after 100"
+        );
+        assert_eq!(
+            c.may_run_in(0, 300, [0x0999_9000]),
+            vec![(0..300)],
+            "past the list: everywhere"
+        );
+        let mut late = MAGIC.to_vec();
+        encode_stretch(0, 100, &[1], &mut late);
+        encode_stretch(100, 200, &[2], &mut late);
+        encode_stretch(200, 300, &[1, 3], &mut late);
+        let late = CodeRan::decode(&late).expect("a list");
+        assert_eq!(late.may_run_in(10, 300, [0x1000]), vec![10..100, 200..300]);
+        assert_eq!(late.may_run_in(10, 300, [0x3000, 0x2000]), vec![(100..300)]);
+        assert_eq!(late.may_run_in(10, 250, [0x5000]), vec![]);
         assert_eq!(c.stretch_of(99), Some(0));
         assert_eq!(c.stretch_of(100), Some(1));
         assert_eq!(c.stretch_of(251), None);

@@ -40,13 +40,14 @@ impl Background {
 
     /// Decodes on a thread of its own: the history's beginning first ([`Prefix`]), then
     /// the whole, whose beginning must be the same.
-    pub(super) fn spawn(work: Work, mut progress: Box<dyn FnMut(u64) + Send>, on_done: OnDone) -> Self {
+    pub(super) fn spawn(mut work: Work, mut progress: Box<dyn FnMut(u64) + Send>, on_done: OnDone) -> Self {
         let dir = work.recording.dir.display().to_string();
         let (tx, rx) = mpsc::sync_channel(1);
         let (early_tx, early_rx) = mpsc::sync_channel(1);
         std::thread::spawn(move || {
             let prefix = Prefix::decode(&work);
             let beginning = prefix.as_ref().map(Prefix::history);
+            work.pause = prefix.as_ref().and_then(Prefix::pause_flag);
             let _ = early_tx.send(prefix);
             let path = work.recording.dir.display().to_string();
             let decoded = decode(work, &mut *progress).and_then(|d| match beginning {

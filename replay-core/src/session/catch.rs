@@ -65,9 +65,7 @@ impl Session {
         if let Err(stop) = self.await_history(&mut interrupted) {
             return stop;
         }
-        let hit = self
-            .timeline()
-            .next_hit(self.position + 1, event.position, breakpoints, interrupted);
+        let hit = self.search_forward(self.position + 1, event.position, breakpoints, interrupted);
         self.land(hit, |s| s.at_event(event))
     }
 
@@ -88,9 +86,7 @@ impl Session {
             return self.continue_backward(breakpoints, interrupted);
         };
         let from = self.position.min(self.retired());
-        let hit = self
-            .timeline()
-            .previous_hit(from, event.position + 1, breakpoints, interrupted);
+        let hit = self.search_backward(from, event.position + 1, breakpoints, interrupted);
         self.land(hit, |s| s.at_event(event))
     }
 

@@ -26,7 +26,6 @@ pub(super) struct EarlyEnd {
     signal: i32,
     /// The end snapshot, as the state layer answers there once it has the history.
     known: Known,
-    code: CodeRan,
 }
 
 impl EarlyEnd {
@@ -36,10 +35,10 @@ impl EarlyEnd {
         recording: &Recording,
         prepared: &Prepared,
         space: &AddressSpace,
-        code: Option<CodeRan>,
+        code: Option<&CodeRan>,
         partial: bool,
     ) -> Option<Self> {
-        let code = code.filter(|c| !partial && c.covers() == recording.manifest.instructions)?;
+        code.filter(|c| !partial && c.covers() == recording.manifest.instructions)?;
         let EndState::Signaled {
             signal, ip: Some(ip), ..
         } = &recording.manifest.end
@@ -54,7 +53,6 @@ impl EarlyEnd {
             ip,
             signal: *signal,
             known,
-            code,
         })
     }
 }
@@ -85,8 +83,8 @@ impl Session {
             self.early_end = None;
             return None;
         }
-        let e = self.early_end.as_ref()?;
-        if from > e.position || e.code.may_run(from, e.position, breakpoints.iter().copied()) {
+        let (e, code) = (self.early_end.as_ref()?, self.code.as_ref()?);
+        if from > e.position || code.may_run(from, e.position, breakpoints.iter().copied()) {
             return None;
         }
         self.position = e.position;

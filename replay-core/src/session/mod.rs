@@ -13,6 +13,7 @@
 mod anchor_states;
 mod background;
 mod catch;
+mod code_list;
 mod early_end;
 mod history;
 mod open;
@@ -78,6 +79,8 @@ pub struct Session {
     early_end: Option<early_end::EarlyEnd>,
     /// The history's beginning while the whole is decoded ([`prefix`]).
     prefix: Option<prefix::Prefix>,
+    /// The code each stretch ran, if the recording lists it ([`code_list`]).
+    code: Option<std::sync::Arc<crate::recording::code_ran::CodeRan>>,
     position: u64,
     /// The state at the position asked last (gdb asks many questions at one stop), and the
     /// state layer's generation it was computed at.
@@ -122,14 +125,11 @@ impl Session {
         let recording = work.recording.clone();
         let space = work.space.clone();
         let dir = recording.dir.display().to_string();
+        let code = work.code.clone().filter(|_| !partial);
         let decoded = open::decode(work, progress)?;
-        Ok(Self::new(
-            recording,
-            space,
-            Background::done(Ok(decoded), dir),
-            None,
-            None,
-        ))
+        let mut session = Self::new(recording, space, Background::done(Ok(decoded), dir), None, None);
+        session.code = code;
+        Ok(session)
     }
 
     /// [`Self::open_cached`] without waiting for the history: the session answers at
@@ -153,9 +153,11 @@ impl Session {
         );
         let recording = work.recording.clone();
         let space = work.space.clone();
+        let code = work.code.clone().filter(|_| !partial);
         let history = Background::spawn(work, progress, on_done);
         let mut session = Self::new(recording, space, history, first_ip.map(|_| at_start), first_ip);
         session.early_end = early_end;
+        session.code = code;
         Ok(session)
     }
 
@@ -174,9 +176,10 @@ impl Session {
         }
         let prepared = open::prepare(&recording, &space)?;
         let at_start = prepared.known_at_start(&space);
-        let code = recording.code_ran()?;
-        let early_end = early_end::EarlyEnd::new(&recording, &prepared, &space, code.clone(), partial);
+        let code = recording.code_ran()?.map(std::sync::Arc::new);
+        let early_end = early_end::EarlyEnd::new(&recording, &prepared, &space, code.as_deref(), partial);
         let work = Work {
+            pause: None,
             code,
             recording,
             space,
@@ -203,6 +206,7 @@ impl Session {
             first_ip,
             early_end: None,
             prefix: None,
+            code: None,
             position: 0,
             known: None,
             patience: None,
@@ -391,9 +395,7 @@ impl Session {
         if let Err(stop) = self.await_history(&mut interrupted) {
             return stop;
         }
-        let hit = self
-            .timeline()
-            .next_hit(self.position + 1, self.retired(), breakpoints, interrupted);
+        let hit = self.search_forward(self.position + 1, self.retired(), breakpoints, interrupted);
         self.land(hit, |s| {
             s.position = s.last();
             s.arrived(s.position).unwrap_or(Stop::End)
@@ -409,7 +411,7 @@ impl Session {
             return stop;
         }
         let from = self.position.min(self.retired());
-        let hit = self.timeline().previous_hit(from, 0, breakpoints, interrupted);
+        let hit = self.search_backward(from, 0, breakpoints, interrupted);
         self.land(hit, |s| {
             s.position = 0;
             Stop::Begin

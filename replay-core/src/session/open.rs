@@ -258,7 +258,10 @@ pub(super) struct Work {
     pub(super) partial: bool,
     pub(super) policy: Policy,
     /// The code each stretch ran, if the recording lists it: checked against the history.
-    pub(super) code: Option<CodeRan>,
+    pub(super) code: Option<Arc<CodeRan>>,
+    /// The flag the questions of the history's beginning set while they walk, for the
+    /// whole history's fill to wait as for its own ([`super::prefix`]).
+    pub(super) pause: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// Decodes the trace (or reads the timeline stored next to the recording) and starts the
@@ -272,6 +275,7 @@ pub(super) fn decode(work: Work, progress: &mut (dyn FnMut(u64) + Send)) -> Resu
         partial,
         policy,
         code,
+        pause,
     } = work;
     let gaps = recording.gaps();
     let input = recording.decode_input(&trace, &space, &gaps);
@@ -337,7 +341,11 @@ pub(super) fn decode(work: Work, progress: &mut (dyn FnMut(u64) + Send)) -> Resu
     let mut handler_entries: Vec<u64> = prepared.signals.iter().map(|e| e.position).collect();
     handler_entries.sort_unstable();
     let inputs = inputs(prepared, &space, timeline.clone(), fault.is_some(), complete)?;
-    let values = Values::new(space, inputs);
+    let mut values = Values::held(space, inputs);
+    if let Some(flag) = pause {
+        values.share_pause(flag);
+    }
+    values.release();
     Ok(Decoded {
         timeline,
         retired,

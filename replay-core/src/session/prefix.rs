@@ -71,6 +71,11 @@ impl Prefix {
         })
     }
 
+    /// The flag its questions set while they walk.
+    pub(super) fn pause_flag(&self) -> Option<Arc<std::sync::atomic::AtomicBool>> {
+        self.values.pause_flag()
+    }
+
     /// The positions it answers, and its history (to compare with the whole one's).
     pub(super) fn history(&self) -> (u64, Arc<Timeline>) {
         (self.upto, self.timeline.clone())

@@ -113,6 +113,18 @@ impl Anchored {
         }
     }
 
+    /// The flag a question sets while it walks, for the fill to wait.
+    pub(super) fn pause_flag(&self) -> Arc<AtomicBool> {
+        self.pause.clone()
+    }
+
+    /// Waits the fill (once started) for `flag` too: another engine's questions, over part
+    /// of the same history, come first as well.
+    pub(super) fn share_pause(&mut self, flag: Arc<AtomicBool>) {
+        debug_assert!(self.fill.is_none(), "before the fill starts");
+        self.pause = flag;
+    }
+
     /// Positions of the exact states.
     pub(super) fn exact_positions(&self) -> impl Iterator<Item = u64> + '_ {
         self.exact.iter().map(|(p, _)| *p)

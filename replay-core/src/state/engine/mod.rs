@@ -177,6 +177,21 @@ impl Values {
         Some(Known::new(end.clone(), end, space))
     }
 
+    /// The flag its questions set while they walk (with anchors): another engine's fill
+    /// given it ([`Self::share_pause`]) waits for them too.
+    pub fn pause_flag(&self) -> Option<Arc<std::sync::atomic::AtomicBool>> {
+        self.anchored.as_ref().map(Anchored::pause_flag)
+    }
+
+    /// Makes its background fill (with anchors) wait while `flag` is set as well: the
+    /// questions of an engine over the history's beginning, answered while this one was
+    /// made, come before its fill. Before [`Self::release`].
+    pub(crate) fn share_pause(&mut self, flag: Arc<std::sync::atomic::AtomicBool>) {
+        if let Some(a) = &mut self.anchored {
+            a.share_pause(flag);
+        }
+    }
+
     /// An engine over a history; its chains start at once in the background.
     pub fn new(space: AddressSpace, inputs: Inputs) -> Self {
         let mut v = Self::held(space, inputs);
