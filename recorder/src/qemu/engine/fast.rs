@@ -54,7 +54,7 @@ impl Engine {
         };
         // Slices, not the vectors: their pointers and lengths stay in registers (issue 20: read
         // again from the engine at each block, since the model is written to in between).
-        let (hot, handlers, code) = (&self.hot[..], &self.handlers[..], &mut self.code);
+        let (hot, handlers, ran) = (&self.hot[..], &self.handlers[..], &mut self.code.ran[..]);
         let compress = model.compresses_returns();
         let (mut settled, mut count) = (0, 0u64);
         // Both records are looked up at each block: carrying the next block's record over to
@@ -68,7 +68,7 @@ impl Engine {
             model.edge_packets(edge, next, h.nlip, compress);
             count += u64::from(h.expect);
             settled += 1;
-            code.note(block.0);
+            super::code::note(ran, block.0);
             p = Pending { id: block.0, first: 0 };
             match blocks.next() {
                 Some(b) => block = b,

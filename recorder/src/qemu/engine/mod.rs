@@ -210,7 +210,7 @@ impl Engine {
         }
         let id = self.blocks.len() as u32;
         same.push(id);
-        self.code.grow();
+        self.code.grow(id);
         self.summaries.push(block.summary());
         self.hot.push(block.hot());
         self.blocks.push(block);
@@ -227,7 +227,7 @@ impl Engine {
             return false;
         }
         self.by_start.entry(block.start()).or_default().push(id);
-        self.code.grow();
+        self.code.grow(id);
         self.summaries.push(block.summary());
         self.hot.push(block.hot());
         self.blocks.push(block);

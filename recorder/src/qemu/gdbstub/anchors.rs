@@ -1,5 +1,5 @@
 //! Anchors while the program runs (issue 40; the format is `rtit_replay_core::recording::
-//! anchors`): every `every` positions (closer at first: [`FIRST`]) the watch stops the program as it does for a register
+//! anchors`): every `every` positions (the first sooner: [`FIRST`]) the watch stops the program as it does for a register
 //! sample, reads every register QEMU's gdbstub gives and the pages written since the anchor
 //! before (`crate::qemu::written`), and appends them to the anchor files in the scratch
 //! directory, which the writer moves into the recording. Only while the plugin tracks the
@@ -28,11 +28,12 @@ pub struct AnchorPlan {
     pub dir: PathBuf,
 }
 
-/// Positions before the first anchor: the anchors start close together (at about 2^20,
-/// 2^21, 2^22 … positions, until `every` apart), so that a stop in a program's first
-/// instructions, where the dynamic loader stops gdb at each library it loads, walks at
-/// most a few hundred thousand positions for its values before the history is decoded.
-const FIRST: u64 = 1 << 20;
+/// Positions before the first anchor, at most: a stop in a program's first instructions,
+/// where the dynamic loader stops gdb at each library it loads, walks at most this far for
+/// its values before the history is decoded. One anchor: each stops QEMU, whose gdbstub
+/// then translates the program's code afresh (anchors at 2^20, 2^21, 2^22 … made python3's
+/// recording 11 % slower).
+const FIRST: u64 = 1 << 22;
 
 /// The plugin's `TRACKING` word: the written pages are tracked.
 const TRACKING_ON: u64 = 1;
@@ -137,7 +138,7 @@ impl Anchors {
         self.offset += self.buf.len() as u64;
         let line = serde_json::to_string(&anchor).map_err(|e| GdbstubError::Anchors(e.to_string()))?;
         writeln!(self.index, "{line}").map_err(io(Path::new(files::ANCHORS)))?;
-        self.next = position + self.every.min(position.max(FIRST));
+        self.next = position + self.every;
         Ok(())
     }
 
