@@ -13,8 +13,7 @@ use rtit_replay_core::timeline::cache::Policy;
 
 #[test]
 fn every_anchor_agrees_with_what_the_passes_know_there() {
-    if !common::kernel_tracks_written_pages() {
-        eprintln!("skipped: this kernel has no asynchronous userfaultfd write-protection (Linux 6.7)");
+    if common::skip_without_anchors() {
         return;
     }
     let dir = common::scratch("anchors", "sort");

@@ -58,8 +58,7 @@ fn masked(frames: &[String]) -> Vec<String> {
 
 #[test]
 fn a_crash_after_a_billion_instructions_shows_natives_frames_before_the_decode() {
-    if !common::kernel_tracks_written_pages() {
-        eprintln!("skipped: this kernel has no asynchronous userfaultfd write-protection (Linux 6.7)");
+    if common::skip_without_anchors() {
         return;
     }
     let dir = common::scratch("end_at_once", "gdb");
@@ -99,8 +98,7 @@ fn look(s: &mut Session) -> (Vec<Option<u64>>, Option<Vec<u8>>) {
 
 #[test]
 fn answers_before_the_decode_are_the_whole_historys() {
-    if !common::kernel_tracks_written_pages() {
-        eprintln!("skipped: this kernel has no asynchronous userfaultfd write-protection (Linux 6.7)");
+    if common::skip_without_anchors() {
         return;
     }
     let dir = common::scratch("end_at_once", "held");

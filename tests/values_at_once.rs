@@ -15,8 +15,7 @@ fn crash_after(iterations: u64) -> String {
 
 #[test]
 fn a_crash_after_a_billion_instructions_shows_natives_frames_at_once() {
-    if !common::kernel_tracks_written_pages() {
-        eprintln!("skipped: this kernel has no asynchronous userfaultfd write-protection (Linux 6.7)");
+    if common::skip_without_anchors() {
         return;
     }
     let dir = common::scratch("values_at_once", "long-crash");
@@ -39,8 +38,7 @@ const LOOK: [&str; 3] = ["bt 4", "info registers rip rsp rbp rax rdi", "x/4gx $r
 
 #[test]
 fn where_goto_lands_gdb_sees_what_the_complete_chains_show() {
-    if !common::kernel_tracks_written_pages() {
-        eprintln!("skipped: this kernel has no asynchronous userfaultfd write-protection (Linux 6.7)");
+    if common::skip_without_anchors() {
         return;
     }
     let dir = common::scratch("values_at_once", "goto");

@@ -16,10 +16,11 @@ mod catch;
 mod code_list;
 mod early_end;
 mod history;
+mod moves;
 mod open;
 mod prefix;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::flow::FlowEvent;
@@ -27,7 +28,7 @@ use crate::image::AddressSpace;
 use crate::recording::{Recording, RecordingError};
 use crate::state::{self, Known, Reg, Values, Why};
 use crate::timeline::cache::{CacheError, Origin, Policy};
-use crate::timeline::{self as tl, Hit, Timeline};
+use crate::timeline::{self as tl, Timeline};
 use background::Background;
 pub use background::OnDone;
 pub use catch::Catch;
@@ -342,96 +343,6 @@ impl Session {
     /// How many positions retired (none if decoding the history failed).
     fn retired(&self) -> u64 {
         self.decoded().map_or(0, |d| d.retired)
-    }
-
-    /// How arriving at `position` going forwards is reported.
-    fn arrived(&self, position: u64) -> Option<Stop> {
-        let d = self.decoded()?;
-        match d.fault {
-            Some((_, signal)) if position == d.retired => Some(Stop::Signal(signal)),
-            _ => None,
-        }
-    }
-
-    /// One instruction forwards.
-    pub fn step_forward(&mut self) -> Stop {
-        if let Some(stop) = self.step_early() {
-            return stop;
-        }
-        if self.decoded().is_none() {
-            return Stop::NoHistory;
-        }
-        if self.position >= self.last() {
-            return self.arrived(self.position).unwrap_or(Stop::End);
-        }
-        self.position += 1;
-        self.arrived(self.position).unwrap_or(Stop::Step)
-    }
-
-    /// One instruction backwards.
-    pub fn step_backward(&mut self) -> Stop {
-        if self.position == 0 {
-            return Stop::Begin;
-        }
-        self.position -= 1;
-        Stop::Step
-    }
-
-    /// Waits for the history for a move, unless `interrupted` says to stop waiting.
-    fn await_history(&self, interrupted: &mut dyn FnMut() -> bool) -> Result<(), Stop> {
-        match self.history.wait(interrupted) {
-            None => Err(Stop::Interrupted),
-            Some(Err(_)) => Err(Stop::NoHistory),
-            Some(Ok(_)) => Ok(()),
-        }
-    }
-
-    /// Forwards to the next position whose instruction is a breakpoint, or to the end.
-    /// `interrupted` is polled now and then.
-    pub fn continue_forward(&mut self, breakpoints: &HashSet<u64>, mut interrupted: impl FnMut() -> bool) -> Stop {
-        if let Some(stop) = self.continue_early(breakpoints, &mut interrupted) {
-            return stop;
-        }
-        if let Err(stop) = self.await_history(&mut interrupted) {
-            return stop;
-        }
-        let hit = self.search_forward(self.position + 1, self.retired(), breakpoints, interrupted);
-        self.land(hit, |s| {
-            s.position = s.last();
-            s.arrived(s.position).unwrap_or(Stop::End)
-        })
-    }
-
-    /// Backwards to the previous position whose instruction is a breakpoint, or to position 0.
-    pub fn continue_backward(&mut self, breakpoints: &HashSet<u64>, mut interrupted: impl FnMut() -> bool) -> Stop {
-        if self.position == 0 {
-            return Stop::Begin;
-        }
-        if let Some(stop) = self.reverse_early(breakpoints, &mut interrupted) {
-            return stop;
-        }
-        let from = self.position.min(self.retired());
-        let hit = self.search_backward(from, 0, breakpoints, interrupted);
-        self.land(hit, |s| {
-            s.position = 0;
-            Stop::Begin
-        })
-    }
-
-    /// Where a search for breakpoints leaves a `continue`: at the breakpoint it found, where
-    /// Ctrl-C interrupted it, or, when it found none, where `otherwise` puts it.
-    fn land(&mut self, hit: Hit, otherwise: impl FnOnce(&mut Self) -> Stop) -> Stop {
-        match hit {
-            Hit::At(p) => {
-                self.position = p;
-                Stop::Breakpoint
-            }
-            Hit::Interrupted(p) => {
-                self.position = p.min(self.last());
-                Stop::Interrupted
-            }
-            Hit::None => otherwise(self),
-        }
     }
 
     /// Waits until the state layer's answers are final everywhere (see [`Values::prepare`]):
