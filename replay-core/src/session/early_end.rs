@@ -3,8 +3,9 @@
 //! of the code each stretch ran ([`CodeRan`]) shows that no breakpoint's page ran code
 //! before it. The end is where the recorder read the registers and memory, so what gdb
 //! reads there is final without the history; only the decode would place a breakpoint hit
-//! in between, and none can be. Anything else (a breakpoint that may run, a move back, a
-//! step) waits for the decode as before, and the decode checks the list against the
+//! in between, and none can be. Anything else outside the history's beginning
+//! ([`super::prefix`]: a breakpoint that may run, a move back, a step) waits for the decode
+//! as before, and the decode checks the list against the
 //! history it built ([`crate::timeline::Timeline::code_outside`]), so a list that left
 //! out code that ran is an error, never a hit passed over.
 
