@@ -142,17 +142,7 @@ impl CodeRan {
     /// `from..to`: false only where the list says no such page ran code there (and covers
     /// the whole range).
     pub fn may_run(&self, from: u64, to: u64, addresses: impl IntoIterator<Item = u64>) -> bool {
-        if from >= to {
-            return false;
-        }
-        let (Some(first), Some(last)) = (self.stretch_of(from), self.stretch_of(to - 1)) else {
-            return true;
-        };
-        let pages = pages_of(addresses);
-        (first..=last).any(|i| {
-            let ran = self.pages_of(i);
-            pages.iter().any(|p| ran.binary_search(p).is_ok())
-        })
+        !self.may_run_in(from, to, addresses).is_empty()
     }
 
     /// The parts of `from..to` where one of `addresses` may have run: the stretches that
