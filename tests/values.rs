@@ -339,7 +339,9 @@ fn the_qemu_backend_knows_the_registers_where_tracing_starts() {
     // __libc_start_main. QEMU's gdbstub stops there (a breakpoint) before the plugin starts
     // tracing; its registers, vector registers and MXCSR are the recording's first state.
     let dir = scratch("qemu-sort-main");
-    let lines: String = (0..3000).map(|i| format!("{}\n", (i * 7919) % 3001)).collect();
+    // 31 M instructions: samples come every 3-13 ms of the run, and 3000 lines (8 M) gave as
+    // few as 4 on a loaded machine.
+    let lines: String = (0..10_000).map(|i| format!("{}\n", (i * 7919) % 10_007)).collect();
     std::fs::write(dir.join("in.txt"), lines).expect("input");
     let rec = dir.join("rec");
     let out = Command::new(env!("CARGO_BIN_EXE_rtit"))
