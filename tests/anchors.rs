@@ -49,7 +49,7 @@ fn every_anchor_agrees_with_what_the_passes_know_there() {
                 registers += 1;
             }
         }
-        for (address, page) in anchors.pages(i) {
+        for (address, page) in anchors.pages(i).expect("the pages read").iter() {
             let Some(page) = page else { continue };
             for (j, chunk) in page.chunks(256).enumerate() {
                 let at = address + j as u64 * 256;
@@ -63,4 +63,22 @@ fn every_anchor_agrees_with_what_the_passes_know_there() {
     // The passes know most of it: a check that compared nothing would prove nothing.
     assert!(registers > anchors.list.len() * 10, "{registers} registers compared");
     assert!(bytes > 100_000, "{bytes} bytes compared");
+
+    // The pages' file is read an anchor at a time, when a state is built: a byte changed
+    // after the recording was opened is refused there, naming the file and its bytes.
+    let last = anchors.list.len() - 1;
+    let a = &anchors.list[last];
+    assert!(a.pages > 0, "the last anchor holds pages");
+    let pages = out.join("anchor-pages.bin");
+    let mut file = std::fs::read(&pages).expect("the pages");
+    let at = (a.offset + 8 + 100) as usize;
+    file[at] ^= 0x10;
+    std::fs::write(&pages, file).expect("changed");
+    let e = anchors.pages(last).expect_err("a changed page").to_string();
+    assert!(
+        e.contains("anchor-pages.bin") && e.contains("not what the recording wrote"),
+        "{e}"
+    );
+    let e = rec.anchors().expect_err("reopened").to_string();
+    assert!(e.contains("anchor-pages.bin"), "{e}");
 }

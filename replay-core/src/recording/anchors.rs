@@ -11,9 +11,11 @@
 //! else followed by its [`PAGE`] bytes.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::read_at::FileAt;
 use super::{files, Recording, RecordingError};
 
 /// Bytes in a page.
@@ -54,16 +56,27 @@ pub fn encode_page(address: u64, bytes: Option<&[u8]>, out: &mut Vec<u8>) {
 /// page's address and bytes (`None`: unknown); an error names the byte offset where they do
 /// not parse.
 pub fn decode_pages(bytes: &[u8], offset: u64, count: u64) -> Result<Vec<Page<'_>>, String> {
-    let mut at = usize::try_from(offset).map_err(|_| format!("offset {offset} is past the file"))?;
+    let rest = usize::try_from(offset)
+        .ok()
+        .and_then(|o| bytes.get(o..))
+        .ok_or_else(|| format!("offset {offset} is past the file"))?;
+    decode_from(rest, offset, bytes.len() as u64, count)
+}
+
+/// The `count` pages at the start of `bytes`, which are the bytes of a file of `file_len`
+/// from its byte `base` on (an error names the file's byte).
+fn decode_from(bytes: &[u8], base: u64, file_len: u64, count: u64) -> Result<Vec<Page<'_>>, String> {
+    let mut at = 0usize;
     let mut pages = Vec::with_capacity(count.min(1 << 20) as usize);
     for _ in 0..count {
+        let byte = base + at as u64;
         let word = bytes
             .get(at..at + 8)
-            .ok_or_else(|| format!("byte {at}: a page's address runs past the file's {} bytes", bytes.len()))?;
+            .ok_or_else(|| format!("byte {byte}: a page's address runs past the file's {file_len} bytes"))?;
         let word = u64::from_le_bytes(word.try_into().unwrap_or([0; 8]));
         let address = word & !UNREADABLE;
         if address % PAGE != 0 {
-            return Err(format!("byte {at}: {address:#x} is not a page's address"));
+            return Err(format!("byte {byte}: {address:#x} is not a page's address"));
         }
         at += 8;
         if word & UNREADABLE != 0 {
@@ -72,8 +85,8 @@ pub fn decode_pages(bytes: &[u8], offset: u64, count: u64) -> Result<Vec<Page<'_
         }
         let page = bytes.get(at..at + PAGE as usize).ok_or_else(|| {
             format!(
-                "byte {at}: the page at {address:#x} runs past the file's {} bytes",
-                bytes.len()
+                "byte {}: the page at {address:#x} runs past the file's {file_len} bytes",
+                byte + 8
             )
         })?;
         pages.push((address, Some(page)));
@@ -82,29 +95,52 @@ pub fn decode_pages(bytes: &[u8], offset: u64, count: u64) -> Result<Vec<Page<'_
     Ok(pages)
 }
 
-/// A recording's anchors: the index and the pages' bytes.
+/// A recording's anchors: the index, and the pages' file, read an anchor at a time when a
+/// state is built (never whole: it holds gigabytes on a long run).
 #[derive(Debug, Clone, Default)]
 pub struct Anchors {
     /// The anchors, in order of position.
     pub list: Vec<Anchor>,
-    pages: Vec<u8>,
+    /// Where each anchor's pages end in the file.
+    ends: Vec<u64>,
+    file: Option<Arc<FileAt>>,
+}
+
+/// The pages of one anchor, as read from the file.
+#[derive(Debug, Clone, Default)]
+pub struct AnchorPages {
+    bytes: Vec<u8>,
+    count: u64,
+}
+
+impl AnchorPages {
+    /// Each page's address and bytes (`None`: it could not be read).
+    pub fn iter(&self) -> impl Iterator<Item = Page<'_>> {
+        // Parsed when the anchors were opened, from the same (sealed) bytes.
+        decode_from(&self.bytes, 0, self.bytes.len() as u64, self.count)
+            .unwrap_or_default()
+            .into_iter()
+    }
 }
 
 impl Anchors {
-    /// The first `k` anchors alone (their pages are the file's first bytes).
+    /// The first `k` anchors alone.
     pub fn first(&self, k: usize) -> Anchors {
-        let list: Vec<Anchor> = self.list.iter().take(k).cloned().collect();
-        let end = self.list.get(k).map_or(self.pages.len(), |a| a.offset as usize);
         Anchors {
-            list,
-            pages: self.pages[..end.min(self.pages.len())].to_vec(),
+            list: self.list.iter().take(k).cloned().collect(),
+            ends: self.ends.iter().take(k).copied().collect(),
+            file: self.file.clone(),
         }
     }
 
-    /// The pages anchor `i` holds: written since the anchor before (checked when read).
-    pub fn pages(&self, i: usize) -> Vec<Page<'_>> {
-        let a = &self.list[i];
-        decode_pages(&self.pages, a.offset, a.pages).unwrap_or_default()
+    /// The pages anchor `i` holds: written since the anchor before, read from the file and
+    /// checked against the seal again (an error if the file changed since it was opened).
+    pub fn pages(&self, i: usize) -> Result<AnchorPages, RecordingError> {
+        let (a, Some(file)) = (&self.list[i], &self.file) else {
+            return Ok(AnchorPages::default());
+        };
+        let bytes = file.read(a.offset, self.ends[i])?;
+        Ok(AnchorPages { bytes, count: a.pages })
     }
 }
 
@@ -127,12 +163,16 @@ impl Recording {
         let Some(list) = self.json_lines::<Anchor>(files::ANCHORS)? else {
             return Ok(None);
         };
-        let pages = self.read_required(files::ANCHOR_PAGES)?;
+        let pages_path = self.dir.join(files::ANCHOR_PAGES);
+        let file = self
+            .open_at(files::ANCHOR_PAGES)?
+            .ok_or_else(|| super::read::missing(&pages_path, "every recording with anchors has it"))?;
         let invalid = |i: usize, a: &Anchor, what: String| RecordingError::Invalid {
             path: path.display().to_string(),
             message: format!("record {} (position {}): {what}", i + 1, a.position),
         };
         let mut next_offset = 0;
+        let mut ends = Vec::with_capacity(list.len());
         for (i, a) in list.iter().enumerate() {
             super::validate::anchor_registers(&path, i, a)?;
             if i > 0 && a.position <= list[i - 1].position {
@@ -152,8 +192,15 @@ impl Recording {
                     format!("its pages start at byte {}, not {next_offset}", a.offset),
                 ));
             }
-            let decoded = decode_pages(&pages, a.offset, a.pages).map_err(|e| RecordingError::Invalid {
-                path: self.dir.join(files::ANCHOR_PAGES).display().to_string(),
+            // At most this many bytes: the pages are parsed from what there is.
+            let most = a
+                .pages
+                .saturating_mul(8 + PAGE)
+                .saturating_add(a.offset)
+                .min(file.len());
+            let bytes = file.read(a.offset, most.max(a.offset))?;
+            let decoded = decode_from(&bytes, a.offset, file.len(), a.pages).map_err(|e| RecordingError::Invalid {
+                path: pages_path.display().to_string(),
                 message: format!("anchor {} (position {}): {e}", i + 1, a.position),
             })?;
             next_offset = a.offset
@@ -161,14 +208,19 @@ impl Recording {
                     .iter()
                     .map(|(_, b)| 8 + b.map_or(0, |b| b.len() as u64))
                     .sum::<u64>();
+            ends.push(next_offset);
         }
-        if next_offset != pages.len() as u64 {
+        if next_offset != file.len() {
             return Err(RecordingError::Invalid {
-                path: self.dir.join(files::ANCHOR_PAGES).display().to_string(),
-                message: format!("{} bytes, of which the anchors hold {next_offset}", pages.len()),
+                path: pages_path.display().to_string(),
+                message: format!("{} bytes, of which the anchors hold {next_offset}", file.len()),
             });
         }
-        Ok(Some(Anchors { list, pages }))
+        Ok(Some(Anchors {
+            list,
+            ends,
+            file: Some(Arc::new(file)),
+        }))
     }
 }
 

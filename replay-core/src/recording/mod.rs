@@ -23,6 +23,7 @@ mod error;
 pub use crate::hex;
 mod manifest;
 mod read;
+pub mod read_at;
 pub mod seal;
 pub use read::SealChecked;
 mod validate;

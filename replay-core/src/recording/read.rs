@@ -12,7 +12,7 @@ use crate::plain_file::{self, PlainFileError};
 /// snapshot index, the CPUID table).
 pub(super) const JSON_LIMIT: u64 = 256 << 20;
 /// The most a log or snapshot of a recording without a seal may hold.
-const LOG_LIMIT: u64 = 16 << 30;
+pub(super) const LOG_LIMIT: u64 = 16 << 30;
 /// The most an image copy may hold.
 const IMAGE_LIMIT: u64 = 4 << 30;
 
@@ -29,7 +29,7 @@ pub struct SealChecked {
 }
 
 /// A file that is not there, as an error naming it.
-fn missing(path: &Path, what: &str) -> RecordingError {
+pub(super) fn missing(path: &Path, what: &str) -> RecordingError {
     RecordingError::Invalid {
         path: path.display().to_string(),
         message: format!("missing: {what}"),

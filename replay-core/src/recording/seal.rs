@@ -114,7 +114,7 @@ pub(super) fn check_file(path: &Path, dir: &Path, sealed: &FileSeal, piece: u64)
 }
 
 /// Where a piece lies that is not as written, in words.
-fn damaged_piece(index: usize, piece: u64, len: u64) -> String {
+pub(super) fn damaged_piece(index: usize, piece: u64, len: u64) -> String {
     let from = index as u64 * piece;
     let to = (from + piece).min(len);
     format!(

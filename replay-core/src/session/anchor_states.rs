@@ -10,20 +10,21 @@
 
 use crate::image::AddressSpace;
 use crate::recording::anchors::{Anchors, PAGE};
-use crate::recording::Maps;
+use crate::recording::{Maps, RecordingError};
 use crate::state::maps::MapEffect;
 use crate::state::{self, State};
 
 /// The state at each anchor, in order of position: from `start` (position 0's), the map
 /// changes `effects` (by position, in order) and the anchors' pages and registers (of which
-/// the caller kept what the recording can vouch for).
+/// the caller kept what the recording can vouch for); an error if the pages' file is not
+/// as the recorder wrote it.
 pub(super) fn anchor_states(
     anchors: &Anchors,
     maps: &Maps,
     start: &State,
     effects: &[(u64, MapEffect)],
     space: &AddressSpace,
-) -> Vec<(u64, State)> {
+) -> Result<Vec<(u64, State)>, RecordingError> {
     let shared: Vec<(u64, u64)> = (maps.initial.iter())
         .chain(maps.changes.iter().flat_map(|c| &c.added))
         .filter(|m| m.perms.ends_with('s'))
@@ -40,7 +41,7 @@ pub(super) fn anchor_states(
         while let Some((_, e)) = effects.next_if(|(p, _)| *p <= a.position) {
             e.apply(&mut memory, space);
         }
-        for (address, page) in anchors.pages(i) {
+        for (address, page) in anchors.pages(i)?.iter() {
             match page {
                 Some(bytes) => memory.write(address, bytes),
                 None => memory.forget(address, PAGE),
@@ -55,5 +56,5 @@ pub(super) fn anchor_states(
         state::set_named(&mut st, &a.registers);
         states.push((a.position, st));
     }
-    states
+    Ok(states)
 }

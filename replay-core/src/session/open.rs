@@ -167,7 +167,7 @@ fn inputs(
     // Anchors only in a whole history: their positions count every instruction.
     let anchors = match (&prepared.anchors, complete) {
         (Some((anchors, maps)), true) => {
-            super::anchor_states::anchor_states(anchors, maps, &prepared.start, &prepared.map_changes, space)
+            super::anchor_states::anchor_states(anchors, maps, &prepared.start, &prepared.map_changes, space)?
         }
         _ => Vec::new(),
     };

@@ -46,7 +46,8 @@ impl Prefix {
         let input = work.recording.decode_input(&work.trace, &work.space, &gaps);
         let timeline = Arc::new(crate::timeline::prefix(&input, top + 1)?);
         let p = &work.prepared;
-        let exact = anchor_states(&anchors.first(k + 1), maps, &p.start, &p.map_changes, &work.space);
+        // A page file that fails here fails the whole history's states too, with the error.
+        let exact = anchor_states(&anchors.first(k + 1), maps, &p.start, &p.map_changes, &work.space).ok()?;
         let (hard_barriers, soft_barriers) = barriers(&timeline, false);
         let inputs = state::Inputs {
             anchors: exact,
