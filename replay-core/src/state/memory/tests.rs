@@ -181,3 +181,49 @@ fn forgetting_all_keeps_the_pages_no_store_writes() {
     m.forget_all();
     assert_eq!(m.read(0x3000, 8, &space), None, "nothing kept without ranges");
 }
+
+/// Pages written whole (an anchor's, a system call's read): written zeros share one segment,
+/// a page written again with the bytes it holds keeps what it shares with a checkpoint, and
+/// a later small write into either copies one segment and reads back right.
+#[test]
+fn pages_written_whole_share_zeros_and_unchanged_segments() {
+    let space = AddressSpace::new();
+    let mut m = Memory::new();
+    for p in 0..256u64 {
+        m.write(0x40_0000 + p * PAGE, &[0; PAGE as usize]);
+    }
+    let mut f = Footprint::new();
+    m.footprint(&mut f);
+    assert!(
+        f.bytes() < 256 * 1024,
+        "1 MiB of written zeros held in {} bytes",
+        f.bytes()
+    );
+    let mut page = vec![3u8; PAGE as usize];
+    page[0] = 9;
+    m.write(0x80_0000, &page);
+    let checkpoint = m.clone();
+    let mut f = Footprint::new();
+    checkpoint.footprint(&mut f);
+    let one = f.bytes();
+    // The same bytes again, and the page with its last segment changed.
+    m.write(0x80_0000, &page);
+    page[PAGE as usize - 1] = 4;
+    m.write(0x80_0000, &page);
+    m.footprint(&mut f);
+    let grown = f.bytes() - one;
+    assert!(
+        grown < 2048,
+        "one segment, the page's slots and its chunk copied, not 16 segments: {grown}"
+    );
+    m.write(0x40_0000 + 5, &[6]);
+    assert_eq!(m.read(0x40_0000 + 4, 3, &space), Some(vec![0, 6, 0]));
+    assert_eq!(
+        m.read(0x40_1000 + 5, 1, &space),
+        Some(vec![0]),
+        "the shared zeros unchanged"
+    );
+    assert_eq!(m.read(0x80_0ffe, 2, &space), Some(vec![3, 4]));
+    assert_eq!(checkpoint.read(0x80_0ffe, 2, &space), Some(vec![3, 3]));
+    assert_eq!(checkpoint.read(0x80_0000, 1, &space), Some(vec![9]));
+}
