@@ -249,7 +249,8 @@ fn the_qemu_backend_samples_registers_through_qemus_gdbstub() {
     // Debian's sort under qemu-x86_64, from the loader's first instruction: the registers come
     // from QEMU's gdbstub at random stops between blocks, placed by the plugin's position.
     let dir = scratch("qemu-sort");
-    let lines: String = (0..3000).map(|i| format!("{}\n", (i * 7919) % 3001)).collect();
+    // Samples come 3-13 ms apart: 10,000 lines (31 M instructions) give 20-35 of them.
+    let lines: String = (0..10_000).map(|i| format!("{}\n", (i * 7919) % 10_007)).collect();
     std::fs::write(dir.join("in.txt"), lines).expect("input");
     let rec = dir.join("rec");
     let out = Command::new(env!("CARGO_BIN_EXE_rtit"))
