@@ -108,6 +108,29 @@ fn decode_from(bytes: &[u8], base: u64, file_len: u64, count: u64) -> Result<(Ve
     Ok((pages, at as u64))
 }
 
+/// The bytes of `anchor-pages.bin` parsed at a time when the anchors are opened.
+const WINDOW: u64 = 16 << 20;
+
+/// How many of `most` records lie whole at the start of `bytes` (each its address word,
+/// then a page unless the word says it could not be read or holds zeros).
+fn whole_records(bytes: &[u8], most: u64) -> u64 {
+    let (mut at, mut n) = (0usize, 0u64);
+    while n < most {
+        let Some(word) = bytes.get(at..at + 8) else { break };
+        let word = u64::from_le_bytes(word.try_into().unwrap_or([0; 8]));
+        let size = match word & (UNREADABLE | ZEROS) {
+            0 => 8 + PAGE as usize,
+            _ => 8,
+        };
+        if at + size > bytes.len() {
+            break;
+        }
+        at += size;
+        n += 1;
+    }
+    n
+}
+
 /// A recording's anchors: the index, and the pages' file, read an anchor at a time when a
 /// state is built (never whole: it holds gigabytes on a long run).
 #[derive(Debug, Clone, Default)]
@@ -206,19 +229,22 @@ impl Recording {
                     format!("its pages start at byte {}, not {next_offset}", a.offset),
                 ));
             }
-            // At most this many bytes: the pages are parsed from what there is.
-            let most = a
-                .pages
-                .saturating_mul(8 + PAGE)
-                .saturating_add(a.offset)
-                .min(file.len());
-            let bytes = file.read(a.offset, most.max(a.offset))?;
-            let (_, taken) =
-                decode_from(&bytes, a.offset, file.len(), a.pages).map_err(|e| RecordingError::Invalid {
+            // A window at a time: an anchor's pages can be gigabytes, or, as zeros, a few
+            // bytes each (a bound from the count alone read 1.3 GB for 2 MB of records).
+            let (mut at, mut left) = (a.offset, a.pages);
+            while left > 0 {
+                let bytes = file.read(at, (at + WINDOW).min(file.len()))?;
+                // Whole records in the window, at least one (a record cut by the file's end
+                // is the decode's error below).
+                let n = whole_records(&bytes, left).max(1);
+                let (_, taken) = decode_from(&bytes, at, file.len(), n).map_err(|e| RecordingError::Invalid {
                     path: pages_path.display().to_string(),
                     message: format!("anchor {} (position {}): {e}", i + 1, a.position),
                 })?;
-            next_offset = a.offset + taken;
+                at += taken;
+                left -= n;
+            }
+            next_offset = at;
             ends.push(next_offset);
         }
         if next_offset != file.len() {
@@ -255,6 +281,21 @@ mod tests {
         assert!(e.contains("runs past the file"), "{e}");
         let e = decode_pages(&out, 1, 1).expect_err("misaligned");
         assert!(e.contains("is not a page's address"), "{e}");
+    }
+
+    #[test]
+    fn whole_records_counts_what_a_window_holds() {
+        let mut out = Vec::new();
+        encode_page(0x1000, Some(&[0u8; 4096]), &mut out);
+        encode_page(0x2000, None, &mut out);
+        encode_page(0x3000, Some(&[5u8; 4096]), &mut out);
+        encode_page(0x4000, Some(&[0u8; 4096]), &mut out);
+        assert_eq!(out.len(), 8 + 8 + 4104 + 8);
+        assert_eq!(whole_records(&out, 9), 4);
+        assert_eq!(whole_records(&out, 3), 3, "no more than asked");
+        assert_eq!(whole_records(&out[..4000], 9), 2, "the page cut by the window's end");
+        assert_eq!(whole_records(&out[..16 + 4104], 9), 3);
+        assert_eq!(whole_records(&out[..7], 9), 0);
     }
 
     #[test]
