@@ -262,7 +262,7 @@ pub(super) fn check(path: &Path, bytes: &[u8], sealed: &FileSeal, piece: u64) ->
 }
 
 /// The first piece whose hash is not `hashes`' (same index), hashing on every core.
-fn first_mismatch(pieces: &[&[u8]], hashes: &[String]) -> Option<usize> {
+pub(super) fn first_mismatch(pieces: &[&[u8]], hashes: &[String]) -> Option<usize> {
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(pieces.len())
