@@ -12,7 +12,7 @@ use crate::plain_file::{self, PlainFileError};
 /// snapshot index, the CPUID table).
 pub(super) const JSON_LIMIT: u64 = 256 << 20;
 /// The most a log or snapshot of a recording without a seal may hold.
-pub(super) const LOG_LIMIT: u64 = 16 << 30;
+const LOG_LIMIT: u64 = 16 << 30;
 /// The most an image copy may hold.
 const IMAGE_LIMIT: u64 = 4 << 30;
 
@@ -42,12 +42,27 @@ impl Recording {
     }
 
     /// The bound on `name`'s size in a recording without a seal.
-    fn limit(&self, name: &str) -> u64 {
+    pub(super) fn limit(&self, name: &str) -> u64 {
         match name {
             files::TRACE => self.manifest.trace_bytes,
             files::MANIFEST | files::MAPS | files::MEMORY | files::CPUID => JSON_LIMIT,
             _ => LOG_LIMIT,
         }
+    }
+
+    /// What the seal says of `name`, in a sealed recording: `None` if it lists no such file
+    /// (an error if one lies there all the same: it was added after recording).
+    pub(super) fn seal_of(&self, name: &str) -> Result<Option<&seal::FileSeal>, RecordingError> {
+        let found = self.manifest.seal.as_ref().and_then(|s| s.files.get(name));
+        let path = self.path_of(name);
+        if found.is_none() && path.symlink_metadata().is_ok() {
+            return Err(RecordingError::Invalid {
+                path: path.display().to_string(),
+                message: "not one of the files the recording was written with: it was added after recording"
+                    .to_string(),
+            });
+        }
+        Ok(found)
     }
 
     /// The file `name` as the recorder wrote it and how it compares with the seal (always
@@ -61,14 +76,7 @@ impl Recording {
                 Err(e) => Err(e.into()),
             };
         };
-        let Some(sealed) = seal.files.get(name) else {
-            if path.symlink_metadata().is_ok() {
-                return Err(RecordingError::Invalid {
-                    path: path.display().to_string(),
-                    message: "not one of the files the recording was written with: it was added after recording"
-                        .to_string(),
-                });
-            }
+        let Some(sealed) = self.seal_of(name)? else {
             return Ok(None);
         };
         let bytes = match plain_file::read(&path, Some(&self.dir), sealed.bytes) {

@@ -8,13 +8,13 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::read::{missing, LOG_LIMIT};
+use super::read::missing;
 use super::seal;
 use super::{Recording, RecordingError};
-use crate::plain_file::{self, PlainFileError};
+use crate::plain_file;
 
 /// An open file of a recording, its size and the hashes its pieces must have.
 #[derive(Debug)]
@@ -88,30 +88,25 @@ impl Recording {
         };
         let sealed = match &self.manifest.seal {
             None => None,
-            Some(seal) => match seal.files.get(name) {
+            Some(seal) => match self.seal_of(name)? {
                 Some(f) => Some((seal.piece, f)),
-                None if path.symlink_metadata().is_ok() => {
-                    return Err(invalid(
-                        "not one of the files the recording was written with: it was added after recording".into(),
-                    ))
-                }
                 None => return Ok(None),
             },
         };
-        let (file, len) = match open(&path, &self.dir) {
+        let (file, len) = match plain_file::open(&path, Some(&self.dir)) {
             Ok(f) => f,
             Err(e) if e.is_missing() && sealed.is_none() => return Ok(None),
             Err(e) if e.is_missing() => {
                 let bytes = sealed.map_or(0, |(_, f)| f.bytes);
-                return Err(missing(
-                    &path,
-                    &format!("the recording was written with it ({bytes} bytes)"),
-                ));
+                let what = format!("the recording was written with it ({bytes} bytes)");
+                return Err(missing(&path, &what));
             }
             Err(e) => return Err(e.into()),
         };
         let seal = match sealed {
-            None if len > LOG_LIMIT => return Err(invalid(format!("{len} bytes: more than {LOG_LIMIT}"))),
+            None if len > self.limit(name) => {
+                return Err(invalid(format!("{len} bytes: more than {}", self.limit(name))))
+            }
             None => None,
             Some((piece, f)) => {
                 if len > f.bytes {
@@ -137,8 +132,4 @@ impl Recording {
         };
         Ok(Some(FileAt { path, file, len, seal }))
     }
-}
-
-fn open(path: &Path, dir: &Path) -> Result<(File, u64), PlainFileError> {
-    plain_file::open(path, Some(dir))
 }

@@ -9,11 +9,11 @@
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
+use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::poll::{ppoll, PollFd, PollFlags};
 use nix::sys::time::TimeSpec;
-use std::time::Duration;
 
 use super::GdbstubError;
 use crate::outcome::RegisterMap;
