@@ -62,6 +62,7 @@ fn a_crash_after_a_billion_instructions_shows_natives_frames_before_the_decode()
         return;
     }
     let dir = common::scratch("end_at_once", "gdb");
+    let _removed = common::RemovedOnSuccess(dir.clone());
     let (rec, exe) = record(&dir, "34000000");
     assert!(
         rec.manifest.instructions >= 1_000_000_000,

@@ -284,6 +284,7 @@ fn a_store_into_the_running_block_re_runs_it_as_the_cpu_does() {
 #[test]
 fn sort_from_the_distribution_records_and_decodes_without_errors() {
     let dir = common::scratch("qemu_backend", "sort");
+    let _removed = common::RemovedOnSuccess(dir.clone());
     let input = dir.join("input.txt");
     // 6,000 pseudo-random lines (a linear congruential generator: reproducible).
     let mut x: u64 = 12345;
@@ -318,6 +319,7 @@ fn asynchronous_signals_leave_no_gap() {
     // An interrupted block may end in a conditional or indirect branch that never ran: where
     // the program went on is the handler's signal frame, which the recorder reads (#20).
     let dir = common::scratch("qemu_backend", "timer_signals");
+    let _removed = common::RemovedOnSuccess(dir.clone());
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/timer_signals.c");
     let exe = compile(&src, &[], &dir);
     let out = dir.join("rec");

@@ -357,6 +357,7 @@ fn an_incomplete_history_found_in_the_background_leaves_no_history() {
 #[test]
 fn a_read_over_the_log_bound_leaves_the_rest_of_memory_known() {
     let dir = common::scratch("scale", "bigread");
+    let _removed = common::RemovedOnSuccess(dir.clone());
     let input = dir.join("17mib");
     std::fs::write(&input, vec![b'x'; 17 << 20]).expect("input");
     let rec = dir.join("rec");

@@ -4,6 +4,8 @@
 //! and backward passes. Known-and-right rates are asserted only loosely (they are reported in
 //! the README); a wrong value is never allowed.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -249,6 +251,7 @@ fn the_qemu_backend_samples_registers_through_qemus_gdbstub() {
     // Debian's sort under qemu-x86_64, from the loader's first instruction: the registers come
     // from QEMU's gdbstub at random stops between blocks, placed by the plugin's position.
     let dir = scratch("qemu-sort");
+    let _removed = common::RemovedOnSuccess(dir.clone());
     // Samples come 3-13 ms apart: 10,000 lines (31 M instructions) give 20-35 of them.
     let lines: String = (0..10_000).map(|i| format!("{}\n", (i * 7919) % 10_007)).collect();
     std::fs::write(dir.join("in.txt"), lines).expect("input");
@@ -284,6 +287,7 @@ fn the_qemu_backend_knows_python3s_values_from_its_entry_point() {
     // signal interrupts it), and floating-point arithmetic under MXCSR's default, any of
     // which, unknown, led to a store through an unknown address that forgot all memory.
     let dir = scratch("qemu-python3");
+    let _removed = common::RemovedOnSuccess(dir.clone());
     let rec = dir.join("rec");
     let out = Command::new(env!("CARGO_BIN_EXE_rtit"))
         .args(["record", "--backend", "qemu", "--truth", "--out"])
@@ -308,6 +312,7 @@ fn the_qemu_backend_keeps_the_segment_bases_across_a_signal_return() {
     // after the first handler's return unknown (errno's address, a store through it that
     // forgot the stack), and `bt` stopped and `write`'s buffer was unknown to the end.
     let dir = scratch("qemu-python3-signals");
+    let _removed = common::RemovedOnSuccess(dir.clone());
     let rec = dir.join("rec");
     let script = "import os, signal\n\
                   signal.signal(signal.SIGUSR1, lambda s, f: None)\n\
@@ -340,6 +345,7 @@ fn the_qemu_backend_knows_the_registers_where_tracing_starts() {
     // __libc_start_main. QEMU's gdbstub stops there (a breakpoint) before the plugin starts
     // tracing; its registers, vector registers and MXCSR are the recording's first state.
     let dir = scratch("qemu-sort-main");
+    let _removed = common::RemovedOnSuccess(dir.clone());
     // 31 M instructions: samples come every 3-13 ms of the run, and 3000 lines (8 M) gave as
     // few as 4 on a loaded machine.
     let lines: String = (0..10_000).map(|i| format!("{}\n", (i * 7919) % 10_007)).collect();

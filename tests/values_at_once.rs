@@ -19,6 +19,7 @@ fn a_crash_after_a_billion_instructions_shows_natives_frames_at_once() {
         return;
     }
     let dir = common::scratch("values_at_once", "long-crash");
+    let _removed = common::RemovedOnSuccess(dir.clone());
     let script = crash_after(900_000);
     let rec = common::record_python3_crash(&dir.join("rec"), &script, &[]);
     assert!(

@@ -274,8 +274,7 @@ fn write_into(tmp: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, Wr
 
     if let Some(truth) = &outcome.truth {
         let path = tmp.join(files::TRUTH);
-        let bytes: Vec<u8> = truth.ips.iter().flat_map(|ip| ip.to_le_bytes()).collect();
-        std::fs::write(&path, bytes).map_err(io(&path))?;
+        std::fs::write(&path, rtit_replay_core::recording::truth::encode(&truth.ips)).map_err(io(&path))?;
         let path = tmp.join(files::TRUTH_REGS);
         let mut f = std::io::BufWriter::new(std::fs::File::create(&path).map_err(io(&path))?);
         for (position, regs) in &truth.samples {

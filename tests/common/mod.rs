@@ -19,6 +19,19 @@ pub fn scratch(suite: &str, name: &str) -> PathBuf {
     dir
 }
 
+/// Removes its directory when dropped, unless the thread is panicking (a failed test keeps
+/// its files to look at). Held by the tests whose recordings are large: a full run's
+/// recordings would otherwise hold gigabytes at once, more than CI's disk.
+pub struct RemovedOnSuccess(pub PathBuf);
+
+impl Drop for RemovedOnSuccess {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
 /// Compiles `src` (a path under the repository) with gcc `-O1 -g` and `flags` into `dir`.
 pub fn gcc(src: &str, flags: &[&str], dir: &Path) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(src);

@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use rtit_replay_core::recording::{EndState, MemoryRegion, SignalEntry, TraceEndRecord};
+use rtit_replay_core::recording::{truth, EndState, MemoryRegion, SignalEntry, TraceEndRecord};
 
 use super::engine::Checked;
 use super::error::Phase;
@@ -259,10 +259,10 @@ fn run(
     });
     let truth = opts.truth.then(|| -> Result<Truth, QemuError> {
         let bytes = read(files::TRUTH)?;
-        let ips: Vec<u64> = bytes
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-            .collect();
+        let ips = truth::decode(&bytes).map_err(|problem| QemuError::BadReport {
+            path: dir.join(files::TRUTH).display().to_string(),
+            problem,
+        })?;
         let taken = samples.len();
         let samples = placed(samples, &ips);
         if samples.len() < taken {

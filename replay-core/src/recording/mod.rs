@@ -7,7 +7,7 @@
 //! maps.json       the memory map at the start and every change, with its trace position
 //! images/         copies of every executed ELF image and the vDSO, named by content
 //! memory-start.bin, memory-end.bin + memory.json   bounded stack and writable-data snapshots
-//! truth.bin       (with `rtit record --truth`) every retired instruction address, u64 LE
+//! truth.bin       (with `rtit record --truth`) every retired instruction address (see `truth`)
 //! truth-regs.jsonl (with --truth) registers at sampled positions
 //! syscalls.jsonl  (optional) each system call's result and the memory it wrote
 //! results.jsonl   (optional) what cpuid, rdtsc, rdtscp and xgetbv returned, where they ran
@@ -25,6 +25,7 @@ mod manifest;
 mod read;
 pub mod read_at;
 pub mod seal;
+pub mod truth;
 pub use read::SealChecked;
 mod validate;
 pub mod xsave_layout;
@@ -427,22 +428,12 @@ impl Recording {
         let Some(bytes) = self.read_optional(files::TRUTH)? else {
             return Ok(None);
         };
-        if bytes.len() % 8 != 0 {
-            return Err(RecordingError::Invalid {
+        truth::decode(&bytes)
+            .map(Some)
+            .map_err(|message| RecordingError::Invalid {
                 path: path.display().to_string(),
-                message: format!(
-                    "{} bytes: not a whole number of 8-byte addresses (cut at byte {})",
-                    bytes.len(),
-                    bytes.len() / 8 * 8
-                ),
-            });
-        }
-        Ok(Some(
-            bytes
-                .chunks_exact(8)
-                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-                .collect(),
-        ))
+                message,
+            })
     }
 
     /// The system calls the recorder logged (none if it logged none).

@@ -25,7 +25,7 @@ use rtit_recorder::qemu::initial::{elf_headers, find_initial_rsp, guest_mappings
 use rtit_recorder::qemu::report::{files, Args, PluginEnd, Report, HIGH_FD};
 use rtit_recorder::sideband::{parse_map_line, snapshot_with, Images};
 use rtit_recorder::writer::write_snapshot;
-use rtit_replay_core::recording::{ChildProcess, MapChange, Mapping, Maps, MemoryRegion};
+use rtit_replay_core::recording::{truth, ChildProcess, MapChange, Mapping, Maps, MemoryRegion};
 use rtit_replay_core::syscall::SyscallRecord;
 
 /// Moves `file` to a descriptor at or above [`HIGH_FD`], so that the program's descriptors
@@ -65,7 +65,8 @@ pub struct Plugin {
     images: Images,
     mem: File,
     trace: File,
-    truth: Option<File>,
+    /// `truth.bin` (`--truth`) and where its compact form is (see `recording::truth`).
+    truth: Option<(File, truth::Encoder)>,
     /// Which code each stretch of the history ran (`code-ran.bin`).
     code: File,
     syscall: Option<(u64, [u64; 6])>,
@@ -106,7 +107,14 @@ impl Plugin {
             high(File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?)
         };
         let trace = create(files::TRACE)?;
-        let truth = if args.truth { Some(create(files::TRUTH)?) } else { None };
+        let truth = match args.truth {
+            true => {
+                let mut f = create(files::TRUTH)?;
+                f.write_all(truth::MAGIC).map_err(|e| format!("{}: {e}", files::TRUTH))?;
+                Some((f, truth::Encoder::default()))
+            }
+            false => None,
+        };
         let code = create(files::CODE_RAN)?;
         let mem = high(File::open("/proc/self/mem").map_err(|e| format!("/proc/self/mem: {e}"))?)?;
         let config = RtitConfig {
@@ -380,9 +388,10 @@ impl Plugin {
                 self.notes.push(format!("{}: {e}", files::TRACE));
             }
         }
-        if let Some(f) = &mut self.truth {
+        if let Some((f, encoder)) = &mut self.truth {
             let ips = self.engine.take_truth();
-            let bytes: Vec<u8> = ips.iter().flat_map(|ip| ip.to_le_bytes()).collect();
+            let mut bytes = Vec::new();
+            encoder.push(&ips, &mut bytes);
             if let Err(e) = f.write_all(&bytes) {
                 self.notes.push(format!("{}: {e}", files::TRUTH));
             }
