@@ -133,6 +133,9 @@ mod tests {
         long.extend_from_slice(&[0xff; 10]);
         long.push(0);
         let err = decode(&long).unwrap_err();
-        assert!(err.contains("byte 8: an address difference longer than 64 bits"), "{err}");
+        assert!(
+            err.contains("byte 8: an address difference longer than 64 bits"),
+            "{err}"
+        );
     }
 }

@@ -110,7 +110,8 @@ impl Plugin {
         let truth = match args.truth {
             true => {
                 let mut f = create(files::TRUTH)?;
-                f.write_all(truth::MAGIC).map_err(|e| format!("{}: {e}", files::TRUTH))?;
+                f.write_all(truth::MAGIC)
+                    .map_err(|e| format!("{}: {e}", files::TRUTH))?;
                 Some((f, truth::Encoder::default()))
             }
             false => None,
