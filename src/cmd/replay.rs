@@ -246,10 +246,10 @@ fn news(h: &History<'_>, dir: &std::path::Path, quiet: bool) {
         return;
     }
     if h.storing() {
+        // Not its size: it is packed as it is written, after this.
         eprintln!(
-            "rtit: keeping the history in {} ({:.0} MiB) so that the next replay starts at once",
-            dir.join(cache::FILE).display(),
-            h.timeline().heap_bytes() as f64 / f64::from(1 << 20)
+            "rtit: keeping the history in {} so that the next replay starts at once",
+            dir.join(cache::FILE).display()
         );
     }
     // With anchors a stop's values are worked out for it alone: nothing to announce.

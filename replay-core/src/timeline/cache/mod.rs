@@ -14,6 +14,7 @@
 //! Files: `format` (the bytes of a stored timeline), `temporary` (the files being written).
 
 mod format;
+mod packed;
 mod temporary;
 
 use std::fs;
@@ -242,12 +243,16 @@ pub fn obtain(
 pub fn load(dir: &Path, key: &Key) -> Result<Option<Timeline>, CacheError> {
     let path = dir.join(FILE);
     // A plain file in the recording only: a FIFO there would block, a device never end.
-    let (file, size) = match crate::plain_file::open(&path, Some(dir)) {
+    let (file, _) = match crate::plain_file::open(&path, Some(dir)) {
         Ok(opened) => opened,
         Err(e) if e.is_missing() => return Ok(None),
         Err(e) => return Err(CacheError::File(e)),
     };
-    format::read(BufReader::with_capacity(1 << 20, file), key, size).map(Some)
+    // An older rtit's file, not packed: decoded again, and stored packed.
+    let Some((unpacked, size)) = packed::Unpacker::open(BufReader::with_capacity(1 << 20, file))? else {
+        return Err(CacheError::NotACache);
+    };
+    format::read(unpacked, key, size).map(Some)
 }
 
 /// Stores the first `prefix` of `timeline` in `dir` under `key`, on a thread of its own;
@@ -278,9 +283,10 @@ fn write_in_background(
         .map(|n| dir.join(format!("{FILE}.{}.{n}.tmp", std::process::id())));
     let (temporary, file) = Temporary::create(names)?;
     Some(std::thread::spawn(move || {
-        let mut out = BufWriter::with_capacity(1 << 20, file);
-        let written = write(&mut out);
-        drop(out);
+        let written = packed::Packer::new(BufWriter::with_capacity(1 << 20, file)).and_then(|mut out| {
+            write(&mut out)?;
+            out.finish()
+        });
         match written {
             // The write failed because the temporary was abandoned: that is the news.
             Err(_) if temporary.abandoned() => Err(CacheError::Abandoned),
