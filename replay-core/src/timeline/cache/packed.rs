@@ -41,8 +41,7 @@ impl<W: Write> Packer<W> {
         }
         let bound = lz4_flex::block::get_maximum_output_size(self.raw.len());
         self.packed.resize(bound, 0);
-        let n = lz4_flex::block::compress_into(&self.raw, &mut self.packed)
-            .map_err(io::Error::other)?;
+        let n = lz4_flex::block::compress_into(&self.raw, &mut self.packed).map_err(io::Error::other)?;
         self.inner.write_all(&(self.raw.len() as u32).to_le_bytes())?;
         self.inner.write_all(&(n as u32).to_le_bytes())?;
         self.inner.write_all(&self.packed[..n])?;
