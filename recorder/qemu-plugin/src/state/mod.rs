@@ -3,12 +3,13 @@
 //! something unsupported, or `rtit record`'s request).
 
 mod deferred;
+mod entry;
+mod outputs;
 mod syscalls;
 
 pub use deferred::MARK;
 
 use std::fs::File;
-use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -25,7 +26,7 @@ use rtit_recorder::qemu::initial::{elf_headers, find_initial_rsp, guest_mappings
 use rtit_recorder::qemu::report::{files, Args, PluginEnd, Report, HIGH_FD};
 use rtit_recorder::sideband::{parse_map_line, snapshot_with, Images};
 use rtit_recorder::writer::write_snapshot;
-use rtit_replay_core::recording::{truth, ChildProcess, MapChange, Mapping, Maps, MemoryRegion};
+use rtit_replay_core::recording::{ChildProcess, MapChange, Mapping, Maps, MemoryRegion};
 use rtit_replay_core::syscall::SyscallRecord;
 
 /// Moves `file` to a descriptor at or above [`HIGH_FD`], so that the program's descriptors
@@ -64,11 +65,8 @@ pub struct Plugin {
     changes: Vec<MapChange>,
     images: Images,
     mem: File,
-    trace: File,
-    /// `truth.bin` (`--truth`) and where its compact form is (see `recording::truth`).
-    truth: Option<(File, truth::Encoder)>,
-    /// Which code each stretch of the history ran (`code-ran.bin`).
-    code: File,
+    /// The trace, the truth and the code each stretch ran, as they are written.
+    outputs: outputs::Outputs,
     syscall: Option<(u64, [u64; 6])>,
     /// The traced system call under way, completed at its return.
     syscall_record: Option<SyscallRecord>,
@@ -106,17 +104,7 @@ impl Plugin {
             let path = out.join(name);
             high(File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?)
         };
-        let trace = create(files::TRACE)?;
-        let truth = match args.truth {
-            true => {
-                let mut f = create(files::TRUTH)?;
-                f.write_all(truth::MAGIC)
-                    .map_err(|e| format!("{}: {e}", files::TRUTH))?;
-                Some((f, truth::Encoder::default()))
-            }
-            false => None,
-        };
-        let code = create(files::CODE_RAN)?;
+        let outputs = outputs::Outputs::create(args.truth, create)?;
         let mem = high(File::open("/proc/self/mem").map_err(|e| format!("/proc/self/mem: {e}"))?)?;
         let config = RtitConfig {
             ctl: args.ctl,
@@ -141,9 +129,7 @@ impl Plugin {
             changes: Vec::new(),
             images: Images::default(),
             mem,
-            trace,
-            truth,
-            code,
+            outputs,
             syscall: None,
             syscall_record: None,
             syscall_seq: None,
@@ -250,41 +236,7 @@ impl Plugin {
         if let Some(rsp) = rsp {
             name_stack(&mut guest, rsp);
         }
-        let mut regs: RegisterMap = [
-            "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
-        ]
-        .iter()
-        .map(|r| (r.to_string(), "0x0".to_string()))
-        .collect();
-        regs.insert("rip".into(), format!("{entry:#x}"));
-        // Linux starts a process with only IF (and the reserved bit 1) set.
-        regs.insert("eflags".into(), "0x202".into());
-        // QEMU's linux-user loads the selectors Linux gives a 64-bit process: __USER_CS and
-        // __USER_DS (as ss), the others null (target_cpu_copy_regs).
-        for (seg, v) in [
-            ("cs", "0x33"),
-            ("ss", "0x2b"),
-            ("ds", "0x0"),
-            ("es", "0x0"),
-            ("fs", "0x0"),
-            ("gs", "0x0"),
-        ] {
-            regs.insert(seg.into(), v.into());
-        }
-        // No segment base is set before the program sets one.
-        regs.insert("fs_base".into(), "0x0".into());
-        regs.insert("gs_base".into(), "0x0".into());
-        // QEMU, like Linux at execve, starts SSE with MXCSR's default: all exceptions
-        // masked, round to nearest, no DAZ or FTZ.
-        regs.insert("mxcsr".into(), "0x1f80".into());
-        // QEMU's CPU reset zeroes the vector registers, as Linux's execve does.
-        for i in 0..16 {
-            regs.insert(format!("ymm{i}"), "0x0".into());
-        }
-        if let Some(rsp) = rsp {
-            regs.insert("rsp".into(), format!("{rsp:#x}"));
-        }
-        self.entry_registers = regs;
+        self.entry_registers = entry::registers(entry, rsp);
         self.maps = Some(GuestMaps::new(guest));
         if let Some(symbol) = self.args.start.clone().filter(|s| !s.starts_with("0x")) {
             match self.resolve_symbol(&symbol) {
@@ -376,27 +328,10 @@ impl Plugin {
         self.initial = maps;
     }
 
-    /// Appends the trace, the truth and the stretches of code written since the last flush
-    /// to their files (with `end`, the last stretch of code too).
+    /// Appends what the engine produced since the last flush to the output files (with
+    /// `end`, the last stretch of code too); a failed write is noted in the report.
     fn flush(&mut self, end: bool) {
-        let code = self.engine.take_code(end);
-        if let Err(e) = self.code.write_all(&code) {
-            self.notes.push(format!("{}: {e}", files::CODE_RAN));
-        }
-        let trace = self.engine.take_trace();
-        if !trace.is_empty() {
-            if let Err(e) = self.trace.write_all(&trace) {
-                self.notes.push(format!("{}: {e}", files::TRACE));
-            }
-        }
-        if let Some((f, encoder)) = &mut self.truth {
-            let ips = self.engine.take_truth();
-            let mut bytes = Vec::new();
-            encoder.push(&ips, &mut bytes);
-            if let Err(e) = f.write_all(&bytes) {
-                self.notes.push(format!("{}: {e}", files::TRUTH));
-            }
-        }
+        self.outputs.append(&mut self.engine, end, &mut self.notes);
     }
 
     /// Ends the recording now and the program with it.
