@@ -302,7 +302,11 @@ pub(super) fn decode(work: Work, progress: &mut (dyn FnMut(u64) + Send)) -> Resu
                 code.covers()
             )));
         }
-        if let Some((position, ip)) = timeline.code_outside(code) {
+        // A history read back was checked against this very list before it was stored (it
+        // is stored only then): its key covers the list's identity, and the seal its bytes.
+        let checked = matches!(origin, Origin::Read(_)) && recording.sealed();
+        let outside = if checked { None } else { timeline.code_outside(code) };
+        if let Some((position, ip)) = outside {
             return Err(invalid(format!(
                 "position {position} runs the instruction at {ip:#x}, whose page the list leaves out of its stretch: the list does not say where code ran"
             )));
