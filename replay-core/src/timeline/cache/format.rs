@@ -23,6 +23,16 @@ const MAGIC: &[u8; 8] = b"rtitTL02";
 /// Bytes converted at a time.
 const CHUNK: usize = 1 << 16;
 
+/// Whether the file at `path` begins as this format does: a stored timeline an rtit that did
+/// not pack it wrote (`super::packed`).
+pub(super) fn is_unpacked(path: &std::path::Path) -> bool {
+    let mut magic = [0; 8];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok()
+        && &magic == MAGIC
+}
+
 /// Writes the first `prefix` of `timeline` under `key`.
 pub(super) fn write(timeline: &Timeline, prefix: Prefix, key: &Key, out: impl Write) -> io::Result<()> {
     let mut w = Summed::new(out);

@@ -48,6 +48,9 @@ pub enum CacheError {
     /// The file is not a stored timeline (or of a format this rtit does not read).
     #[error("not a stored timeline of this format")]
     NotACache,
+    /// The file is a stored timeline as an older rtit wrote it, not packed.
+    #[error("stored unpacked, by an older rtit")]
+    Unpacked,
     /// It was stored for another recording, or by another rtit.
     #[error("stored for another recording or by another rtit")]
     OtherKey,
@@ -250,7 +253,10 @@ pub fn load(dir: &Path, key: &Key) -> Result<Option<Timeline>, CacheError> {
     };
     // An older rtit's file, not packed: decoded again, and stored packed.
     let Some((unpacked, size)) = packed::Unpacker::open(BufReader::with_capacity(1 << 20, file))? else {
-        return Err(CacheError::NotACache);
+        return Err(match format::is_unpacked(&path) {
+            true => CacheError::Unpacked,
+            false => CacheError::NotACache,
+        });
     };
     format::read(unpacked, key, size).map(Some)
 }

@@ -137,6 +137,24 @@ fn another_key_or_another_file_is_refused() {
 }
 
 #[test]
+fn a_file_an_older_rtit_stored_unpacked_is_named_as_such() {
+    let scratch = Scratch::new("unpacked");
+    let t = sample();
+    fs::write(scratch.0.join(FILE), bytes(&t, &key(6))).expect("written");
+    assert!(matches!(load(&scratch.0, &key(6)), Err(CacheError::Unpacked)));
+    fs::write(scratch.0.join(FILE), b"neither form").expect("written");
+    assert!(matches!(load(&scratch.0, &key(6)), Err(CacheError::NotACache)));
+    // The packed form of the same history is read back.
+    store(&scratch.0, key(6), Arc::new(t), Prefix::of(&sample()))
+        .expect("writable")
+        .join()
+        .unwrap()
+        .expect("written");
+    let r = load(&scratch.0, &key(6)).expect("readable").expect("there");
+    assert_eq!(sample().first_difference(&r), None);
+}
+
+#[test]
 fn any_damaged_byte_or_a_cut_is_refused_with_where() {
     let b = bytes(&sample(), &key(1));
     // Every byte after the key, one at a time: the checksum or a check catches each.
