@@ -64,7 +64,9 @@ fn where_goto_lands_gdb_sees_what_the_complete_chains_show() {
     let commands: Vec<&str> = commands.iter().map(String::as_str).collect();
     let anchored = Server::start(&rec).gdb(None, &commands);
     let chains = Server::start_with(&rec, &["--ignore-anchors"]);
-    let mut waited = vec!["monitor wait"];
+    // The reference, not what is tested: a loaded machine may keep `monitor wait`'s dots more
+    // than gdb's default 2 s apart (it then drops the connection), so this gdb waits longer.
+    let mut waited = vec!["set remotetimeout 30", "monitor wait"];
     waited.extend(&commands);
     let complete = chains.gdb(None, &waited);
     // What gdb shows, without the line a long `goto` keeps gdb waiting with.
