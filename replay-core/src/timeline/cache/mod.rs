@@ -11,7 +11,8 @@
 //! and removed by [`abandon_stores`] when the process ends first, so it leaves no temporary
 //! either. Deleting it is always safe.
 //!
-//! Files: `format` (the bytes of a stored timeline), `temporary` (the files being written).
+//! Files: `format` (the bytes of a stored timeline), `packed` (those bytes packed with LZ4 in
+//! the file), `temporary` (the files being written).
 
 mod format;
 mod packed;
