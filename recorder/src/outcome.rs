@@ -79,6 +79,9 @@ pub struct Outcome {
     /// Which code each stretch of the history ran (`code-ran.bin`), where the backend noted
     /// it: moved into the recording.
     pub code_file: Option<std::path::PathBuf>,
+    /// Where a decode can start exactly (`sync-points.bin`), where the backend noted it:
+    /// moved into the recording.
+    pub sync_file: Option<std::path::PathBuf>,
     /// What cpuid, rdtsc, rdtscp and xgetbv returned, where the backend saw it.
     pub results: Vec<rtit_replay_core::recording::InsnResult>,
     /// Signal handlers' entries: registers and the frame, where the backend saw them.

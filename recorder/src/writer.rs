@@ -308,11 +308,16 @@ fn write_into(tmp: &Path, outcome: &Outcome, meta: &Meta) -> Result<Manifest, Wr
                 .map_err(io(from))?;
         }
     }
-    if let Some(from) = &outcome.code_file {
-        let to = tmp.join(files::CODE_RAN);
-        std::fs::rename(from, &to)
-            .or_else(|_| std::fs::copy(from, &to).map(|_| ()))
-            .map_err(io(from))?;
+    for (from, name) in [
+        (&outcome.code_file, files::CODE_RAN),
+        (&outcome.sync_file, files::SYNC_POINTS),
+    ] {
+        if let Some(from) = from {
+            let to = tmp.join(name);
+            std::fs::rename(from, &to)
+                .or_else(|_| std::fs::copy(from, &to).map(|_| ()))
+                .map_err(io(from))?;
+        }
     }
     write_lines(&tmp.join(files::RESULTS), &outcome.results)?;
     write_lines(&tmp.join(files::SIGNALS), &outcome.signals)?;

@@ -203,6 +203,13 @@ impl UnitModel {
         self.out.bytes().len()
     }
 
+    /// RTIT_LAST_LIP and RTIT_LAST_CALL_NLIP, if a decoder could start exactly here with
+    /// them: the unit traces on the fast path's terms ([`Self::takes_runs`]) and its output
+    /// holds nothing back ([`output::Output::settled`]).
+    pub fn sync_registers(&self) -> Option<(u64, Option<u64>)> {
+        self.takes_runs().then(|| self.out.settled()).flatten()
+    }
+
     /// Instructions retired with PacketEn set and their packets not lost to an overflow:
     /// exactly the instructions the trace holds.
     pub fn traced(&self) -> u64 {

@@ -125,6 +125,7 @@ pub fn record(mut opts: MsrOptions) -> Result<Outcome, String> {
         syscalls_file: None,
         anchor_files: None,
         code_file: None,
+        sync_file: None,
         signals: placed.signals,
         cpuid: Vec::new(),
         xcr0,

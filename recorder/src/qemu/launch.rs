@@ -360,6 +360,7 @@ fn run(
         syscalls_file: Some(dir.join(files::SYSCALLS)).filter(|p| p.is_file()),
         anchor_files,
         code_file: Some(dir.join(files::CODE_RAN)).filter(|p| p.is_file()),
+        sync_file: Some(dir.join(files::SYNC_POINTS)).filter(|p| p.is_file()),
         results: Vec::new(),
         signals,
         cpuid,

@@ -26,6 +26,8 @@ pub mod files {
     /// Which code each stretch of the history ran: the plugin writes it, and `rtit record`
     /// moves it into the recording.
     pub const CODE_RAN: &str = rtit_replay_core::recording::files::CODE_RAN;
+    /// Where a decode can start exactly.
+    pub const SYNC_POINTS: &str = rtit_replay_core::recording::files::SYNC_POINTS;
     /// The [`super::Counters`], with `truth`.
     pub const COUNTERS: &str = "counters.json";
 }

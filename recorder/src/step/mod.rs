@@ -574,6 +574,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
         syscalls_file: None,
         anchor_files: None,
         code_file: None,
+        sync_file: None,
         signals,
         cpuid: Vec::new(),
         xcr0,

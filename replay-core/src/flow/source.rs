@@ -130,6 +130,13 @@ impl<'a> Source<'a> {
         self.peeked = None;
     }
 
+    /// Moves to a recorder's sync point at `offset` with RTIT_LAST_LIP `last_lip`
+    /// ([`PacketDecoder::seek_synced`]).
+    pub fn seek_synced(&mut self, offset: usize, last_lip: u64) {
+        self.decoder.seek_synced(offset, last_lip);
+        self.peeked = None;
+    }
+
     /// Whether `other` gives the rest of the trace exactly as this one will (timing aside:
     /// it never changes the flow).
     pub fn same_state(&self, other: &Self) -> bool {

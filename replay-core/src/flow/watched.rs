@@ -4,6 +4,7 @@
 use super::decoder::{FlowDecoder, State};
 use super::resume::{CleanPoint, Resume, Watch};
 use super::FlowSink;
+use crate::recording::sync_points::SyncPoint;
 
 impl<'a> FlowDecoder<'a> {
     /// Starts cold at the PSB at `offset`: waits for an IP to trust, knows no previous IP nor
@@ -11,6 +12,18 @@ impl<'a> FlowDecoder<'a> {
     pub fn cold_at(mut self, offset: usize) -> Self {
         self.source.seek_cold(offset);
         self.state = State::Lost;
+        self
+    }
+
+    /// Starts at a recorder's sync point ([`crate::recording::sync_points`]): in the state the
+    /// whole decode is in there, as if `position` instructions came before (of the first
+    /// address space: a recording with sync points has one).
+    pub fn synced(mut self, point: &SyncPoint, position: u64) -> Self {
+        self.source.seek_synced(point.offset as usize, point.last_lip);
+        self.state = State::Tracing(point.ip);
+        self.last_call_nlip = point.last_call_nlip;
+        self.current = 0;
+        self.position = position;
         self
     }
 

@@ -162,6 +162,14 @@ impl<'a> PacketDecoder<'a> {
         self.gap_at = self.gaps.get(self.next_gap).map_or(usize::MAX, |g| g.0);
     }
 
+    /// Moves to `offset`, a packet boundary where the unit's RTIT_LAST_LIP was `last_lip`
+    /// and no cycle count was due (a recorder's sync point,
+    /// [`crate::recording::sync_points`]): what follows decodes as from the start.
+    pub fn seek_synced(&mut self, offset: usize, last_lip: u64) {
+        self.seek_cold(offset);
+        self.last_lip.set(last_lip);
+    }
+
     /// Whether `other` decodes the rest of the same trace exactly as this one will: the same
     /// offset, LAST_LIP, pending cycle count, error state and gaps ahead.
     pub fn same_state(&self, other: &Self) -> bool {

@@ -25,6 +25,7 @@ mod manifest;
 mod read;
 pub mod read_at;
 pub mod seal;
+pub mod sync_points;
 pub mod truth;
 pub use read::SealChecked;
 mod validate;
@@ -87,6 +88,8 @@ pub mod files {
     pub const ANCHOR_PAGES: &str = "anchor-pages.bin";
     /// Which code pages each stretch of the history ran (optional, qemu backend).
     pub const CODE_RAN: &str = "code-ran.bin";
+    /// Places where a decode can start exactly (optional, qemu backend).
+    pub const SYNC_POINTS: &str = "sync-points.bin";
 }
 
 /// Where recordings go unless told otherwise: `$RTIT_DIR`, else `$XDG_DATA_HOME/rtit`, else

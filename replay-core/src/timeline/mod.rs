@@ -25,6 +25,7 @@ pub mod parallel;
 mod prefix;
 mod runs;
 mod search;
+mod suffix;
 #[cfg(test)]
 mod tests;
 
@@ -35,6 +36,7 @@ pub use cursor::Cursor;
 pub use first::first_ip;
 pub use prefix::prefix;
 pub use search::Hit;
+pub use suffix::suffix;
 
 use crate::flow::FlowEvent;
 use blocks::Blocks;

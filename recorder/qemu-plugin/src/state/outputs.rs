@@ -1,5 +1,5 @@
-//! The files the plugin appends to while the program runs: the trace, the truth (`--truth`)
-//! and the code each stretch ran. A write that fails is noted in the report, not fatal: the
+//! The files the plugin appends to while the program runs: the trace, the truth (`--truth`),
+//! the code each stretch ran and where a decode can start exactly. A write that fails is noted in the report, not fatal: the
 //! program runs on, and `rtit record` tells the user what is missing.
 
 use std::fs::File;
@@ -16,6 +16,8 @@ pub(super) struct Outputs {
     truth: Option<(File, truth::Encoder)>,
     /// Which code each stretch of the history ran (`code-ran.bin`).
     code: File,
+    /// Where a decode can start exactly (`sync-points.bin`).
+    sync: File,
 }
 
 impl Outputs {
@@ -32,7 +34,13 @@ impl Outputs {
             false => None,
         };
         let code = create(files::CODE_RAN)?;
-        Ok(Self { trace, truth, code })
+        let sync = create(files::SYNC_POINTS)?;
+        Ok(Self {
+            trace,
+            truth,
+            code,
+            sync,
+        })
     }
 
     /// Appends the trace, the truth and the stretches of code `engine` produced since the
@@ -47,6 +55,11 @@ impl Outputs {
             if let Err(e) = self.trace.write_all(&trace) {
                 notes.push(format!("{}: {e}", files::TRACE));
             }
+        }
+        // After the trace: a point's offset is never past the bytes written.
+        let sync = engine.take_sync();
+        if let Err(e) = self.sync.write_all(&sync) {
+            notes.push(format!("{}: {e}", files::SYNC_POINTS));
         }
         if let Some((f, encoder)) = &mut self.truth {
             let ips = engine.take_truth();

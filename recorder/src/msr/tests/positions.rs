@@ -197,6 +197,7 @@ fn the_writer_counts_the_instructions_and_places_the_map_changes_by_decoding() {
         syscalls_file: None,
         anchor_files: None,
         code_file: None,
+        sync_file: None,
         signals: vec![signal],
         cpuid: Vec::new(),
         xcr0: None,

@@ -26,6 +26,9 @@ impl Engine {
         if !self.ended && self.code.due(self.position()) {
             self.cut_code();
         }
+        if self.sync.due(self.position()) {
+            self.try_sync();
+        }
     }
 
     /// Settles blocks on the fast path ([`Self::settle_common`]'s rules) from pending block

@@ -39,6 +39,7 @@ mod fast;
 mod feed;
 mod oracle;
 mod started;
+mod sync;
 #[cfg(test)]
 mod tests;
 
@@ -159,6 +160,8 @@ pub struct Engine {
     oracle: Option<Oracle>,
     /// Which code each stretch ran ([`code`]).
     code: code::CodeNotes,
+    /// Where a decode can start exactly ([`sync`]).
+    sync: sync::SyncNotes,
     /// What it met.
     pub stats: Stats,
 }
@@ -198,6 +201,7 @@ impl Engine {
             check,
             oracle: None,
             code: code::CodeNotes::new(),
+            sync: sync::SyncNotes::new(),
             stats: Stats::default(),
         }
     }
@@ -330,6 +334,7 @@ impl Engine {
             return Vec::new();
         };
         let bytes = model.take_output();
+        self.sync.taken(bytes.len());
         if let Some(o) = &mut self.oracle {
             o.compare(&bytes, model.traced());
         }
