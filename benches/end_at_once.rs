@@ -10,9 +10,14 @@
 //! whose `import ctypes` loads a library right before the crash, so gdb's loader breakpoint
 //! stops it in a late stretch and that `continue` waits for the decode.
 //!
+//! And runs that exit (python3 loops of about 1e9 and 4e9 instructions): QEMU 7.2 reads no
+//! registers at `exit_group`, so the end's values come from the last anchor over the end of
+//! the history decoded alone from a sync point; native gdb stops there with `catch syscall
+//! exit_group`.
+//!
 //! Three runs each, given as a range. Needs gcc, gdb, qemu-x86_64 and a release build
 //! (`cargo build --release`: the plugin). `RTIT_END_SIZES=1e8,1e9` picks the C program's
-//! sizes, `RTIT_END_PYTHON=0` leaves python3 out.
+//! sizes, `RTIT_END_PYTHON=0` leaves python3 out, `RTIT_END_EXITS=0` the runs that exit.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -87,10 +92,10 @@ fn gdb(first: &[String], args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Native gdb to the crash: seconds, and what it printed.
-fn native(args: &[&str]) -> (f64, String) {
+/// Native gdb to the crash (`first`: how it gets there): seconds, and what it printed.
+fn native(first: &[String], args: &[&str]) -> (f64, String) {
     let t = Instant::now();
-    let out = gdb(&["run".into()], args);
+    let out = gdb(first, args);
     (t.elapsed().as_secs_f64(), out)
 }
 
@@ -106,6 +111,11 @@ fn frames(out: &str) -> usize {
 }
 
 fn row(name: &str, rec: &Recording, args: &[&str]) {
+    row_to(name, rec, args, &["run".into()]);
+}
+
+/// A row whose native run gets to the end with `first`.
+fn row_to(name: &str, rec: &Recording, args: &[&str], first: &[String]) {
     let dir = &rec.dir;
     let mut fresh = Vec::new();
     let mut seen = String::new();
@@ -121,7 +131,7 @@ fn row(name: &str, rec: &Recording, args: &[&str]) {
     s.stored().expect("storing").expect("stored");
     drop(s);
     let stored: Vec<f64> = (0..3).map(|_| replay(dir).0).collect();
-    let natives: Vec<(f64, String)> = (0..3).map(|_| native(args)).collect();
+    let natives: Vec<(f64, String)> = (0..3).map(|_| native(first, args)).collect();
     let native_frames = frames(&natives[0].1);
     println!(
         "{name} | {} | {} | {} | {} | {}/{}",
@@ -166,5 +176,14 @@ fn main() {
         let args = ["/usr/bin/python3", "-c", script];
         let rec = record(&plugin, &dir.join("python3-ctypes-1e9"), &args);
         row("python3 ctypes 1e9", &rec, &args);
+    }
+    if std::env::var("RTIT_END_EXITS").as_deref() != Ok("0") {
+        let exit = ["catch syscall exit_group".to_string(), "run".to_string()];
+        for (size, rounds) in [("1e9", "800000"), ("4e9", "3000000")] {
+            let script = format!("s = 0\nfor i in range({rounds}): s += i * i\nprint(s)");
+            let args = ["/usr/bin/python3", "-S", "-c", script.as_str()];
+            let rec = record(&plugin, &dir.join(format!("python3-exit-{size}")), &args);
+            row_to(&format!("python3 exit {size}"), &rec, &args, &exit);
+        }
     }
 }

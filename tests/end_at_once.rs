@@ -163,3 +163,118 @@ fn answers_before_the_decode_are_the_whole_historys() {
     assert_eq!(held.step_backward(), Stop::Step);
     assert_eq!(held.position(), end - 1);
 }
+
+/// Debian's python3 running a loop of `rounds` rounds, then exiting normally.
+const LOOP: &str = "s = 0\nfor i in range({rounds}): s += i * i\nprint(s)";
+
+/// The end at once after an exit (QEMU 7.2 reads no registers at `exit_group`): a
+/// `continue` to the end of a billion-instruction python3 run, `bt` and `p $rdi` there are
+/// native gdb's at its `exit_group`; and a session whose decode is held back answers at the
+/// end, at a breakpoint found going back from it and a step after it with the whole
+/// history's values, then finds the whole's end the same as the one it decoded alone.
+#[test]
+fn after_an_exit_the_end_answers_before_the_decode() {
+    if common::skip_without_anchors() {
+        return;
+    }
+    let dir = common::scratch("end_at_once", "exit");
+    let _removed = common::RemovedOnSuccess(dir.clone());
+    let script = LOOP.replace("{rounds}", "900000");
+    let out = dir.join("rec");
+    let status = Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .args(["record", "--out"])
+        .arg(&out)
+        .env("RTIT_QEMU_PLUGIN", common::plugin())
+        .args(["--", "/usr/bin/python3", "-S", "-c", &script])
+        .stdout(Stdio::null())
+        .status()
+        .expect("rtit record");
+    assert!(status.success());
+    let rec = Recording::open(&out).expect("a recording");
+    let total = rec.manifest.instructions;
+    assert!(total >= 1_000_000_000, "{total}");
+    assert!(rec.sync_points().expect("read").is_some_and(|p| p.len() > 100));
+
+    // gdb the moment the server listens, against native gdb at the same exit.
+    let server = Server::start(&rec);
+    let replayed = server.gdb(None, &["continue", "bt", "p $rdi"]);
+    drop(server);
+    let native = Command::new("gdb")
+        .args([
+            "-batch",
+            "-nx",
+            "-ex",
+            "catch syscall exit_group",
+            "-ex",
+            "run",
+            "-ex",
+            "bt",
+        ])
+        .args(["-ex", "p $rdi", "--args", "/usr/bin/python3", "-S", "-c", &script])
+        .output()
+        .expect("gdb");
+    let native = String::from_utf8_lossy(&native.stdout).into_owned();
+    // The replay stops at the `syscall` instruction, native gdb after it (the start of a
+    // line): frame 0 shows its address in one and not the other.
+    let unaddressed = |out: &str| -> Vec<String> {
+        let frames = masked(&common::gdb::frames(out));
+        frames.iter().map(|f| f.replacen("0x… in ", "", 1)).collect()
+    };
+    let frames = unaddressed(&replayed);
+    assert!(frames.len() >= 4, "_exit down to _start: {replayed}");
+    assert_eq!(frames, unaddressed(&native), "replayed:\n{replayed}\nnative:\n{native}");
+    let value = |out: &str| out.lines().find(|l| l.starts_with("$1 = ")).map(str::to_string);
+    assert_eq!(value(&replayed), value(&native), "{replayed}");
+
+    // The oracle: the whole history, decoded first.
+    let mut whole = Session::open_cached(rec.clone(), false, Policy::Off, &mut |_| {}).expect("opens");
+    assert_eq!(whole.continue_forward(&HashSet::new(), || false), Stop::End);
+    let end = whole.position();
+    assert_eq!(end, total - 1, "the last position: the exit_group call");
+    whole.settle(&mut || false);
+    let at_end = look(&mut whole);
+    assert!(
+        at_end.0[1].is_some() && at_end.1.is_some(),
+        "the stack is known: {at_end:?}"
+    );
+    let near = HashSet::from([whole.ip_at(end - 1000).expect("an instruction")]);
+    assert_eq!(whole.continue_backward(&near, || false), Stop::Breakpoint);
+    let hit = whole.position();
+    whole.settle(&mut || false);
+    let at_hit = look(&mut whole);
+    let anchors = rec.anchors().expect("read").expect("anchors");
+    let last_anchor = anchors.list.last().expect("an anchor").position;
+    assert!(
+        hit > last_anchor,
+        "the hit {hit} is after the last anchor {last_anchor}"
+    );
+
+    // A session whose decode waits at its first progress report until the test says.
+    let (go, gate) = mpsc::channel::<()>();
+    let gate = Mutex::new(gate);
+    let progress = Box::new(move |_| {
+        let _ = gate.lock().map(|g| g.recv());
+    });
+    let mut held =
+        Session::open_background(rec.clone(), false, Policy::Off, progress, Box::new(|_| {})).expect("opens");
+    assert_eq!(held.continue_forward(&HashSet::new(), || false), Stop::End);
+    assert_eq!(held.position(), end);
+    assert!(held.settle(&mut || false));
+    assert_eq!(look(&mut held), at_end, "values at the end before the decode");
+    assert_eq!(held.continue_backward(&near, || false), Stop::Breakpoint);
+    assert_eq!(held.position(), hit, "the end's hit going back is the whole's");
+    assert!(held.settle(&mut || false));
+    assert_eq!(look(&mut held), at_hit, "values at the hit before the decode");
+    assert_eq!(held.step_forward(), Stop::Step);
+    assert_eq!(held.position(), hit + 1);
+    assert!(!held.ready(), "all this before the whole history was decoded");
+
+    drop(go);
+    assert!(
+        held.wait_ready(Duration::from_secs(300)),
+        "the decode goes on once let go"
+    );
+    assert!(held.failure().is_none(), "the end decoded alone is the whole's");
+    held.set_position(end);
+    assert_eq!(look(&mut held), at_end, "the same values once decoded");
+}

@@ -79,6 +79,7 @@ fn read_all(dir: &Path) -> Result<(), RecordingError> {
     rec.cpuid()?;
     rec.anchors()?;
     rec.code_ran()?;
+    rec.sync_points()?;
     rec.address_space()?;
     Ok(())
 }

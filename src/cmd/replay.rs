@@ -104,7 +104,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     }
     if !short {
         eprintln!(
-            "rtit: reading the history ({} instructions) in the background; a move past its beginning waits for it, unless it goes to the crash",
+            "rtit: reading the history ({} instructions) in the background; a move past its beginning waits for it, unless it goes to the end",
             rec.manifest.instructions
         );
     }

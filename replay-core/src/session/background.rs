@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::history::History;
 use super::open::{decode, Decoded, Work};
 use super::prefix::{first_difference, Prefix};
+use super::suffix::{self, Suffix};
 use crate::recording::RecordingError;
 
 /// How often a wait looks whether it was interrupted.
@@ -23,6 +24,8 @@ pub(super) struct Background {
     arriving: Option<Receiver<Result<Decoded, RecordingError>>>,
     /// The history's beginning, decoded first (`None` sent: there is none).
     beginning: Option<Receiver<Option<Prefix>>>,
+    /// The history's end, decoded next (`None` sent: there is none).
+    ending: Option<Receiver<Option<Suffix>>>,
     /// The recording's directory, for the error if the decoding thread dies.
     dir: String,
 }
@@ -34,33 +37,49 @@ impl Background {
             cell: OnceLock::from(decoded),
             arriving: None,
             beginning: None,
+            ending: None,
             dir,
         }
     }
 
-    /// Decodes on a thread of its own: the history's beginning first ([`Prefix`]), then
-    /// the whole, whose beginning must be the same.
+    /// Decodes on a thread of its own: the history's beginning first ([`Prefix`]), its end
+    /// next ([`Suffix`]), then the whole, whose beginning and end must be the same.
     pub(super) fn spawn(mut work: Work, mut progress: Box<dyn FnMut(u64) + Send>, on_done: OnDone) -> Self {
         let dir = work.recording.dir.display().to_string();
         let (tx, rx) = mpsc::sync_channel(1);
         let (early_tx, early_rx) = mpsc::sync_channel(1);
+        let (end_tx, end_rx) = mpsc::sync_channel(1);
         std::thread::spawn(move || {
             let prefix = Prefix::decode(&work);
             let beginning = prefix.as_ref().map(Prefix::history);
             work.pause = prefix.as_ref().and_then(Prefix::pause_flag);
             let _ = early_tx.send(prefix);
+            let mut suffix = Suffix::decode(&work);
+            let end = suffix.as_ref().map(Suffix::history);
+            // One flag for the questions of both: the whole decode and its fill wait on it.
+            match (&work.pause, &mut suffix) {
+                (Some(flag), Some(s)) => s.share_pause(flag.clone()),
+                (None, Some(s)) => work.pause = s.pause_flag(),
+                _ => {}
+            }
+            let _ = end_tx.send(suffix);
             let path = work.recording.dir.display().to_string();
-            let decoded = decode(work, &mut *progress).and_then(|d| match beginning {
-                Some((upto, ref t)) => match first_difference(t, &d.timeline, upto) {
-                    Some(p) => Err(RecordingError::Invalid {
-                        path,
-                        message: format!(
-                            "the history's beginning, decoded alone, differs from the whole at position {p} (a bug; please report it)"
-                        ),
-                    }),
-                    None => Ok(d),
-                },
-                None => Ok(d),
+            let differs = |part: &str, p: u64| {
+                RecordingError::Invalid {
+                path: path.clone(),
+                message: format!(
+                    "the history's {part}, decoded alone, differs from the whole at position {p} (a bug; please report it)"
+                ),
+            }
+            };
+            let decoded = decode(work, &mut *progress).and_then(|d| {
+                if let Some(p) = (beginning.as_ref()).and_then(|(upto, t)| first_difference(t, &d.timeline, *upto)) {
+                    return Err(differs("beginning", p));
+                }
+                if let Some(p) = (end.as_ref()).and_then(|(base, t)| suffix::first_difference(t, &d.timeline, *base)) {
+                    return Err(differs("end", p));
+                }
+                Ok(d)
             });
             match &decoded {
                 Ok(d) => on_done(Ok(&History(d))),
@@ -72,6 +91,7 @@ impl Background {
             cell: OnceLock::new(),
             arriving: Some(rx),
             beginning: Some(early_rx),
+            ending: Some(end_rx),
             dir,
         }
     }
@@ -82,6 +102,14 @@ impl Background {
         let prefix = self.beginning.as_ref()?.recv().ok().flatten();
         self.beginning = None;
         prefix
+    }
+
+    /// The history's end, once, waiting for it if it is still being decoded (a second or
+    /// less); `None` if there is none, or it was taken.
+    pub(super) fn take_suffix(&mut self) -> Option<Suffix> {
+        let suffix = self.ending.as_ref()?.recv().ok().flatten();
+        self.ending = None;
+        suffix
     }
 
     /// The history, waiting for it as long as it takes.

@@ -19,6 +19,7 @@ mod history;
 mod moves;
 mod open;
 mod prefix;
+mod suffix;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -80,6 +81,8 @@ pub struct Session {
     early_end: Option<early_end::EarlyEnd>,
     /// The history's beginning while the whole is decoded ([`prefix`]).
     prefix: Option<prefix::Prefix>,
+    /// The history's end while the whole is decoded ([`suffix`]).
+    suffix: Option<suffix::Suffix>,
     /// The code each stretch ran, if the recording lists it ([`code_list`]).
     code: Option<std::sync::Arc<crate::recording::code_ran::CodeRan>>,
     position: u64,
@@ -207,6 +210,7 @@ impl Session {
             first_ip,
             early_end: None,
             prefix: None,
+            suffix: None,
             code: None,
             position: 0,
             known: None,
@@ -318,7 +322,10 @@ impl Session {
         if position == 0 && self.first_ip.is_some() && !self.ready() {
             return self.first_ip;
         }
-        if let Some(ip) = self.ip_early(position).or_else(|| self.ip_from_prefix(position)) {
+        if let Some(ip) = (self.ip_early(position))
+            .or_else(|| self.ip_from_prefix(position))
+            .or_else(|| self.ip_from_suffix(position))
+        {
             return Some(ip);
         }
         self.timeline().ip_at(position)
@@ -365,6 +372,9 @@ impl Session {
             return true;
         }
         if let Some(settled) = self.settle_prefix(interrupted) {
+            return settled;
+        }
+        if let Some(settled) = self.settle_suffix(interrupted) {
             return settled;
         }
         let Some(d) = self.decoded_mut() else {
@@ -421,6 +431,9 @@ impl Session {
         }
         if self.known_from_prefix().is_some() {
             return self.known_from_prefix();
+        }
+        if self.known_from_suffix().is_some() {
+            return self.known_from_suffix();
         }
         self.at_start = None;
         self.decoded_mut()?;

@@ -20,7 +20,7 @@ impl Session {
 
     /// One instruction forwards.
     pub fn step_forward(&mut self) -> Stop {
-        if let Some(stop) = self.step_early() {
+        if let Some(stop) = self.step_early().or_else(|| self.step_in_suffix()) {
             return stop;
         }
         if self.decoded().is_none() {
@@ -72,7 +72,9 @@ impl Session {
         if self.position == 0 {
             return Stop::Begin;
         }
-        if let Some(stop) = self.reverse_early(breakpoints, &mut interrupted) {
+        if let Some(stop) =
+            (self.reverse_early(breakpoints, &mut interrupted)).or_else(|| self.reverse_in_suffix(breakpoints))
+        {
             return stop;
         }
         let from = self.position.min(self.retired());

@@ -281,7 +281,9 @@ pub(super) fn decode(work: Work, progress: &mut (dyn FnMut(u64) + Send)) -> Resu
     let input = recording.decode_input(&trace, &space, &gaps);
     let sealed = recording.trace_hashes(trace.len());
     let (mut timeline, origin, pending) = cache::obtain(&recording.dir, &trace, sealed, policy, || {
-        parallel::build(&input, parallel::Split::all_cores(), progress).timeline
+        let never = std::sync::atomic::AtomicBool::new(false);
+        let pause = pause.as_deref().unwrap_or(&never);
+        parallel::build_pausing(&input, parallel::Split::all_cores(), progress, pause).timeline
     });
     let ran = timeline.len() + timeline.events().iter().map(FlowEvent::unshown).sum::<u64>();
     let spun = timeline.events().iter().any(FlowEvent::unshown_unknown);

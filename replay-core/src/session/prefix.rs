@@ -162,7 +162,7 @@ impl Session {
                 Hit::None => beyond = upto.max(from),
             }
         }
-        self.end_at_once(beyond, breakpoints)
+        (self.end_at_once(beyond, breakpoints)).or_else(|| self.continue_to_suffix(beyond, breakpoints))
     }
 
     /// A `reverse-continue` inside the beginning before the whole history is decoded: to

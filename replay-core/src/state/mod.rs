@@ -60,6 +60,7 @@ pub use inputs::Inputs;
 pub use known::{Conflict, Known, KnownPrefix};
 pub use reg::Reg;
 pub use transition::set_named;
+pub(crate) use walker::rseq_areas;
 pub use why::{Cause, Why};
 
 use flags::Flags;

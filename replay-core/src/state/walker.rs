@@ -27,7 +27,7 @@ const RF: u64 = 1 << 16;
 
 /// The areas registered with a successful `rseq` call: its logged writes (step backend) or
 /// its arguments (qemu backend).
-pub(super) fn rseq_areas(syscalls: &[SyscallRecord]) -> Vec<(u64, u64)> {
+pub(crate) fn rseq_areas(syscalls: &[SyscallRecord]) -> Vec<(u64, u64)> {
     let hex = |v: &String| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok();
     let mut areas = Vec::new();
     for r in syscalls.iter().filter(|r| r.nr == crate::syscall::nr::RSEQ) {

@@ -145,6 +145,17 @@ impl Timeline {
         self.runs.iter_from(0).flat_map(|b| self.blocks.ips(b).iter().copied())
     }
 
+    /// Every address from `position` on, found without walking the positions before it.
+    pub fn ips_from(&self, position: u64) -> impl Iterator<Item = u64> + '_ {
+        let (run, start) = self.locate(position).map_or((usize::MAX, position), |(r, s, _)| (r, s));
+        let runs = (run != usize::MAX)
+            .then(|| self.runs.iter_from(run))
+            .into_iter()
+            .flatten();
+        runs.flat_map(|b| self.blocks.ips(b).iter().copied())
+            .skip((position - start) as usize)
+    }
+
     /// Where this history and `other` first differ (instructions or events), if they do:
     /// how a timeline built in parallel is checked against a plain decode's.
     pub fn first_difference(&self, other: &Timeline) -> Option<String> {

@@ -1,7 +1,7 @@
 //! One stretch of a split trace: its decoder (cold from its PSB, but for the first), the
 //! timeline it builds, and the clean points the joins need.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::super::{Builder, Timeline};
 use super::Input;
@@ -87,9 +87,9 @@ impl<'a> Stretch<'a> {
 
     /// Decodes from the start to the first clean point past the next stretch's PSB, keeping
     /// the first clean points.
-    pub fn first(&mut self, done: &AtomicU64) {
+    pub fn first(&mut self, done: &AtomicU64, pause: &AtomicBool) {
         let Some(builder) = &mut self.builder else { return };
-        let mut sink = Counting::new(builder, done);
+        let mut sink = Counting::new(builder, done, pause);
         let mut watch = First {
             cold: self.cold,
             snapshots: &mut self.snapshots,
@@ -111,10 +111,10 @@ impl<'a> Stretch<'a> {
 
     /// Decodes on until a clean point where a later stretch (the next, or if it never meets
     /// that one, the one after …) was in the same state, or to the end of the trace.
-    pub fn meet(&mut self, snapshots: &[Vec<Snapshot<'a>>], starts: &[usize], done: &AtomicU64) {
+    pub fn meet(&mut self, snapshots: &[Vec<Snapshot<'a>>], starts: &[usize], done: &AtomicU64, pause: &AtomicBool) {
         let Some(builder) = &mut self.builder else { return };
         let target = starts.partition_point(|&s| s < self.stop_at);
-        let mut sink = Counting::new(builder, done);
+        let mut sink = Counting::new(builder, done, pause);
         let mut watch = Meet {
             snapshots,
             starts,
@@ -212,26 +212,36 @@ impl<'a> Watch<'a, Counting<'_, 'a>> for Meet<'_, 'a> {
     }
 }
 
-/// The stretch's builder, counting the instructions decoded for the progress line.
+/// The stretch's builder, counting the instructions decoded for the progress line, and
+/// waiting while the decode is paused.
 pub(super) struct Counting<'b, 'a> {
     builder: &'b mut Builder<'a>,
     done: &'b AtomicU64,
     told: u64,
+    pause: &'b AtomicBool,
 }
 
 /// Instructions between two updates of the shared count.
 const TELL_EVERY: u64 = 1 << 20;
 
 impl<'b, 'a> Counting<'b, 'a> {
-    fn new(builder: &'b mut Builder<'a>, done: &'b AtomicU64) -> Self {
+    fn new(builder: &'b mut Builder<'a>, done: &'b AtomicU64, pause: &'b AtomicBool) -> Self {
         let told = builder.len();
-        Self { builder, done, told }
+        Self {
+            builder,
+            done,
+            told,
+            pause,
+        }
     }
 
     fn report(&mut self) {
         let now = self.builder.len();
         self.done.fetch_add(now.saturating_sub(self.told), Ordering::Relaxed);
         self.told = now;
+        while self.pause.load(Ordering::Relaxed) {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
     }
 
     fn snapshot(&self, point: CleanPoint<'a>) -> Snapshot<'a> {
