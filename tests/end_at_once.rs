@@ -179,7 +179,7 @@ fn after_an_exit_the_end_answers_before_the_decode() {
     }
     let dir = common::scratch("end_at_once", "exit");
     let _removed = common::RemovedOnSuccess(dir.clone());
-    let script = LOOP.replace("{rounds}", "900000");
+    let script = LOOP.replace("{rounds}", "1000000");
     let out = dir.join("rec");
     let status = Command::new(env!("CARGO_BIN_EXE_rtit"))
         .args(["record", "--out"])
@@ -249,14 +249,44 @@ fn after_an_exit_the_end_answers_before_the_decode() {
         "the hit {hit} is after the last anchor {last_anchor}"
     );
 
-    // A session whose decode waits at its first progress report until the test says.
+    // A breakpoint past the history's beginning: an instruction first run between 2^23
+    // and 2^24 positions in (the beginning ends at the first anchor past 2^22).
+    let seen: HashSet<u64> = whole.timeline().ips().take(1 << 23).collect();
+    let first = (whole.timeline().ips().enumerate())
+        .skip(1 << 23)
+        .take(1 << 23)
+        .find(|(_, ip)| !seen.contains(ip))
+        .map(|(p, ip)| (p as u64, ip))
+        .expect("new code between 2^23 and 2^24");
+    whole.set_position(first.0);
+    whole.settle(&mut || false);
+    let at_first = look(&mut whole);
+    assert!(at_first.0[1].is_some(), "rsp known at {}: {at_first:?}", first.0);
+
+    // A session whose decode waits at its first progress report until the test says (or
+    // two minutes: a move that waited for the decode then fails the `ready` check below).
     let (go, gate) = mpsc::channel::<()>();
     let gate = Mutex::new(gate);
     let progress = Box::new(move |_| {
-        let _ = gate.lock().map(|g| g.recv());
+        let _ = gate.lock().map(|g| g.recv_timeout(Duration::from_secs(120)));
     });
     let mut held =
         Session::open_background(rec.clone(), false, Policy::Off, progress, Box::new(|_| {})).expect("opens");
+    assert_eq!(
+        held.continue_forward(&HashSet::from([first.1]), || false),
+        Stop::Breakpoint
+    );
+    assert_eq!(
+        held.position(),
+        first.0,
+        "the first hit past the beginning is the whole's"
+    );
+    assert!(held.settle(&mut || false));
+    assert_eq!(look(&mut held), at_first, "values at that hit before the decode");
+    assert!(
+        !held.ready(),
+        "a hit past the beginning before the whole history was decoded"
+    );
     assert_eq!(held.continue_forward(&HashSet::new(), || false), Stop::End);
     assert_eq!(held.position(), end);
     assert!(held.settle(&mut || false));

@@ -25,6 +25,20 @@ pub(super) fn anchor_states(
     effects: &[(u64, MapEffect)],
     space: &AddressSpace,
 ) -> Result<Vec<(u64, State)>, RecordingError> {
+    anchor_states_at(anchors, maps, start, effects, space, |_| true)
+}
+
+/// [`anchor_states`] for the anchors whose position `wanted` says: the pages of every anchor
+/// before them still make their memory, but no state is made for the others (a window
+/// wants two of dozens).
+pub(super) fn anchor_states_at(
+    anchors: &Anchors,
+    maps: &Maps,
+    start: &State,
+    effects: &[(u64, MapEffect)],
+    space: &AddressSpace,
+    wanted: impl Fn(u64) -> bool,
+) -> Result<Vec<(u64, State)>, RecordingError> {
     let shared: Vec<(u64, u64)> = (maps.initial.iter())
         .chain(maps.changes.iter().flat_map(|c| &c.added))
         .filter(|m| m.perms.ends_with('s'))
@@ -46,6 +60,9 @@ pub(super) fn anchor_states(
                 Some(bytes) => memory.write(address, bytes),
                 None => memory.forget(address, PAGE),
             }
+        }
+        if !wanted(a.position) {
+            continue;
         }
         let mut st = State {
             cpu: start.cpu,

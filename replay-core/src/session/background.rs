@@ -2,14 +2,16 @@
 //! the start snapshot meanwhile, and anything that needs the history waits for it here
 //! (issue 19: the server answers gdb's first packets at once, whatever the trace's length).
 
+use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::Arc;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use super::history::History;
 use super::open::{decode, Decoded, Work};
 use super::prefix::{first_difference, Prefix};
-use super::suffix::{self, Suffix};
+use super::window::{self, Window};
 use crate::recording::RecordingError;
 
 /// How often a wait looks whether it was interrupted.
@@ -24,8 +26,13 @@ pub(super) struct Background {
     arriving: Option<Receiver<Result<Decoded, RecordingError>>>,
     /// The history's beginning, decoded first (`None` sent: there is none).
     beginning: Option<Receiver<Option<Prefix>>>,
-    /// The history's end, decoded next (`None` sent: there is none).
-    ending: Option<Receiver<Option<Suffix>>>,
+    /// The window that ends a run that exited, decoded next (`None` sent: there is none).
+    ending: Option<Receiver<Option<Window>>>,
+    /// Set while a window is decoded or a question walks in one: the whole decode waits
+    /// ([`super::open::Work::decode_pause`]).
+    pub(super) decode_pause: Option<Arc<AtomicBool>>,
+    /// Set while a question of a part decoded alone walks: the whole history's fill waits.
+    pub(super) fill_pause: Option<Arc<AtomicBool>>,
     /// The recording's directory, for the error if the decoding thread dies.
     dir: String,
 }
@@ -38,29 +45,45 @@ impl Background {
             arriving: None,
             beginning: None,
             ending: None,
+            decode_pause: None,
+            fill_pause: None,
             dir,
         }
     }
 
     /// Decodes on a thread of its own: the history's beginning first ([`Prefix`]), its end
     /// next ([`Suffix`]), then the whole, whose beginning and end must be the same.
-    pub(super) fn spawn(mut work: Work, mut progress: Box<dyn FnMut(u64) + Send>, on_done: OnDone) -> Self {
+    pub(super) fn spawn(
+        mut work: Work,
+        source: Option<window::Source>,
+        mut progress: Box<dyn FnMut(u64) + Send>,
+        on_done: OnDone,
+    ) -> Self {
         let dir = work.recording.dir.display().to_string();
         let (tx, rx) = mpsc::sync_channel(1);
         let (early_tx, early_rx) = mpsc::sync_channel(1);
         let (end_tx, end_rx) = mpsc::sync_channel(1);
+        let decode_pause = work.decode_pause.clone();
+        let fill_pause = Arc::new(AtomicBool::new(false));
+        let flag = fill_pause.clone();
         std::thread::spawn(move || {
-            let prefix = Prefix::decode(&work);
+            // One flag for the questions of every part decoded alone: the whole history's
+            // fill waits while it is set.
+            let mut prefix = Prefix::decode(&work);
             let beginning = prefix.as_ref().map(Prefix::history);
-            work.pause = prefix.as_ref().and_then(Prefix::pause_flag);
+            if let Some(p) = &mut prefix {
+                p.share_pause(flag.clone());
+            }
             let _ = early_tx.send(prefix);
-            let mut suffix = Suffix::decode(&work);
-            let end = suffix.as_ref().map(Suffix::history);
-            // One flag for the questions of both: the whole decode and its fill wait on it.
-            match (&work.pause, &mut suffix) {
-                (Some(flag), Some(s)) => s.share_pause(flag.clone()),
-                (None, Some(s)) => work.pause = s.pause_flag(),
-                _ => {}
+            let mut suffix = source.as_ref().and_then(window::Source::last_window);
+            if let Some(s) = &mut suffix {
+                s.share_pause(flag.clone());
+            }
+            work.pause = Some(flag);
+            let end = suffix.as_ref().map(|w| (w.base, w.timeline.clone()));
+            if let Some(s) = &mut suffix {
+                // Compared below, before the history is handed over.
+                s.checked = true;
             }
             let _ = end_tx.send(suffix);
             let path = work.recording.dir.display().to_string();
@@ -76,7 +99,7 @@ impl Background {
                 if let Some(p) = (beginning.as_ref()).and_then(|(upto, t)| first_difference(t, &d.timeline, *upto)) {
                     return Err(differs("beginning", p));
                 }
-                if let Some(p) = (end.as_ref()).and_then(|(base, t)| suffix::first_difference(t, &d.timeline, *base)) {
+                if let Some(p) = (end.as_ref()).and_then(|(base, t)| window::differs(t, *base, &d.timeline)) {
                     return Err(differs("end", p));
                 }
                 Ok(d)
@@ -92,6 +115,8 @@ impl Background {
             arriving: Some(rx),
             beginning: Some(early_rx),
             ending: Some(end_rx),
+            decode_pause: Some(decode_pause),
+            fill_pause: Some(fill_pause),
             dir,
         }
     }
@@ -104,9 +129,20 @@ impl Background {
         prefix
     }
 
+    /// Runs `work` with the whole decode waiting (`decode_pause` set).
+    pub(super) fn pausing_decode<T>(&self, work: impl FnOnce() -> T) -> T {
+        let flag = self.decode_pause.as_deref();
+        flag.iter()
+            .for_each(|f| f.store(true, std::sync::atomic::Ordering::Relaxed));
+        let out = work();
+        flag.iter()
+            .for_each(|f| f.store(false, std::sync::atomic::Ordering::Relaxed));
+        out
+    }
+
     /// The history's end, once, waiting for it if it is still being decoded (a second or
     /// less); `None` if there is none, or it was taken.
-    pub(super) fn take_suffix(&mut self) -> Option<Suffix> {
+    pub(super) fn take_suffix(&mut self) -> Option<Window> {
         let suffix = self.ending.as_ref()?.recv().ok().flatten();
         self.ending = None;
         suffix

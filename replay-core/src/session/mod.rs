@@ -19,7 +19,8 @@ mod history;
 mod moves;
 mod open;
 mod prefix;
-mod suffix;
+mod window;
+mod windows;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -81,8 +82,14 @@ pub struct Session {
     early_end: Option<early_end::EarlyEnd>,
     /// The history's beginning while the whole is decoded ([`prefix`]).
     prefix: Option<prefix::Prefix>,
-    /// The history's end while the whole is decoded ([`suffix`]).
-    suffix: Option<suffix::Suffix>,
+    /// Stretches of the history decoded alone while the whole is decoded ([`windows`]).
+    windows: Vec<window::Window>,
+    /// What decoding them needs, for a recording that has sync points and anchors.
+    window_source: Option<window::Source>,
+    /// A window found to differ from the whole history, once that is decoded.
+    window_failure: Option<RecordingError>,
+    /// Windows decoded so far (a search decodes a few before it waits for the whole).
+    windows_built: usize,
     /// The code each stretch ran, if the recording lists it ([`code_list`]).
     code: Option<std::sync::Arc<crate::recording::code_ran::CodeRan>>,
     position: u64,
@@ -158,10 +165,12 @@ impl Session {
         let recording = work.recording.clone();
         let space = work.space.clone();
         let code = work.code.clone().filter(|_| !partial);
-        let history = Background::spawn(work, progress, on_done);
+        let source = window::Source::new(&work.recording, &work.space, &work.trace, &work.prepared, partial);
+        let history = Background::spawn(work, source.clone(), progress, on_done);
         let mut session = Self::new(recording, space, history, first_ip.map(|_| at_start), first_ip);
         session.early_end = early_end;
         session.code = code;
+        session.window_source = source;
         Ok(session)
     }
 
@@ -184,11 +193,12 @@ impl Session {
         let early_end = early_end::EarlyEnd::new(&recording, &prepared, &space, code.as_deref(), partial);
         let work = Work {
             pause: None,
+            decode_pause: Default::default(),
             code,
             recording,
             space,
-            trace,
-            prepared,
+            trace: std::sync::Arc::new(trace),
+            prepared: std::sync::Arc::new(prepared),
             partial,
             policy,
         };
@@ -210,7 +220,10 @@ impl Session {
             first_ip,
             early_end: None,
             prefix: None,
-            suffix: None,
+            windows: Vec::new(),
+            window_source: None,
+            window_failure: None,
+            windows_built: 0,
             code: None,
             position: 0,
             known: None,
@@ -245,7 +258,7 @@ impl Session {
 
     /// Why there is no history, if decoding it failed (waiting for the decode to end).
     pub fn failure(&self) -> Option<&RecordingError> {
-        self.history.get().err()
+        self.window_failure.as_ref().or_else(|| self.history.get().err())
     }
 
     /// Where the timeline came from (waiting for the decode; `None` if it failed).
@@ -324,7 +337,7 @@ impl Session {
         }
         if let Some(ip) = (self.ip_early(position))
             .or_else(|| self.ip_from_prefix(position))
-            .or_else(|| self.ip_from_suffix(position))
+            .or_else(|| self.ip_from_window(position))
         {
             return Some(ip);
         }
@@ -374,7 +387,7 @@ impl Session {
         if let Some(settled) = self.settle_prefix(interrupted) {
             return settled;
         }
-        if let Some(settled) = self.settle_suffix(interrupted) {
+        if let Some(settled) = self.settle_window(interrupted) {
             return settled;
         }
         let Some(d) = self.decoded_mut() else {
@@ -432,8 +445,8 @@ impl Session {
         if self.known_from_prefix().is_some() {
             return self.known_from_prefix();
         }
-        if self.known_from_suffix().is_some() {
-            return self.known_from_suffix();
+        if self.known_from_window().is_some() {
+            return self.known_from_window();
         }
         self.at_start = None;
         self.decoded_mut()?;

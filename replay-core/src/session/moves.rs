@@ -20,7 +20,7 @@ impl Session {
 
     /// One instruction forwards.
     pub fn step_forward(&mut self) -> Stop {
-        if let Some(stop) = self.step_early().or_else(|| self.step_in_suffix()) {
+        if let Some(stop) = self.step_early().or_else(|| self.step_in_window()) {
             return stop;
         }
         if self.decoded().is_none() {
@@ -73,7 +73,7 @@ impl Session {
             return Stop::Begin;
         }
         if let Some(stop) =
-            (self.reverse_early(breakpoints, &mut interrupted)).or_else(|| self.reverse_in_suffix(breakpoints))
+            (self.reverse_early(breakpoints, &mut interrupted)).or_else(|| self.reverse_in_windows(breakpoints))
         {
             return stop;
         }

@@ -17,6 +17,7 @@ use crate::timeline::cache::{self, CacheError, Origin, Policy};
 use crate::timeline::{parallel, Timeline};
 
 /// What the state layer needs from the recording's files besides the history.
+#[derive(Clone)]
 pub(super) struct Prepared {
     pub(super) start: State,
     /// The end snapshot's state, used (and a failure to read it reported) only if the
@@ -253,8 +254,10 @@ fn cpu(c: &crate::recording::CpuInfo, cpuid: &[crate::recording::cpuid::CpuidLea
 pub(super) struct Work {
     pub(super) recording: Recording,
     pub(super) space: AddressSpace,
-    pub(super) trace: Vec<u8>,
-    pub(super) prepared: Prepared,
+    pub(super) trace: Arc<Vec<u8>>,
+    /// Shared with the session, which decodes stretches of the history alone
+    /// ([`super::window`]).
+    pub(super) prepared: Arc<Prepared>,
     pub(super) partial: bool,
     pub(super) policy: Policy,
     /// The code each stretch ran, if the recording lists it: checked against the history.
@@ -262,6 +265,11 @@ pub(super) struct Work {
     /// The flag the questions of the history's beginning set while they walk, for the
     /// whole history's fill to wait as for its own ([`super::prefix`]).
     pub(super) pause: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// Set while a window is decoded or a question walks in one: the decode waits (on two
+    /// cores, a walk beside it took three times as long). Not the beginning's walks: the
+    /// loader's stops come while the decode is under way, and a `continue` past them needs
+    /// the whole (gzip's `break write` came 0.4 s later when they paused it).
+    pub(super) decode_pause: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Decodes the trace (or reads the timeline stored next to the recording) and starts the
@@ -276,14 +284,13 @@ pub(super) fn decode(work: Work, progress: &mut (dyn FnMut(u64) + Send)) -> Resu
         policy,
         code,
         pause,
+        decode_pause,
     } = work;
     let gaps = recording.gaps();
     let input = recording.decode_input(&trace, &space, &gaps);
     let sealed = recording.trace_hashes(trace.len());
     let (mut timeline, origin, pending) = cache::obtain(&recording.dir, &trace, sealed, policy, || {
-        let never = std::sync::atomic::AtomicBool::new(false);
-        let pause = pause.as_deref().unwrap_or(&never);
-        parallel::build_pausing(&input, parallel::Split::all_cores(), progress, pause).timeline
+        parallel::build_pausing(&input, parallel::Split::all_cores(), progress, &decode_pause).timeline
     });
     let ran = timeline.len() + timeline.events().iter().map(FlowEvent::unshown).sum::<u64>();
     let spun = timeline.events().iter().any(FlowEvent::unshown_unknown);
@@ -346,7 +353,13 @@ pub(super) fn decode(work: Work, progress: &mut (dyn FnMut(u64) + Send)) -> Resu
         });
     let mut handler_entries: Vec<u64> = prepared.signals.iter().map(|e| e.position).collect();
     handler_entries.sort_unstable();
-    let inputs = inputs(prepared, &space, timeline.clone(), fault.is_some(), complete)?;
+    let inputs = inputs(
+        Arc::unwrap_or_clone(prepared),
+        &space,
+        timeline.clone(),
+        fault.is_some(),
+        complete,
+    )?;
     let mut values = Values::held(space, inputs);
     if let Some(flag) = pause {
         values.share_pause(flag);

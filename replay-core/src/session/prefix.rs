@@ -72,9 +72,9 @@ impl Prefix {
         })
     }
 
-    /// The flag its questions set while they walk.
-    pub(super) fn pause_flag(&self) -> Option<Arc<std::sync::atomic::AtomicBool>> {
-        self.values.pause_flag()
+    /// Sets the flag its questions set while they walk to `flag`.
+    pub(super) fn share_pause(&mut self, flag: Arc<std::sync::atomic::AtomicBool>) {
+        self.values.share_pause(flag);
     }
 
     /// The positions it answers, and its history (to compare with the whole one's).
@@ -162,7 +162,7 @@ impl Session {
                 Hit::None => beyond = upto.max(from),
             }
         }
-        (self.end_at_once(beyond, breakpoints)).or_else(|| self.continue_to_suffix(beyond, breakpoints))
+        (self.end_at_once(beyond, breakpoints)).or_else(|| self.continue_in_windows(beyond, breakpoints))
     }
 
     /// A `reverse-continue` inside the beginning before the whole history is decoded: to

@@ -25,9 +25,9 @@ pub mod parallel;
 mod prefix;
 mod runs;
 mod search;
-mod suffix;
 #[cfg(test)]
 mod tests;
+mod window;
 
 use std::sync::Arc;
 
@@ -36,7 +36,7 @@ pub use cursor::Cursor;
 pub use first::first_ip;
 pub use prefix::prefix;
 pub use search::Hit;
-pub use suffix::suffix;
+pub use window::{suffix, window};
 
 use crate::flow::FlowEvent;
 use blocks::Blocks;
