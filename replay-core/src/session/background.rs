@@ -28,8 +28,8 @@ pub(super) struct Background {
     beginning: Option<Receiver<Option<Prefix>>>,
     /// The window that ends a run that exited, decoded next (`None` sent: there is none).
     ending: Option<Receiver<Option<Window>>>,
-    /// Set while a window is decoded or a question walks in one: the whole decode waits
-    /// ([`super::open::Work::decode_pause`]).
+    /// Set while a stop's values are worked out from a part decoded alone, or a window is
+    /// decoded: the whole decode waits ([`super::open::Work::decode_pause`]).
     pub(super) decode_pause: Option<Arc<AtomicBool>>,
     /// Set while a question of a part decoded alone walks: the whole history's fill waits.
     pub(super) fill_pause: Option<Arc<AtomicBool>>,

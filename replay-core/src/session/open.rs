@@ -265,10 +265,9 @@ pub(super) struct Work {
     /// The flag the questions of the history's beginning set while they walk, for the
     /// whole history's fill to wait as for its own ([`super::prefix`]).
     pub(super) pause: Option<Arc<std::sync::atomic::AtomicBool>>,
-    /// Set while a window is decoded or a question walks in one: the decode waits (on two
-    /// cores, a walk beside it took three times as long). Not the beginning's walks: the
-    /// loader's stops come while the decode is under way, and a `continue` past them needs
-    /// the whole (gzip's `break write` came 0.4 s later when they paused it).
+    /// Set while a stop's values are worked out from a part decoded alone (the beginning, a
+    /// window) or a window is decoded: the decode waits, the stop comes first (on two cores,
+    /// a walk beside the decode took three times as long).
     pub(super) decode_pause: Arc<std::sync::atomic::AtomicBool>,
 }
 

@@ -132,8 +132,10 @@ impl Session {
     /// there; whether they are final (`None`: it does not answer there).
     pub(super) fn settle_prefix(&mut self, interrupted: &mut dyn FnMut() -> bool) -> Option<bool> {
         let position = self.position;
-        let p = self.prefix_serving(position)?;
-        Some(p.values.settle(position, interrupted))
+        self.prefix_serving(position)?;
+        // The stop comes first: the whole decode waits meanwhile.
+        let (history, p) = (&self.history, self.prefix.as_mut()?);
+        Some(history.pausing_decode(|| p.values.settle(position, interrupted)))
     }
 
     /// The instruction at `position` from the beginning, if it is there.
