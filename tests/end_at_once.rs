@@ -258,6 +258,11 @@ fn after_an_exit_the_end_answers_before_the_decode() {
         .find(|(_, ip)| !seen.contains(ip))
         .map(|(p, ip)| (p as u64, ip))
         .expect("new code between 2^23 and 2^24");
+    // `monitor goto` to the middle.
+    let middle = total / 2;
+    whole.set_position(middle);
+    whole.settle(&mut || false);
+    let at_middle = look(&mut whole);
     whole.set_position(first.0);
     whole.settle(&mut || false);
     let at_first = look(&mut whole);
@@ -287,6 +292,9 @@ fn after_an_exit_the_end_answers_before_the_decode() {
         !held.ready(),
         "a hit past the beginning before the whole history was decoded"
     );
+    assert!(held.goto_early(middle), "a window answers in the middle");
+    assert!(held.settle(&mut || false));
+    assert_eq!(look(&mut held), at_middle, "values in the middle before the decode");
     assert_eq!(held.continue_forward(&HashSet::new(), || false), Stop::End);
     assert_eq!(held.position(), end);
     assert!(held.settle(&mut || false));

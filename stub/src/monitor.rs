@@ -71,6 +71,13 @@ impl MonitorCmd for ReplayTarget {
             );
             return Ok(());
         }
+        // A position the beginning or a window answers needs no whole history.
+        if let (Some("goto"), Some(n), None) = (first, second.and_then(|n| n.parse::<u64>().ok()), words.next()) {
+            if self.session.goto_early(n) {
+                moved(self, n, &mut out);
+                return Ok(());
+            }
+        }
         let needs_history = !matches!(first, Some("flushes-caches" | "help") | None);
         // The history may still be decoded in the background: wait for it, telling gdb so
         // every half second (see `HISTORY_WAIT`).
@@ -121,16 +128,22 @@ fn goto(target: &mut ReplayTarget, n: &str, out: &mut ConsoleOutput<'_>) {
     match n.parse::<u64>() {
         Ok(n) if n <= s.last() => {
             s.set_position(n);
-            settle(s, out);
-            outputln!(out, "position {n}, rip {:#x}", s.pc());
-            if !target.gdb_flushes {
-                outputln!(
-                    out,
-                    "(a gdb not started by `rtit replay`: run `maint flush register-cache` and `maint flush dcache` now)"
-                );
-            }
+            moved(target, n, out);
         }
         _ => outputln!(out, "goto: `{n}` is not a position of {}", span(s.len())),
+    }
+}
+
+/// What `goto` says once it moved to `n`, its values worked out.
+fn moved(target: &mut ReplayTarget, n: u64, out: &mut ConsoleOutput<'_>) {
+    let s = &mut target.session;
+    settle(s, out);
+    outputln!(out, "position {n}, rip {:#x}", s.pc());
+    if !target.gdb_flushes {
+        outputln!(
+            out,
+            "(a gdb not started by `rtit replay`: run `maint flush register-cache` and `maint flush dcache` now)"
+        );
     }
 }
 

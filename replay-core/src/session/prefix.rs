@@ -110,6 +110,11 @@ impl Session {
         self.prefix.as_mut().filter(|p| position < p.upto)
     }
 
+    /// Whether the beginning answers at `position`.
+    pub(super) fn prefix_holds(&mut self, position: u64) -> bool {
+        self.prefix_serving(position).is_some()
+    }
+
     /// [`Self::prefix_serving`] for a move: only while the whole history is not decoded.
     fn prefix_moving(&mut self, position: u64) -> Option<&mut Prefix> {
         match self.ready() {

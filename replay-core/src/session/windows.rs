@@ -196,6 +196,20 @@ impl Session {
         }
     }
 
+    /// Moves to `position` before the whole history is decoded, if the beginning or a
+    /// window (decoded now if need be) answers there: `monitor goto` then need not wait for
+    /// the whole. False (nothing moved) otherwise, or once the whole is there.
+    pub fn goto_early(&mut self, position: u64) -> bool {
+        if self.ready() {
+            return false;
+        }
+        let answered = position == 0 || self.prefix_holds(position) || self.window_for(position).is_some();
+        if answered {
+            self.moved_to(position, Stop::Step);
+        }
+        answered
+    }
+
     /// One step forwards inside a window before the whole history is decoded; `None`
     /// outside one (or at its last position).
     pub(super) fn step_in_window(&mut self) -> Option<Stop> {
