@@ -43,6 +43,8 @@ struct Measured {
     filled: f64,
     random_after: f64,
     peak: f64,
+    /// Stretches whose backward walk the fill skipped, of those between two exact states.
+    settled: (f64, f64),
 }
 
 /// Seconds until the values at `p` are final and a `bt`'s reads are answered.
@@ -80,7 +82,7 @@ fn child(dir: &Path, ignore_anchors: bool) {
         .collect();
     let random_max = randoms.iter().cloned().fold(0.0, f64::max);
     let random_mean = randoms.iter().sum::<f64>() / randoms.len() as f64;
-    while !matches!(s.values_stats().walked, (done, total) if done >= total) {
+    while !matches!(s.values_walked(), (done, total) if done >= total) {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let filled = t.elapsed().as_secs_f64();
@@ -91,8 +93,9 @@ fn child(dir: &Path, ignore_anchors: bool) {
         })
         .collect();
     let random_after = after.iter().cloned().fold(0.0, f64::max);
+    let (settled, stretches) = s.values_stats().settled;
     println!(
-        "MEASURED {open} {end} {middle} {random_max} {random_mean} {filled} {random_after} {}",
+        "MEASURED {open} {end} {middle} {random_max} {random_mean} {filled} {random_after} {} {settled} {stretches}",
         peak_mib(std::process::id())
     );
 }
@@ -120,6 +123,7 @@ fn measure(dir: &Path, ignore_anchors: bool) -> Measured {
         filled: v[5],
         random_after: v[6],
         peak: v[7],
+        settled: (v[8], v[9]),
     }
 }
 
@@ -148,7 +152,7 @@ fn main() {
     let sizes = std::env::var("RTIT_VALUES_SIZES").unwrap_or_else(|_| "1e7,1e8,1e9".into());
     let program = std::env::var("RTIT_VALUES_PROGRAM").unwrap_or_else(|_| "python3".into());
     println!("{program}, qemu backend: seconds until a stop's values are final and a bt's reads answered (3 runs)");
-    println!("size | insns | anchors | mode | open | end | middle | 5 random: slowest | mean | all kept (s from open) | 5 random after: slowest | peak MiB | bytes/insn");
+    println!("size | insns | anchors | mode | open | end | middle | 5 random: slowest | mean | all kept (s from open) | 5 random after: slowest | peak MiB | bytes/insn | stretches settled");
     for size in sizes.split(',') {
         let n: f64 = size.parse().expect("a size such as 1e8");
         let out = recordings::recording(&dir, &plugin, &program, n);
@@ -164,7 +168,7 @@ fn main() {
             let mode = if ignore { "chains" } else { "anchors" };
             let peak_per = |m: &Measured| m.peak * 1048576.0 / insns as f64;
             println!(
-                "{size} | {insns} | {anchors} | {mode} | {} | {} | {} | {} | {} | {} | {} | {} | {}",
+                "{size} | {insns} | {anchors} | {mode} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} of {:.0}",
                 range(runs.iter().map(|m| m.open), 2),
                 range(runs.iter().map(|m| m.end), 3),
                 range(runs.iter().map(|m| m.middle), 3),
@@ -174,6 +178,8 @@ fn main() {
                 range(runs.iter().map(|m| m.random_after), 3),
                 range(runs.iter().map(|m| m.peak), 0),
                 range(runs.iter().map(peak_per), 2),
+                runs[0].settled.0,
+                runs[0].settled.1,
             );
         }
     }

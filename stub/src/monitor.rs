@@ -244,7 +244,7 @@ fn why_unknown(target: &mut ReplayTarget, what: &str, out: &mut ConsoleOutput<'_
         None => "known, but the other pass disagrees (a model error; please report it)".to_string(),
     };
     outputln!(out, "{label} is unknown here (position {})", s.position());
-    let (done, total) = s.values_stats().walked;
+    let (done, total) = s.values_walked();
     if done < total && s.exact_states().is_none() {
         // The passes below are the partial ones: the answer may come once they are done.
         outputln!(
@@ -281,7 +281,7 @@ fn wait_values(target: &mut ReplayTarget, out: &mut ConsoleOutput<'_>) {
         // Final already: what gdb read before is what it would read now.
         return outputln!(out, "values final");
     }
-    let (done, total) = s.values_stats().walked;
+    let (done, total) = s.values_walked();
     output!(
         out,
         "waiting for the values ({}% worked out)",

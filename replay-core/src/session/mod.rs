@@ -427,6 +427,12 @@ impl Session {
         self.decoded().map(|d| d.values.stats()).unwrap_or_default()
     }
 
+    /// Positions the state layer's background passes walked so far, and in all: what
+    /// [`Self::values_stats`] says, without counting the memory held.
+    pub fn values_walked(&self) -> (u64, u64) {
+        self.decoded().map(|d| d.values.walked()).unwrap_or_default()
+    }
+
     /// The state layer (`None` if decoding the history failed).
     pub fn values(&mut self) -> Option<&mut Values> {
         self.decoded_mut().map(|d| &mut d.values)

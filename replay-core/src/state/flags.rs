@@ -61,6 +61,11 @@ impl PartialEq for Flags {
 impl Eq for Flags {}
 
 impl Flags {
+    /// Whether this knows every bit `other` knows, with the same value.
+    pub fn covers(&self, other: &Flags) -> bool {
+        other.known & !self.known == 0 && (self.value ^ other.value) & other.known == 0
+    }
+
     /// All 32 bits known.
     pub fn known(value: u64) -> Self {
         Self {

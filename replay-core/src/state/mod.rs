@@ -142,6 +142,17 @@ impl State {
         self.cpu = self.cpu.or(other.cpu);
     }
 
+    /// Whether this knows every value `other` knows, with the same value: a forward walk that
+    /// reaches an exact state knowing all of it, so that the backward walk from that state
+    /// can teach nothing between ([`anchored`]).
+    pub fn covers(&self, other: &State) -> bool {
+        self.regs.covers(&other.regs)
+            && self.flags.covers(&other.flags)
+            && self.vec.covers(&other.vec)
+            && self.mxcsr.covers(&other.mxcsr)
+            && self.mem.covers(&other.mem)
+    }
+
     /// Forgets everything (what untraced code or a lost stretch of trace leaves).
     pub fn forget_all(&mut self) {
         self.regs.forget_all();

@@ -28,6 +28,11 @@ pub struct Mxcsr {
 }
 
 impl Mxcsr {
+    /// Whether this knows every bit `other` knows, with the same value.
+    pub fn covers(&self, other: &Mxcsr) -> bool {
+        other.known & !self.known == 0 && (self.value ^ other.value) & other.known == 0
+    }
+
     /// All bits known.
     pub fn known(value: u32) -> Self {
         Self { value, known: u32::MAX }

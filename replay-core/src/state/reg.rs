@@ -191,6 +191,19 @@ impl RegFile {
         }
     }
 
+    /// Whether this knows every bit `other` knows, with the same value.
+    pub fn covers(&self, other: &RegFile) -> bool {
+        let known = |f: &RegFile, i: usize| match (f.known >> i & 1, f.partly >> i & 1) {
+            (1, _) => u64::MAX,
+            (_, 1) => f.partial[i],
+            _ => 0,
+        };
+        (0..COUNT).all(|i| {
+            let (mine, theirs) = (known(self, i), known(other, i));
+            theirs & !mine == 0 && (self.values[i] ^ other.values[i]) & theirs == 0
+        })
+    }
+
     /// A register's value and the mask of its known bits (all ones where wholly known).
     pub fn bits(&self, r: Reg) -> (u64, u64) {
         let i = r.index();

@@ -32,7 +32,7 @@ use super::known::Known;
 use super::memory::Footprint;
 use super::walker::{Shared, Walker};
 use super::State;
-use fill::{Fill, Sources};
+use fill::{Fill, Sources, Verdicts};
 use kept::Kept;
 pub(in crate::state) use kept::COARSE;
 use side::{Direction, Side};
@@ -58,6 +58,8 @@ pub(super) struct Anchored {
     kept: (Arc<Kept>, Arc<Kept>),
     /// Set while a question walks, for the fill to wait.
     pause: Arc<AtomicBool>,
+    /// The stretches whose backward walk teaches nothing ([`fill`]).
+    verdicts: Arc<Verdicts>,
     fill: Option<Fill>,
 }
 
@@ -67,8 +69,8 @@ pub(super) struct AnchoredStats {
     pub(super) backward_steps: u64,
     pub(super) states: usize,
     pub(super) bytes: usize,
-    /// Positions the background fill walked, and in all.
-    pub(super) filled: (u64, u64),
+    /// Stretches whose backward walk is skipped, and stretches the fill walked forwards.
+    pub(super) settled: (usize, usize),
 }
 
 impl Anchored {
@@ -93,6 +95,7 @@ impl Anchored {
             backward: Side::new(Walker::new(shared.clone()), Direction::Backwards, kept.1.clone()),
             kept,
             pause: Arc::new(AtomicBool::new(false)),
+            verdicts: Arc::new(Verdicts::new(exact.len())),
             fill: None,
             shared,
             exact: exact.into(),
@@ -109,8 +112,14 @@ impl Anchored {
                 forward: self.kept.0.clone(),
                 backward: self.kept.1.clone(),
                 pause: self.pause.clone(),
+                verdicts: self.verdicts.clone(),
             }));
         }
+    }
+
+    /// Skips no backward walk ([`fill::Verdicts::ignore`]).
+    pub(super) fn walk_back_everywhere(&mut self) {
+        self.verdicts.ignore();
     }
 
     /// The flag a question sets while it walks, for the fill to wait.
@@ -146,7 +155,10 @@ impl Anchored {
             false => (i, Some(i + 1).filter(|&k| k < self.exact.len())),
         };
         let (below, st) = &self.exact[j];
-        let above = k.map(|k| (self.exact[k].0, &self.exact_back[k]));
+        // A settled stretch: the backward walk would teach nothing ([`fill`]), so only the
+        // forward one is made, and read as both passes (a cause asked for is its own).
+        let settled = self.verdicts.settled(j);
+        let above = k.filter(|_| !settled).map(|k| (self.exact[k].0, &self.exact_back[k]));
         let cancel = AtomicBool::new(false);
         let (forward, backward) = (&mut self.forward, &mut self.backward);
         let unknown = State::unknown();
@@ -177,7 +189,14 @@ impl Anchored {
             }),
             false => (forward.at(p, *below, st, &cancel), walk_back(&cancel)),
         };
-        Some(Known::new(f?, b?, space))
+        let f = f?;
+        let b = if settled { f.clone() } else { b? };
+        Some(Known::new(f, b, space))
+    }
+
+    /// Positions the background fill walked, and in all ((0, 0) before it starts).
+    pub(super) fn filled(&self) -> (u64, u64) {
+        (self.fill.as_ref()).map_or((0, 0), |f| (f.walked.load(Ordering::Relaxed).min(f.total), f.total))
     }
 
     /// Steps walked and states held.
@@ -190,16 +209,12 @@ impl Anchored {
             s.mem.footprint(&mut footprint);
         }
         states += self.kept.0.count(&mut footprint) + self.kept.1.count(&mut footprint);
-        let filled = self
-            .fill
-            .as_ref()
-            .map_or((0, 0), |f| (f.walked.load(Ordering::Relaxed).min(f.total), f.total));
         AnchoredStats {
-            filled,
             forward_steps: self.forward.steps(),
             backward_steps: self.backward.steps(),
             states,
             bytes: footprint.bytes() + states * size_of::<State>(),
+            settled: self.verdicts.count(),
         }
     }
 }

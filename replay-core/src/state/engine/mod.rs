@@ -100,6 +100,10 @@ pub struct ValuesStats {
     pub interval: u64,
     /// Positions the chains walked so far, and in all.
     pub walked: (u64, u64),
+    /// With anchors: the stretches between two exact states whose forward walk reached the
+    /// state above knowing all of it (their backward walks are skipped), and those the
+    /// background fill walked forwards so far.
+    pub settled: (usize, usize),
 }
 
 /// What a walk to a question started from: the checkpoint's position and which chains'
@@ -265,6 +269,14 @@ impl Values {
         self.patience = patience;
     }
 
+    /// Walks backwards over every stretch between anchors, settled or not (the fill still
+    /// finds which are): the answers must be the same, which is what a test compares.
+    pub fn walk_back_everywhere(&mut self) {
+        if let Some(a) = &mut self.anchored {
+            a.walk_back_everywhere();
+        }
+    }
+
     /// Starts the chains held back.
     pub(crate) fn release(&mut self) {
         if let Some(a) = &mut self.anchored {
@@ -328,6 +340,23 @@ impl Values {
         self.complete()
     }
 
+    /// Positions the background passes walked so far, and in all ([`ValuesStats::walked`])
+    /// without [`Self::stats`]'s count of the memory held, which goes over every state kept
+    /// (a bench that polled it every 20 ms took a core from the fill it waited for).
+    pub fn walked(&self) -> (u64, u64) {
+        if let Some(a) = &self.anchored {
+            return a.filled();
+        }
+        match &self.chains {
+            Some(c) => (c.walked.load(Ordering::Relaxed), c.total),
+            None if self.held.is_some() => (0, 0),
+            None => {
+                let all = self.chain_steps.forward + self.chain_steps.backward;
+                (all, all)
+            }
+        }
+    }
+
     /// How the engine did so far.
     pub fn stats(&self) -> ValuesStats {
         if let Some(a) = &self.anchored {
@@ -339,7 +368,8 @@ impl Values {
                 checkpoints: s.states,
                 bytes: s.bytes,
                 interval: super::anchored::COARSE,
-                walked: s.filled,
+                walked: self.walked(),
+                settled: s.settled,
             };
         }
         let states = self
@@ -356,14 +386,7 @@ impl Values {
             s.mem.footprint(&mut footprint);
         }
         let bytes = footprint.bytes() + checkpoints * size_of::<State>();
-        let walked = match &self.chains {
-            Some(c) => (c.walked.load(Ordering::Relaxed), c.total),
-            None if self.held.is_some() => (0, 0),
-            None => {
-                let all = self.chain_steps.forward + self.chain_steps.backward;
-                (all, all)
-            }
-        };
+        let walked = self.walked();
         ValuesStats {
             forward_steps: self.walker.stats.forward + self.chain_steps.forward,
             backward_steps: self.walker.stats.backward + self.chain_steps.backward,
@@ -372,6 +395,7 @@ impl Values {
             bytes,
             interval: self.interval,
             walked,
+            settled: (0, 0),
         }
     }
 

@@ -287,6 +287,16 @@ impl Memory {
         }
     }
 
+    /// Whether this knows every byte `other` knows, with the same value (partly known bytes
+    /// in `other`, which are rare, count as not covered).
+    pub fn covers(&self, other: &Memory) -> bool {
+        other.partial.is_empty()
+            && other.pages.iter().all(|(p, theirs)| match self.pages.get(p) {
+                Some(mine) => Arc::ptr_eq(mine, theirs) || mine.covers(theirs),
+                None => theirs.knows_nothing(),
+            })
+    }
+
     /// Learns every byte `other` knows and this does not.
     pub fn absorb(&mut self, other: &Memory) {
         for (p, theirs) in other.pages.iter() {

@@ -114,6 +114,35 @@ impl Segment {
         changes
     }
 
+    /// Whether this knows every byte `theirs` knows, with the same value.
+    fn covers(&self, theirs: &Segment) -> bool {
+        (0..LINES).all(|l| {
+            let known = |s: &Segment| s.gaps.as_ref().map_or(!0, |g| g.known[l]);
+            let (mine, t) = (known(self), known(theirs));
+            let line = l * 64..(l + 1) * 64;
+            if t & !mine != 0 {
+                return false;
+            }
+            if t == !0 {
+                return self.bytes[line.clone()] == theirs.bytes[line];
+            }
+            let mut bits = t;
+            while bits != 0 {
+                let i = l * 64 + bits.trailing_zeros() as usize;
+                if self.bytes[i] != theirs.bytes[i] {
+                    return false;
+                }
+                bits &= bits - 1;
+            }
+            true
+        })
+    }
+
+    /// Whether no byte is known.
+    fn knows_nothing(&self) -> bool {
+        self.gaps.as_ref().is_some_and(|g| g.known == [0; LINES])
+    }
+
     /// Whether `theirs` knows a byte this does not.
     fn lacks(&self, theirs: &Segment) -> bool {
         match (&self.gaps, &theirs.gaps) {
@@ -314,6 +343,23 @@ impl Page {
                 f.first(Arc::as_ptr(s), size_of::<Segment>() + gaps);
             }
         }
+    }
+
+    /// Whether this knows every byte `theirs` knows, with the same value.
+    pub(super) fn covers(&self, theirs: &Page) -> bool {
+        self.slots.iter().zip(&theirs.slots).all(|pair| match pair {
+            (_, Slot::Unknown(_)) => true,
+            (Slot::Unknown(_), Slot::Held(t)) => t.knows_nothing(),
+            (Slot::Held(m), Slot::Held(t)) => Arc::ptr_eq(m, t) || m.covers(t),
+        })
+    }
+
+    /// Whether no byte is known.
+    pub(super) fn knows_nothing(&self) -> bool {
+        self.slots.iter().all(|s| match s {
+            Slot::Unknown(_) => true,
+            Slot::Held(t) => t.knows_nothing(),
+        })
     }
 
     /// Whether `theirs` knows a byte this does not.

@@ -227,3 +227,30 @@ fn pages_written_whole_share_zeros_and_unchanged_segments() {
     assert_eq!(checkpoint.read(0x80_0ffe, 2, &space), Some(vec![3, 3]));
     assert_eq!(checkpoint.read(0x80_0000, 1, &space), Some(vec![9]));
 }
+
+#[test]
+fn covering_needs_every_known_byte_with_its_value() {
+    let mut exact = Memory::new();
+    exact.write(0x2ff0, &[1; 40]);
+    exact.write(0x9000, &[2; 3]);
+    let mut walked = exact.clone();
+    assert!(walked.covers(&exact), "shared pages");
+    walked.write(0x7000, &[5; 8]);
+    assert!(walked.covers(&exact), "knowing more still covers");
+    assert!(!exact.covers(&walked), "a page it does not hold");
+    let mut lost = exact.clone();
+    lost.forget(0x3005, 1);
+    assert!(!lost.covers(&exact), "a byte forgotten");
+    assert!(exact.covers(&lost), "the other way");
+    let mut other = walked.clone();
+    other.write(0x9001, &[3]);
+    assert!(!other.covers(&exact), "a byte with another value");
+    let mut gaps = exact.clone();
+    gaps.forget(0x2ff8, 4);
+    let mut fills = gaps.clone();
+    fills.write(0x2ff8, &[1; 4]);
+    assert!(fills.covers(&gaps) && fills.covers(&exact), "bytes around a gap");
+    fills.write(0x2ffa, &[7]);
+    assert!(fills.covers(&gaps), "where the gap was, any value");
+    assert!(!fills.covers(&exact));
+}

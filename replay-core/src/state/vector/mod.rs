@@ -162,6 +162,15 @@ impl VecFile {
         self.k.forget_all();
     }
 
+    /// Whether this knows every byte (and opmask bit) `other` knows, with the same value.
+    pub fn covers(&self, other: &VecFile) -> bool {
+        let same = |mine: &Value, theirs: &Value| {
+            let t = theirs.known;
+            t & !mine.known == 0 && (0..WIDTH).all(|b| t >> b & 1 == 0 || mine.bytes[b] == theirs.bytes[b])
+        };
+        self.regs.iter().zip(&other.regs).all(|(m, t)| same(m, t)) && self.k.covers(&other.k)
+    }
+
     /// Learns the bytes (and opmask bits) `other` knows and this does not.
     pub fn absorb(&mut self, other: &VecFile) {
         for (mine, theirs) in self.regs.iter_mut().zip(&other.regs) {

@@ -52,6 +52,14 @@ impl Opmasks {
         }
     }
 
+    /// Whether this knows every bit `other` knows, with the same value.
+    pub fn covers(&self, other: &Opmasks) -> bool {
+        (0..8).all(|i| {
+            let theirs = other.known[i];
+            theirs & !self.known[i] == 0 && (self.value[i] ^ other.value[i]) & theirs == 0
+        })
+    }
+
     /// Learns the bits `other` knows and this does not.
     pub fn absorb(&mut self, other: &Opmasks) {
         for i in 0..8 {
