@@ -87,7 +87,9 @@ impl Source {
         if next.is_none() && !matches!(rec.manifest.end, EndState::Exited { .. }) {
             return None;
         }
-        let point = self.points.iter().rev().find(|p| p.position <= anchor)?;
+        // Far enough before the anchor for its completing walk ([`state::LOOKBACK`]) to be
+        // the whole history's.
+        let point = (self.points.iter().rev()).find(|p| p.position + state::LOOKBACK <= anchor)?;
         let base = point.position;
         let gaps = rec.gaps();
         let input = rec.decode_input(&self.trace, &self.space, &gaps);

@@ -54,6 +54,7 @@ pub mod why;
 mod writes;
 mod xsave;
 
+pub(crate) use anchored::LOOKBACK;
 pub use chains::ValuesProgress;
 pub use engine::{interval, Values, ValuesStats, INTERVAL, WAIT_BELOW};
 pub use inputs::Inputs;

@@ -450,3 +450,58 @@ fn memory_a_store_through_an_unknown_address_lost_comes_back_from_the_backward_p
     assert_eq!(v.at(3).expect("p3").memory(0x7000, 8), Ok(None));
     assert_eq!(reg(&mut v, last, RCX), Ok(None));
 }
+
+/// An anchor inside an AVX2 routine, as QEMU's gdbstub reads it: the general registers and
+/// xmm's low halves, no ymm upper half. The instructions before it say what ymm0 is.
+#[test]
+fn an_anchor_without_the_upper_halves_learns_them_from_the_instructions_before_it() {
+    let (space, ips) = program(&[
+        (&[0xc5, 0xf9, 0xef, 0xc0], "vpxor xmm0, xmm0, xmm0"),
+        (&[0xc5, 0xfd, 0x74, 0x0f], "vpcmpeqb ymm1, ymm0, [rdi]"),
+        (&[0xc5, 0xfd, 0xd7, 0xc1], "vpmovmskb eax, ymm1"),
+        (&[0x90], "nop"),
+    ]);
+    let text = [b'a'; 20].iter().chain(&[0; 12]).copied().collect::<Vec<u8>>();
+    let regs: Vec<(Reg, u64)> = [RAX, RBX, RCX, RDX, RSI, RDI, Reg::Gpr(5), RSP]
+        .into_iter()
+        .map(|r| (r, if r == RDI { 0x8000 } else { 0x10 }))
+        .collect();
+    let mut anchor = state(&regs, &[(0x8000, &text)]);
+    for i in 0..2 {
+        // xmm0 is zero, xmm1 compares `text`'s first 16 bytes with it: none is zero.
+        anchor.vec.set_lane(i, 0, 8, Some(0));
+        anchor.vec.set_lane(i, 8, 8, Some(0));
+    }
+    let anchored = |anchor: State| {
+        Values::new(
+            space.clone(),
+            Inputs {
+                history: crate::timeline::Timeline::from_ips(ips.clone()),
+                anchors: vec![(0, State::unknown()), (2, anchor)],
+                ..Inputs::default()
+            },
+        )
+    };
+    let mut v = anchored(anchor.clone());
+    // The mask of zero bytes in the 32 at rdi: bytes 20 to 31.
+    assert_eq!(reg(&mut v, 3, RAX), Ok(Some(0xfff0_0000)));
+    let k = v.at(2).expect("the anchor's position");
+    let ymm1 = k.vector(1).expect("no conflict");
+    assert!(ymm1[..32].iter().all(Option::is_some), "{ymm1:?}");
+    // Without the instructions before it (the anchor at the first position after the
+    // start), nothing tells the upper halves: unknown, not guessed.
+    let (space2, ips2) = program(&[
+        (&[0x90], "nop"),
+        (&[0xc5, 0xfd, 0xd7, 0xc1], "vpmovmskb eax, ymm1"),
+        (&[0x90], "nop"),
+    ]);
+    let mut v = Values::new(
+        space2,
+        Inputs {
+            history: crate::timeline::Timeline::from_ips(ips2),
+            anchors: vec![(0, State::unknown()), (1, anchor)],
+            ..Inputs::default()
+        },
+    );
+    assert_eq!(reg(&mut v, 2, RAX), Ok(None));
+}

@@ -19,7 +19,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::super::walker::{Shared, Walker};
-use super::super::State;
+use super::exact::Exact;
 use super::kept::Kept;
 use super::side::CANCEL_EVERY;
 
@@ -32,10 +32,8 @@ const EVERY: u64 = 1 << 20;
 /// What the fill works from, shared with the engine.
 pub(super) struct Sources {
     pub(super) shared: Arc<Shared>,
-    /// The whole states by position, for the forward walks.
-    pub(super) exact: Arc<[(u64, State)]>,
-    /// The same without read-only ranges, for the backward walks.
-    pub(super) exact_back: Arc<[State]>,
+    /// The whole states by position.
+    pub(super) exact: Arc<Exact>,
     pub(super) forward: Arc<Kept>,
     pub(super) backward: Arc<Kept>,
     /// Set while a question walks: the fill waits.
@@ -120,12 +118,10 @@ impl Fill {
             forwards: false,
         });
         let tasks: Vec<Task> = forwards.chain(backwards).collect();
+        let positions = sources.exact.positions();
         let span = |t: &Task| {
-            let top = sources
-                .exact
-                .get(t.stretch + 1)
-                .map_or(len.saturating_sub(1), |(p, _)| *p);
-            top - sources.exact[t.stretch].0
+            let top = positions.get(t.stretch + 1).copied().unwrap_or(len.saturating_sub(1));
+            top - positions[t.stretch]
         };
         let total = tasks.iter().map(span).sum();
         let tasks: Arc<[Task]> = tasks.into();
@@ -183,15 +179,19 @@ fn lowest_priority() {
 /// false if told to stop.
 fn walk(s: &Sources, walker: &mut Walker, task: Task, stop: &AtomicBool, walked: &AtomicU64) -> bool {
     let len = s.shared.history.len();
-    let (bottom, ref below) = s.exact[task.stretch];
-    let top = s.exact.get(task.stretch + 1).map_or(len.saturating_sub(1), |(p, _)| *p);
+    let positions = s.exact.positions();
+    let bottom = positions[task.stretch];
+    let top = positions
+        .get(task.stretch + 1)
+        .copied()
+        .unwrap_or(len.saturating_sub(1));
     if !task.forwards && s.verdicts.settled(task.stretch) {
         walked.fetch_add(top - bottom, Ordering::Relaxed);
         return true;
     }
     let (kept, mut at, mut st) = match task.forwards {
-        true => (&s.forward, bottom, below.clone()),
-        false => (&s.backward, top, s.exact_back[task.stretch + 1].clone()),
+        true => (&s.forward, bottom, s.exact.forward(task.stretch).clone()),
+        false => (&s.backward, top, s.exact.backward(task.stretch + 1).clone()),
     };
     let mut steps = 0u64;
     while (task.forwards && at < top) || (!task.forwards && at > bottom) {
@@ -217,10 +217,9 @@ fn walk(s: &Sources, walker: &mut Walker, task: Task, stop: &AtomicBool, walked:
         }
     }
     walked.fetch_add(steps % CANCEL_EVERY, Ordering::Relaxed);
-    if task.forwards {
-        if let Some((_, above)) = s.exact.get(task.stretch + 1) {
-            s.verdicts.set(task.stretch, st.covers(above));
-        }
+    if task.forwards && task.stretch + 1 < s.exact.len() {
+        let above = s.exact.forward(task.stretch + 1);
+        s.verdicts.set(task.stretch, st.covers(above));
     }
     true
 }

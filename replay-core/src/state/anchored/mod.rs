@@ -7,8 +7,8 @@
 //! at once on two cores, whatever the history's length.
 //!
 //! At an exact state's own position the answer is that state: what the recorder read there,
-//! no more (a register it did not read, such as a ymm register's upper half under QEMU's
-//! gdbstub, is unknown there even where a pass could have worked it out). An end snapshot
+//! completed with what a short walk next to it works out ([`exact`]: a ymm register's upper
+//! half, which QEMU's gdbstub does not give). An end snapshot
 //! without the general registers (a program that exited under QEMU: no stop to read them
 //! at) is the end of the last stretch instead, its registers the forward pass's.
 //!
@@ -20,6 +20,7 @@
 //! The passes' chains ([`super::engine`]) serve recordings without anchors: there the answers
 //! between the snapshots become final only when the chains are complete.
 
+mod exact;
 mod fill;
 mod kept;
 mod side;
@@ -32,6 +33,8 @@ use super::known::Known;
 use super::memory::Footprint;
 use super::walker::{Shared, Walker};
 use super::State;
+use exact::Exact;
+pub(crate) use exact::LOOKBACK;
 use fill::{Fill, Sources, Verdicts};
 use kept::Kept;
 pub(in crate::state) use kept::COARSE;
@@ -47,11 +50,7 @@ const POLL: Duration = Duration::from_millis(5);
 pub(super) struct Anchored {
     shared: Arc<Shared>,
     /// The exact states by position, in order; the first at position 0.
-    exact: Arc<[(u64, State)]>,
-    /// The same for the backward pass: without read-only ranges.
-    exact_back: Arc<[State]>,
-    /// Whether each exact state holds the general registers: the answer at its position.
-    whole: Vec<bool>,
+    exact: Arc<Exact>,
     forward: Side,
     backward: Side,
     /// The states kept each way, shared with the fill.
@@ -77,28 +76,16 @@ impl Anchored {
     /// An engine over `shared` from `exact` (position 0's state first, then in order of
     /// position, each position once).
     pub(super) fn new(shared: Arc<Shared>, exact: Vec<(u64, State)>) -> Self {
-        debug_assert!(exact.first().is_some_and(|(p, _)| *p == 0));
-        debug_assert!(exact.windows(2).all(|w| w[0].0 < w[1].0));
-        let exact_back = (exact.iter())
-            .map(|(_, s)| {
-                let mut s = s.clone();
-                s.mem.set_readonly(Arc::from([]));
-                s
-            })
-            .collect();
-        let whole = exact.iter().map(|(_, s)| general_registers(s)).collect();
         let kept = (Arc::new(Kept::default()), Arc::new(Kept::default()));
         Self {
-            exact_back,
-            whole,
+            verdicts: Arc::new(Verdicts::new(exact.len())),
+            exact: Arc::new(Exact::new(shared.clone(), exact)),
             forward: Side::new(Walker::new(shared.clone()), Direction::Forwards, kept.0.clone()),
             backward: Side::new(Walker::new(shared.clone()), Direction::Backwards, kept.1.clone()),
             kept,
             pause: Arc::new(AtomicBool::new(false)),
-            verdicts: Arc::new(Verdicts::new(exact.len())),
             fill: None,
             shared,
-            exact: exact.into(),
         }
     }
 
@@ -108,7 +95,6 @@ impl Anchored {
             self.fill = Some(Fill::spawn(Sources {
                 shared: self.shared.clone(),
                 exact: self.exact.clone(),
-                exact_back: self.exact_back.clone(),
                 forward: self.kept.0.clone(),
                 backward: self.kept.1.clone(),
                 pause: self.pause.clone(),
@@ -136,29 +122,30 @@ impl Anchored {
 
     /// Positions of the exact states.
     pub(super) fn exact_positions(&self) -> impl Iterator<Item = u64> + '_ {
-        self.exact.iter().map(|(p, _)| *p)
+        self.exact.positions().iter().copied()
     }
 
     /// Both passes' states at `p`, or `None` if `interrupted` said to stop first (what was
     /// walked is kept: asking again goes on from there).
     pub(super) fn at(&mut self, p: u64, interrupted: &mut dyn FnMut() -> bool) -> Option<Known> {
         let space = self.shared.space.clone();
-        let i = self.exact.partition_point(|(q, _)| *q <= p) - 1;
-        if self.exact[i].0 == p && (i == 0 || self.whole[i]) {
-            let st = &self.exact[i].1;
+        let positions = self.exact.positions();
+        let i = positions.partition_point(|q| *q <= p) - 1;
+        if positions[i] == p && (i == 0 || self.exact.whole(i)) {
+            let st = self.exact.forward(i);
             return Some(Known::new(st.clone(), st.clone(), space));
         }
         // The stretch: from the exact state below to the one above (at `p` itself, for an
         // end snapshot without the registers).
-        let (j, k) = match self.exact[i].0 == p {
+        let (j, k) = match positions[i] == p {
             true => (i - 1, Some(i)),
-            false => (i, Some(i + 1).filter(|&k| k < self.exact.len())),
+            false => (i, Some(i + 1).filter(|&k| k < positions.len())),
         };
-        let (below, st) = &self.exact[j];
+        let (below, st) = (&positions[j], self.exact.forward(j));
         // A settled stretch: the backward walk would teach nothing ([`fill`]), so only the
         // forward one is made, and read as both passes (a cause asked for is its own).
         let settled = self.verdicts.settled(j);
-        let above = k.filter(|_| !settled).map(|k| (self.exact[k].0, &self.exact_back[k]));
+        let above = k.filter(|_| !settled).map(|k| (positions[k], self.exact.backward(k)));
         let cancel = AtomicBool::new(false);
         let (forward, backward) = (&mut self.forward, &mut self.backward);
         let unknown = State::unknown();
@@ -203,8 +190,7 @@ impl Anchored {
     pub(super) fn stats(&self) -> AnchoredStats {
         let mut footprint = Footprint::new();
         let mut states = 0;
-        let exact = self.exact.iter().map(|(_, s)| s);
-        for s in exact.chain(self.forward.kept()).chain(self.backward.kept()) {
+        for s in self.exact.held().chain(self.forward.kept()).chain(self.backward.kept()) {
             states += 1;
             s.mem.footprint(&mut footprint);
         }
