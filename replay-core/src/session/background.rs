@@ -2,7 +2,7 @@
 //! the start snapshot meanwhile, and anything that needs the history waits for it here
 //! (issue 19: the server answers gdb's first packets at once, whatever the trace's length).
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -33,6 +33,9 @@ pub(super) struct Background {
     pub(super) decode_pause: Option<Arc<AtomicBool>>,
     /// Set while a question of a part decoded alone walks: the whole history's fill waits.
     pub(super) fill_pause: Option<Arc<AtomicBool>>,
+    /// Set once something waits for the whole history: the decoding thread stops working
+    /// out the end's values ahead of time and decodes it.
+    whole_wanted: Arc<AtomicBool>,
     /// The recording's directory, for the error if the decoding thread dies.
     dir: String,
 }
@@ -47,6 +50,7 @@ impl Background {
             ending: None,
             decode_pause: None,
             fill_pause: None,
+            whole_wanted: Arc::new(AtomicBool::new(true)),
             dir,
         }
     }
@@ -66,6 +70,9 @@ impl Background {
         let decode_pause = work.decode_pause.clone();
         let fill_pause = Arc::new(AtomicBool::new(false));
         let flag = fill_pause.clone();
+        let whole_wanted = Arc::new(AtomicBool::new(false));
+        let total = work.recording.manifest.instructions;
+        let wanted = whole_wanted.clone();
         std::thread::spawn(move || {
             // One flag for the questions of every part decoded alone: the whole history's
             // fill waits while it is set.
@@ -84,6 +91,17 @@ impl Background {
             if let Some(s) = &mut suffix {
                 // Compared below, before the history is handed over.
                 s.checked = true;
+                // The end's values now, before the whole decode starts, on a history long
+                // enough for windows to answer breakpoints' searches: the first thing gdb
+                // is most often asked after opening is a `continue` to the exit and a `bt`
+                // there, and a walk from the last anchor takes up to a second (three beside
+                // the decode). Not once the session waits for the whole: the walk goes on
+                // from where it stopped when the end is asked for. (On a shorter history
+                // the whole decode comes in a second or two, and a breakpoint waits for it:
+                // gzip's `break write` came 0.5 s later with the end worked out first.)
+                if total >= super::windows::SEARCHED_FROM {
+                    s.settle(s.last, &mut || wanted.load(Ordering::Relaxed));
+                }
             }
             let _ = end_tx.send(suffix);
             let path = work.recording.dir.display().to_string();
@@ -117,6 +135,7 @@ impl Background {
             ending: Some(end_rx),
             decode_pause: Some(decode_pause),
             fill_pause: Some(fill_pause),
+            whole_wanted,
             dir,
         }
     }
@@ -132,11 +151,9 @@ impl Background {
     /// Runs `work` with the whole decode waiting (`decode_pause` set).
     pub(super) fn pausing_decode<T>(&self, work: impl FnOnce() -> T) -> T {
         let flag = self.decode_pause.as_deref();
-        flag.iter()
-            .for_each(|f| f.store(true, std::sync::atomic::Ordering::Relaxed));
+        flag.iter().for_each(|f| f.store(true, Ordering::Relaxed));
         let out = work();
-        flag.iter()
-            .for_each(|f| f.store(false, std::sync::atomic::Ordering::Relaxed));
+        flag.iter().for_each(|f| f.store(false, Ordering::Relaxed));
         out
     }
 
@@ -150,6 +167,7 @@ impl Background {
 
     /// The history, waiting for it as long as it takes.
     pub(super) fn get(&self) -> Result<&Decoded, &RecordingError> {
+        self.whole_wanted.store(true, Ordering::Relaxed);
         self.cell
             .get_or_init(|| match &self.arriving {
                 Some(rx) => rx.recv().unwrap_or_else(|_| Err(self.died())),
@@ -186,6 +204,7 @@ impl Background {
 
     /// The history, unless `interrupted` says to stop waiting (polled every 20 ms).
     pub(super) fn wait(&self, interrupted: &mut dyn FnMut() -> bool) -> Option<Result<&Decoded, &RecordingError>> {
+        self.whole_wanted.store(true, Ordering::Relaxed);
         loop {
             if let Some(r) = self.wait_for(POLL) {
                 return Some(r);

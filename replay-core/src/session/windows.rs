@@ -24,7 +24,7 @@ const SEARCHED: usize = 2;
 /// Instructions from which a breakpoint search decodes windows: below, the whole decode is
 /// a couple of seconds and comes nearly as soon (gzip's 766 M instructions: `break write`
 /// found 0.8 s later with windows than without).
-const SEARCHED_FROM: u64 = 1_000_000_000;
+pub(super) const SEARCHED_FROM: u64 = 1_000_000_000;
 
 /// Windows kept at once (each holds two whole states and its stretch).
 const KEPT: usize = 6;
