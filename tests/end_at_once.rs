@@ -248,6 +248,10 @@ fn after_an_exit_the_end_answers_before_the_decode() {
         hit > last_anchor,
         "the hit {hit} is after the last anchor {last_anchor}"
     );
+    // A step back below the last anchor, out of the end's window.
+    whole.set_position(last_anchor - 1);
+    whole.settle(&mut || false);
+    let below_anchor = look(&mut whole);
 
     // A breakpoint past the history's beginning: an instruction first run between 2^23
     // and 2^24 positions in (the beginning ends at the first anchor past 2^22).
@@ -305,6 +309,18 @@ fn after_an_exit_the_end_answers_before_the_decode() {
     assert_eq!(look(&mut held), at_hit, "values at the hit before the decode");
     assert_eq!(held.step_forward(), Stop::Step);
     assert_eq!(held.position(), hit + 1);
+    assert!(
+        held.goto_early(last_anchor),
+        "the end's window starts at the last anchor"
+    );
+    assert_eq!(held.step_backward(), Stop::Step);
+    assert_eq!(held.position(), last_anchor - 1);
+    assert!(held.settle(&mut || false));
+    assert_eq!(
+        look(&mut held),
+        below_anchor,
+        "values a step below the end's window, before the decode"
+    );
     assert!(!held.ready(), "all this before the whole history was decoded");
 
     drop(go);

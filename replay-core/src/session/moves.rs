@@ -39,6 +39,7 @@ impl Session {
             return Stop::Begin;
         }
         self.position -= 1;
+        self.reach_early(self.position);
         Stop::Step
     }
 

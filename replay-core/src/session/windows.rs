@@ -210,6 +210,15 @@ impl Session {
         answered
     }
 
+    /// Before the whole history is decoded, makes `position` answerable if a window can be
+    /// decoded there: a step back below a window's anchor decodes the stretch before it
+    /// (a fraction of a second) rather than wait for the whole (seconds to minutes).
+    pub(super) fn reach_early(&mut self, position: u64) {
+        if !self.ready() && !self.prefix_holds(position) {
+            let _ = self.window_for(position);
+        }
+    }
+
     /// One step forwards inside a window before the whole history is decoded; `None`
     /// outside one (or at its last position).
     pub(super) fn step_in_window(&mut self) -> Option<Stop> {
