@@ -112,33 +112,45 @@ fn decode_from(bytes: &[u8], base: u64, file_len: u64, count: u64) -> Result<(Ve
 const WINDOW: u64 = 16 << 20;
 
 /// How many of `most` records lie whole at the start of `bytes` (each its address word,
-/// then a page unless the word says it could not be read or holds zeros).
-fn whole_records(bytes: &[u8], most: u64) -> u64 {
+/// then a page unless the word says it could not be read or holds zeros), each one's word
+/// pushed on `words`.
+fn whole_records(bytes: &[u8], most: u64, words: &mut Vec<u64>) -> u64 {
     let (mut at, mut n) = (0usize, 0u64);
     while n < most {
         let Some(word) = bytes.get(at..at + 8) else { break };
         let word = u64::from_le_bytes(word.try_into().unwrap_or([0; 8]));
-        let size = match word & (UNREADABLE | ZEROS) {
-            0 => 8 + PAGE as usize,
-            _ => 8,
-        };
+        let size = record_size(word) as usize;
         if at + size > bytes.len() {
             break;
         }
+        words.push(word);
         at += size;
         n += 1;
     }
     n
 }
 
-/// A recording's anchors: the index, and the pages' file, read an anchor at a time when a
-/// state is built (never whole: it holds gigabytes on a long run).
+/// The bytes a record whose address word is `word` takes in the file.
+fn record_size(word: u64) -> u64 {
+    match word & (UNREADABLE | ZEROS) {
+        0 => 8 + PAGE,
+        _ => 8,
+    }
+}
+
+/// A recording's anchors: the index, each page's address and kind, and the pages' file,
+/// read when a state is built (never whole: it holds gigabytes on a long run), and only the
+/// pages that state needs.
 #[derive(Debug, Clone, Default)]
 pub struct Anchors {
     /// The anchors, in order of position.
     pub list: Vec<Anchor>,
-    /// Where each anchor's pages end in the file.
-    ends: Vec<u64>,
+    /// Every page's address word (its address and kind), one anchor's after another's, as
+    /// checked when the anchors were opened: a few bytes a page, so that a state can leave
+    /// out the pages a later anchor replaces without reading them.
+    words: Arc<[u64]>,
+    /// Where each anchor's words start in `words`.
+    first_word: Vec<usize>,
     file: Option<Arc<FileAt>>,
 }
 
@@ -146,17 +158,21 @@ pub struct Anchors {
 #[derive(Debug, Clone, Default)]
 pub struct AnchorPages {
     bytes: Vec<u8>,
-    count: u64,
+    /// Each page's address word, and where its bytes start in `bytes` (a page of data).
+    pages: Vec<(u64, usize)>,
 }
 
 impl AnchorPages {
     /// Each page's address and bytes (`None`: it could not be read).
     pub fn iter(&self) -> impl Iterator<Item = Page<'_>> {
-        // Parsed when the anchors were opened, from the same (sealed) bytes.
-        decode_from(&self.bytes, 0, self.bytes.len() as u64, self.count)
-            .map(|(pages, _)| pages)
-            .unwrap_or_default()
-            .into_iter()
+        self.pages.iter().map(|&(word, at)| {
+            let address = word & !(UNREADABLE | ZEROS);
+            match word & (UNREADABLE | ZEROS) {
+                UNREADABLE => (address, None),
+                ZEROS => (address, Some(&ZERO_PAGE[..])),
+                _ => (address, Some(&self.bytes[at..at + PAGE as usize])),
+            }
+        })
     }
 }
 
@@ -165,19 +181,74 @@ impl Anchors {
     pub fn first(&self, k: usize) -> Anchors {
         Anchors {
             list: self.list.iter().take(k).cloned().collect(),
-            ends: self.ends.iter().take(k).copied().collect(),
+            words: self.words.clone(),
+            first_word: self.first_word.iter().take(k).copied().collect(),
             file: self.file.clone(),
         }
+    }
+
+    /// The address of each page anchor `i` holds, in the file's order (what
+    /// [`Anchors::pages_kept`] takes a flag for).
+    pub fn addresses(&self, i: usize) -> impl Iterator<Item = u64> + '_ {
+        let from = self.first_word.get(i).copied().unwrap_or(0);
+        let n = self.list.get(i).map_or(0, |a| a.pages as usize);
+        let words = self.words.get(from..from + n).unwrap_or_default();
+        words.iter().map(|w| w & !(UNREADABLE | ZEROS))
     }
 
     /// The pages anchor `i` holds: written since the anchor before, read from the file and
     /// checked against the seal again (an error if the file changed since it was opened).
     pub fn pages(&self, i: usize) -> Result<AnchorPages, RecordingError> {
+        self.pages_kept(i, |_| true)
+    }
+
+    /// The pages of anchor `i` for which `keep` (given each page's index among the anchor's)
+    /// says yes: only their bytes are read, each piece of the seal at most once.
+    pub fn pages_kept(&self, i: usize, keep: impl Fn(usize) -> bool) -> Result<AnchorPages, RecordingError> {
         let (a, Some(file)) = (&self.list[i], &self.file) else {
             return Ok(AnchorPages::default());
         };
-        let bytes = file.read(a.offset, self.ends[i])?;
-        Ok(AnchorPages { bytes, count: a.pages })
+        let from = self.first_word[i];
+        let words = &self.words[from..from + a.pages as usize];
+        // Each kept page's word and, for a page of data, its bytes' place in the file.
+        let mut at = a.offset;
+        let mut kept = Vec::with_capacity(words.len());
+        for (k, &w) in words.iter().enumerate() {
+            if keep(k) {
+                kept.push((w, (w & (UNREADABLE | ZEROS) == 0).then_some(at + 8)));
+            }
+            at += record_size(w);
+        }
+        // The pages' bytes in runs, one read a run: a run goes on while the next page lies
+        // in a piece the run reads anyway, or the one after it.
+        let grain = file.grain();
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for start in kept.iter().filter_map(|k| k.1) {
+            match runs.last_mut() {
+                Some(r) if start / grain <= (r.1 - 1) / grain + 1 => r.1 = start + PAGE,
+                _ => runs.push((start, start + PAGE)),
+            }
+        }
+        let mut bytes = Vec::with_capacity(runs.iter().map(|r| (r.1 - r.0) as usize).sum());
+        // Where each run's first byte lies in `bytes`, and its place in the file.
+        let mut placed = Vec::with_capacity(runs.len());
+        for (start, end) in runs {
+            placed.push((start, end, bytes.len()));
+            bytes.extend_from_slice(&file.read(start, end)?);
+        }
+        let mut run = 0;
+        let pages = (kept.into_iter())
+            .map(|(w, start)| match start {
+                None => (w, 0),
+                Some(s) => {
+                    while placed[run].1 <= s {
+                        run += 1;
+                    }
+                    (w, placed[run].2 + (s - placed[run].0) as usize)
+                }
+            })
+            .collect();
+        Ok(AnchorPages { bytes, pages })
     }
 }
 
@@ -204,39 +275,55 @@ impl Recording {
         let file = self
             .open_at(files::ANCHOR_PAGES)?
             .ok_or_else(|| super::read::missing(&pages_path, "every recording with anchors has it"))?;
-        let invalid = |i: usize, a: &Anchor, what: String| RecordingError::Invalid {
-            path: path.display().to_string(),
-            message: format!("record {} (position {}): {what}", i + 1, a.position),
-        };
-        let mut next_offset = 0;
-        let mut ends = Vec::with_capacity(list.len());
         for (i, a) in list.iter().enumerate() {
             super::validate::anchor_registers(&path, i, a)?;
+            let invalid = |what: String| RecordingError::Invalid {
+                path: path.display().to_string(),
+                message: format!("record {} (position {}): {what}", i + 1, a.position),
+            };
             if i > 0 && a.position <= list[i - 1].position {
-                return Err(invalid(i, a, "not after the anchor before".into()));
+                return Err(invalid("not after the anchor before".into()));
             }
             if self.manifest.version >= 2 && a.position >= self.manifest.instructions {
                 let what = format!(
                     "past the history's last position ({})",
                     self.manifest.instructions.saturating_sub(1)
                 );
-                return Err(invalid(i, a, what));
+                return Err(invalid(what));
             }
+        }
+        Anchors::index(list, file, &path).map(Some)
+    }
+}
+
+impl Anchors {
+    /// The anchors of `list` (read from `path`) whose pages `file` holds: every page's
+    /// address word read, and checked to be one whole record after another.
+    fn index(list: Vec<Anchor>, file: FileAt, path: &std::path::Path) -> Result<Anchors, RecordingError> {
+        let pages_path = file.path().to_path_buf();
+        let mut next_offset = 0;
+        let (mut words, mut first_word) = (Vec::new(), Vec::with_capacity(list.len()));
+        for (i, a) in list.iter().enumerate() {
             if a.offset != next_offset {
-                return Err(invalid(
-                    i,
-                    a,
-                    format!("its pages start at byte {}, not {next_offset}", a.offset),
-                ));
+                return Err(RecordingError::Invalid {
+                    path: path.display().to_string(),
+                    message: format!(
+                        "record {} (position {}): its pages start at byte {}, not {next_offset}",
+                        i + 1,
+                        a.position,
+                        a.offset
+                    ),
+                });
             }
             // A window at a time: an anchor's pages can be gigabytes, or, as zeros, a few
             // bytes each (a bound from the count alone read 1.3 GB for 2 MB of records).
             let (mut at, mut left) = (a.offset, a.pages);
+            first_word.push(words.len());
             while left > 0 {
                 let bytes = file.read(at, (at + WINDOW).min(file.len()))?;
                 // Whole records in the window, at least one (a record cut by the file's end
                 // is the decode's error below).
-                let n = whole_records(&bytes, left).max(1);
+                let n = whole_records(&bytes, left, &mut words).max(1);
                 let (_, taken) = decode_from(&bytes, at, file.len(), n).map_err(|e| RecordingError::Invalid {
                     path: pages_path.display().to_string(),
                     message: format!("anchor {} (position {}): {e}", i + 1, a.position),
@@ -245,7 +332,6 @@ impl Recording {
                 left -= n;
             }
             next_offset = at;
-            ends.push(next_offset);
         }
         if next_offset != file.len() {
             return Err(RecordingError::Invalid {
@@ -253,11 +339,19 @@ impl Recording {
                 message: format!("{} bytes, of which the anchors hold {next_offset}", file.len()),
             });
         }
-        Ok(Some(Anchors {
+        Ok(Anchors {
             list,
-            ends,
+            words: words.into(),
+            first_word,
             file: Some(Arc::new(file)),
-        }))
+        })
+    }
+
+    /// The anchors of `list` over the pages' file at `pages` (no seal): for tests that
+    /// build a recording's anchors by hand.
+    #[cfg(test)]
+    pub(crate) fn over_file(list: Vec<Anchor>, pages: &std::path::Path) -> Result<Anchors, RecordingError> {
+        Self::index(list, FileAt::unsealed(pages)?, pages)
     }
 }
 
@@ -291,11 +385,14 @@ mod tests {
         encode_page(0x3000, Some(&[5u8; 4096]), &mut out);
         encode_page(0x4000, Some(&[0u8; 4096]), &mut out);
         assert_eq!(out.len(), 8 + 8 + 4104 + 8);
-        assert_eq!(whole_records(&out, 9), 4);
-        assert_eq!(whole_records(&out, 3), 3, "no more than asked");
-        assert_eq!(whole_records(&out[..4000], 9), 2, "the page cut by the window's end");
-        assert_eq!(whole_records(&out[..16 + 4104], 9), 3);
-        assert_eq!(whole_records(&out[..7], 9), 0);
+        let mut words = Vec::new();
+        assert_eq!(whole_records(&out, 9, &mut words), 4);
+        assert_eq!(words, [0x1000 | ZEROS, 0x2000 | UNREADABLE, 0x3000, 0x4000 | ZEROS]);
+        assert_eq!(whole_records(&out, 3, &mut Vec::new()), 3, "no more than asked");
+        let cut = whole_records(&out[..4000], 9, &mut Vec::new());
+        assert_eq!(cut, 2, "the page cut by the window's end");
+        assert_eq!(whole_records(&out[..16 + 4104], 9, &mut Vec::new()), 3);
+        assert_eq!(whole_records(&out[..7], 9, &mut Vec::new()), 0);
     }
 
     #[test]

@@ -27,6 +27,27 @@ pub struct FileAt {
 }
 
 impl FileAt {
+    /// Where it is.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// The file at `path` with no seal (tests build recordings' files by hand).
+    #[cfg(test)]
+    pub(crate) fn unsealed(path: &std::path::Path) -> Result<FileAt, RecordingError> {
+        let file = File::open(path).map_err(|e| RecordingError::Io {
+            path: path.display().to_string(),
+            source: Arc::new(e),
+        })?;
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        Ok(FileAt {
+            path: path.to_path_buf(),
+            file,
+            len,
+            seal: None,
+        })
+    }
+
     /// Its size.
     pub fn len(&self) -> u64 {
         self.len
@@ -35,6 +56,12 @@ impl FileAt {
     /// Whether it is empty.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The bytes a read checks at least: its seal's piece (reading less costs as much), or
+    /// 64 KiB for a file without a seal.
+    pub fn grain(&self) -> u64 {
+        self.seal.as_ref().map_or(64 << 10, |(piece, _)| *piece)
     }
 
     /// Bytes `from..to` (within the file), checked against the seal (the pieces on every

@@ -282,7 +282,7 @@ impl Page {
                         return;
                     }
                 }
-                if src.iter().all(|&b| b == 0) {
+                if *src == [0u8; SEG][..] {
                     *slot = Slot::Held(zero_segment());
                     return;
                 }
