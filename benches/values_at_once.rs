@@ -14,7 +14,8 @@
 //!
 //! Each measurement three times, given as a range. Needs qemu-x86_64 and a release build of
 //! the plugin (`cargo build --release`). Run with `cargo bench --bench values_at_once`;
-//! `RTIT_VALUES_SIZES=1e7,1e8` picks sizes, `RTIT_VALUES_MODES=anchors` the modes and
+//! `RTIT_VALUES_SIZES=1e7,1e8` picks sizes, `RTIT_VALUES_MODES=anchors,one-core` the modes
+//! (`one-core`: with the anchors, the process held to one core) and
 //! `RTIT_VALUES_PROGRAM=sort` another program (`sort`, `sha256sum`).
 
 use std::path::Path;
@@ -63,6 +64,12 @@ fn look(s: &mut Session, p: u64) -> f64 {
 
 /// The child: measures one recording in one mode and prints the figures.
 fn child(dir: &Path, ignore_anchors: bool) {
+    if std::env::var("RTIT_VALUES_ONE_CORE").as_deref() == Ok("1") {
+        // Every thread it starts inherits this: the fill sizes itself to what it may use.
+        let mut one = nix::sched::CpuSet::new();
+        one.set(0).expect("CPU 0");
+        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &one).expect("pinned to CPU 0");
+    }
     let t = Instant::now();
     let mut rec = Recording::open(dir).expect("a recording");
     if ignore_anchors {
@@ -100,12 +107,14 @@ fn child(dir: &Path, ignore_anchors: bool) {
     );
 }
 
-/// Runs the child for `dir` and `ignore_anchors` and reads what it measured.
-fn measure(dir: &Path, ignore_anchors: bool) -> Measured {
+/// Runs the child for `dir`, `ignore_anchors` and on one core or all, and reads what it
+/// measured.
+fn measure(dir: &Path, ignore_anchors: bool, one_core: bool) -> Measured {
     let exe = std::env::current_exe().expect("this benchmark");
     let out = Command::new(exe)
         .env("RTIT_VALUES_CHILD", dir)
         .env("RTIT_VALUES_IGNORE", if ignore_anchors { "1" } else { "0" })
+        .env("RTIT_VALUES_ONE_CORE", if one_core { "1" } else { "0" })
         .output()
         .expect("the child");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -160,12 +169,12 @@ fn main() {
         let insns = rec.manifest.instructions;
         let anchors = rec.anchors().ok().flatten().map_or(0, |a| a.list.len());
         let modes = std::env::var("RTIT_VALUES_MODES").unwrap_or_else(|_| "anchors,chains".into());
-        for ignore in [false, true] {
-            if !modes.contains(if ignore { "chains" } else { "anchors" }) {
+        for mode in ["anchors", "one-core", "chains"] {
+            if !modes.split(',').any(|m| m == mode) {
                 continue;
             }
-            let runs: Vec<Measured> = (0..3).map(|_| measure(&out, ignore)).collect();
-            let mode = if ignore { "chains" } else { "anchors" };
+            let (ignore, one_core) = (mode == "chains", mode == "one-core");
+            let runs: Vec<Measured> = (0..3).map(|_| measure(&out, ignore, one_core)).collect();
             let peak_per = |m: &Measured| m.peak * 1048576.0 / insns as f64;
             println!(
                 "{size} | {insns} | {anchors} | {mode} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} of {:.0}",

@@ -55,6 +55,18 @@ impl Conn {
         }
     }
 
+    /// Sends `text` to gdb's console at once, as an `O` packet: what gdb prints while it
+    /// waits for a stop reply (and only then).
+    pub fn console(&mut self, text: &str) -> io::Result<()> {
+        let body: String = std::iter::once("O".to_string())
+            .chain(text.bytes().map(|b| format!("{b:02x}")))
+            .collect();
+        let packet = format!("${body}#{:02x}", checksum(body.as_bytes()));
+        self.output.extend_from_slice(packet.as_bytes());
+        self.send()?;
+        Write::flush(&mut self.stream)
+    }
+
     /// Sends what is held.
     fn send(&mut self) -> io::Result<()> {
         if !self.output.is_empty() {

@@ -9,6 +9,7 @@ use gdbstub::target::ext::base::reverse_exec::ReplayLogPosition;
 use gdbstub::target::ext::catch_syscalls::CatchSyscallPosition;
 use gdbstub::target::Target;
 use rtit_replay_core::session::Stop;
+use rtit_replay_core::state::watch::WatchKind;
 
 use crate::conn::{Conn, PACKET_SIZE};
 use crate::target::{Action, ReplayTarget};
@@ -32,13 +33,15 @@ impl BlockingEventLoop for ReplayEventLoop {
         WaitForStopReasonError<<ReplayTarget as Target>::Error, <Self::Connection as Connection>::Error>,
     > {
         let mut incoming = || conn.peek().map(|b| b.is_some()).unwrap_or(true);
-        let (breakpoints, catch) = (&target.breakpoints, &target.catch);
+        let (breakpoints, catch, watches) = (&target.breakpoints, &target.catch, &target.watches);
         let session = &mut target.session;
         let stop = match target.pending.take() {
-            Some(Action::Continue) => session.continue_forward_catching(breakpoints, catch, &mut incoming),
-            Some(Action::ReverseContinue) => session.continue_backward_catching(breakpoints, catch, &mut incoming),
-            Some(Action::Step) => session.step_forward(),
-            Some(Action::ReverseStep) => session.step_backward(),
+            Some(Action::Continue) => session.continue_forward_watching(breakpoints, catch, watches, &mut incoming),
+            Some(Action::ReverseContinue) => {
+                session.continue_backward_watching(breakpoints, catch, watches, &mut incoming)
+            }
+            Some(Action::Step) => session.step_forward_watching(watches),
+            Some(Action::ReverseStep) => session.step_backward_watching(watches),
             None => Stop::Step,
         };
         // The stop's values first: what gdb reads at the stop is final when it hears of it
@@ -51,6 +54,23 @@ impl BlockingEventLoop for ReplayEventLoop {
                 return Ok(Event::IncomingData(byte));
             }
             Stop::Step => StopReason::DoneStep,
+            Stop::Watch { kind, address, .. } => StopReason::Watch {
+                tid: (),
+                kind: match kind {
+                    WatchKind::Write => gdbstub::target::ext::breakpoints::WatchKind::Write,
+                    WatchKind::Read => gdbstub::target::ext::breakpoints::WatchKind::Read,
+                    WatchKind::Access => gdbstub::target::ext::breakpoints::WatchKind::ReadWrite,
+                },
+                addr: address,
+            },
+            Stop::UnknownAccess { position } => {
+                let ip = session.ip_at(position).unwrap_or(0);
+                let text = format!(
+                    "rtit: the instruction at position {position} ({ip:#x}) may touch watched memory: the address it uses is not known there, so the search stops at it\n"
+                );
+                conn.console(&text).map_err(WaitForStopReasonError::Connection)?;
+                StopReason::Signal(Signal::SIGTRAP)
+            }
             Stop::Breakpoint => StopReason::SwBreak(()),
             Stop::Begin => StopReason::ReplayLog {
                 tid: None,

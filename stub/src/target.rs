@@ -11,12 +11,14 @@ use gdbstub::target::ext::base::singlethread::{
 };
 use gdbstub::target::ext::base::BaseOps;
 use gdbstub::target::ext::breakpoints::{
-    Breakpoints, BreakpointsOps, HwBreakpoint, HwBreakpointOps, SwBreakpoint, SwBreakpointOps,
+    Breakpoints, BreakpointsOps, HwBreakpoint, HwBreakpointOps, HwWatchpoint, HwWatchpointOps, SwBreakpoint,
+    SwBreakpointOps, WatchKind,
 };
 use gdbstub::target::ext::catch_syscalls::{CatchSyscalls, CatchSyscallsOps, SyscallNumbers};
 use gdbstub::target::ext::monitor_cmd::MonitorCmdOps;
 use gdbstub::target::{Target, TargetError, TargetResult};
 use rtit_replay_core::session::{Catch, Session};
+use rtit_replay_core::state::watch::{Watch, WatchKind as Kind};
 
 use crate::arch::{ReplayRegs, X86_64Replay, GPR_NAMES, SEGMENT_NAMES};
 use crate::files::Files;
@@ -45,6 +47,8 @@ pub struct ReplayTarget {
     pub breakpoints: HashSet<u64>,
     /// The system calls gdb's `catch syscall` asked to stop at.
     pub catch: Catch,
+    /// The watchpoints gdb set (its Z2, Z3 and Z4 packets: `watch`, `rwatch`, `awatch`).
+    pub watches: Vec<Watch>,
     /// The resume request gdb made last.
     pub pending: Option<Action>,
     /// The recording's files, as gdb asks for them.
@@ -74,6 +78,7 @@ impl ReplayTarget {
             session,
             breakpoints: HashSet::new(),
             catch: Catch::Nothing,
+            watches: Vec::new(),
             pending: None,
         }
     }
@@ -249,6 +254,44 @@ impl Breakpoints for ReplayTarget {
 
     fn support_hw_breakpoint(&mut self) -> Option<HwBreakpointOps<'_, Self>> {
         Some(self)
+    }
+
+    fn support_hw_watchpoint(&mut self) -> Option<HwWatchpointOps<'_, Self>> {
+        Some(self)
+    }
+}
+
+/// A watchpoint as the state layer looks for it.
+fn watch(addr: u64, len: u64, kind: WatchKind) -> Watch {
+    let kind = match kind {
+        WatchKind::Write => Kind::Write,
+        WatchKind::Read => Kind::Read,
+        WatchKind::ReadWrite => Kind::Access,
+    };
+    Watch {
+        address: addr,
+        len: len.max(1),
+        kind,
+    }
+}
+
+impl HwWatchpoint for ReplayTarget {
+    /// Any number, of any length: a search compares addresses, there are no debug registers
+    /// to run out of.
+    fn add_hw_watchpoint(&mut self, addr: u64, len: u64, kind: WatchKind) -> TargetResult<bool, Self> {
+        self.watches.push(watch(addr, len, kind));
+        Ok(true)
+    }
+
+    fn remove_hw_watchpoint(&mut self, addr: u64, len: u64, kind: WatchKind) -> TargetResult<bool, Self> {
+        let w = watch(addr, len, kind);
+        match self.watches.iter().position(|x| *x == w) {
+            Some(i) => {
+                self.watches.remove(i);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 }
 

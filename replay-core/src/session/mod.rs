@@ -19,6 +19,7 @@ mod history;
 mod moves;
 mod open;
 mod prefix;
+mod watching;
 mod window;
 mod windows;
 
@@ -63,6 +64,22 @@ pub enum Stop {
     },
     /// There is no history to move in: decoding it failed ([`Session::failure`] says why).
     NoHistory,
+    /// Next to an instruction that touched watched bytes: after it going forwards, before it
+    /// going backwards ([`Session::continue_forward_watching`]).
+    Watch {
+        /// What the watchpoint it hit waits for.
+        kind: state::watch::WatchKind,
+        /// The first watched byte the instruction touched.
+        address: u64,
+        /// Whether it wrote them.
+        write: bool,
+    },
+    /// Next to an instruction that may have touched watched bytes: an address of it is
+    /// unknown (after it going forwards, before it going backwards).
+    UnknownAccess {
+        /// The instruction's position.
+        position: u64,
+    },
 }
 
 /// Registers by name at one position.

@@ -27,6 +27,19 @@ pub struct KnownPrefix {
 }
 
 impl Known {
+    /// One state knowing what either pass knows (the forward one's value where both know
+    /// it): what a walk from this position starts from.
+    pub(super) fn merged(&self) -> State {
+        let mut st = self.forward.clone();
+        st.absorb(&self.backward);
+        st
+    }
+
+    /// The images the states read through.
+    pub(super) fn space(&self) -> &AddressSpace {
+        &self.space
+    }
+
     /// Both passes' states at one position, over the images of `space`.
     pub(super) fn new(forward: State, backward: State, space: AddressSpace) -> Self {
         Self {

@@ -50,6 +50,7 @@ mod sigreturn;
 mod transition;
 pub mod vector;
 mod walker;
+pub mod watch;
 pub mod why;
 mod writes;
 mod xsave;

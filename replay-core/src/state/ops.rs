@@ -189,14 +189,18 @@ fn xsave_extent(regs: &RegFile, compacted: bool, cpu: &Cpu) -> u64 {
     end
 }
 
-/// Bytes a write of `size` by `insn` may touch, if bounded: its size, or for the XSAVE family
-/// (whose area iced cannot size: it depends on the requested components) the bound above.
-/// Any other write of unknown size is unbounded.
+/// Bytes an access of `size` by `insn` may touch, if bounded: its size, or for the XSAVE family
+/// (whose area iced cannot size: it depends on the requested components) the bound above;
+/// XRSTOR reads an area in either format (its header says which), so the larger bound. Any
+/// other access of unknown size is unbounded.
 pub fn extent(regs: &RegFile, insn: &Instruction, size: usize, cpu: &Cpu) -> Option<u64> {
     use iced_x86::Mnemonic as M;
     match (size, insn.mnemonic()) {
         (0, M::Xsave | M::Xsave64 | M::Xsaveopt | M::Xsaveopt64) => Some(xsave_extent(regs, false, cpu)),
         (0, M::Xsavec | M::Xsavec64 | M::Xsaves | M::Xsaves64) => Some(xsave_extent(regs, true, cpu)),
+        (0, M::Xrstor | M::Xrstor64 | M::Xrstors | M::Xrstors64) => {
+            Some(xsave_extent(regs, false, cpu).max(xsave_extent(regs, true, cpu)))
+        }
         (0, _) => None,
         (n, _) => Some(n as u64),
     }

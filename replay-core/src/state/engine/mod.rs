@@ -543,6 +543,11 @@ impl Values {
         st
     }
 
+    /// A walker of its own over the same history and inputs (a watchpoint's search).
+    pub(in crate::state) fn new_walker(&self) -> Walker {
+        Walker::new(self.walker.shared.clone())
+    }
+
     /// Both passes' states at `p`: final with anchors, and at a snapshot's position; elsewhere
     /// final once [`Self::settle`] says so (provisional only where a question did not wait).
     pub fn at(&mut self, p: u64) -> Option<Known> {
