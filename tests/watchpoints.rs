@@ -347,3 +347,86 @@ fn a_store_through_an_address_the_recording_does_not_give_stops_the_search_and_s
     assert!(!out.contains("may touch watched memory"), "{out}");
     assert!(out.contains("New value = 42"), "{out}");
 }
+
+/// Records Debian's `sort` of 4,000 lines into `dir/rec` with an anchor every 300,000
+/// instructions.
+fn record_sort(dir: &Path) -> Recording {
+    let input = dir.join("input");
+    let text: String = (0..4_000u64)
+        .map(|i| format!("{:x} line\n", i * 2654435761 % 1_000_003))
+        .collect();
+    std::fs::write(&input, text).expect("input");
+    let out = dir.join("rec");
+    let status = Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .args(["record", "--backend", "qemu", "--anchor-every", "300000", "--out"])
+        .arg(&out)
+        .args(["--", "/usr/bin/sort", "-o", "/dev/null"])
+        .arg(&input)
+        .env("RTIT_QEMU_PLUGIN", common::plugin())
+        .output()
+        .expect("rtit record");
+    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+    Recording::open(&out).expect("a recording")
+}
+
+#[test]
+fn the_index_of_written_addresses_skips_only_blocks_that_write_nothing_watched() {
+    use rtit_replay_core::session::Session;
+    use rtit_replay_core::state::watch::{Found, Watch, WatchKind};
+    use rtit_replay_core::timeline::cache::Policy;
+
+    if common::skip_without_anchors() {
+        return;
+    }
+    let dir = common::scratch("watchpoints", "index");
+    let rec = record_sort(&dir);
+    let anchors = rec.anchors().expect("anchors read").expect("anchors taken");
+    assert!(anchors.list.len() >= 3, "{} anchors", anchors.list.len());
+    let open = || Session::open_cached(rec.clone(), false, Policy::Off, &mut |_| {}).expect("session");
+    let (mut indexed, mut walked) = (open(), open());
+    walked.values().expect("values").walk_every_instruction_for_watches();
+    let last = indexed.last();
+    // What sort writes between anchors (a page each of three anchors', 8 bytes into it), and
+    // the stack below the middle's stack pointer.
+    let mut watches: Vec<u64> = [1, anchors.list.len() / 2, anchors.list.len() - 1]
+        .iter()
+        .filter_map(|&i| {
+            let pages = anchors.pages(i).expect("pages");
+            let page = pages
+                .iter()
+                .find(|(_, b)| b.is_some_and(|b| b.iter().any(|&x| x != 0)))?;
+            Some(page.0 + 8)
+        })
+        .collect();
+    indexed.set_position(last / 2);
+    indexed.settle(&mut || false);
+    watches.push(indexed.register("rsp").expect("rsp in the middle") - 64);
+    let mut hits = 0;
+    for address in watches {
+        let w = [Watch {
+            address,
+            len: 8,
+            kind: WatchKind::Write,
+        }];
+        for (from, to) in [(0, last / 2), (last / 3, last)] {
+            let first = |s: &mut Session| s.values().expect("values").first_access(from, to, &w, &mut || false);
+            let found = first(&mut indexed);
+            assert_eq!(found, first(&mut walked), "first write of {address:#x} in {from}..{to}");
+            let back = |s: &mut Session| s.values().expect("values").last_access(from, to, &w, &mut || false);
+            let found_back = back(&mut indexed);
+            assert_eq!(
+                found_back,
+                back(&mut walked),
+                "last write of {address:#x} in {from}..{to}"
+            );
+            hits += [found, found_back]
+                .iter()
+                .filter(|f| matches!(f, Some(Found::Hit { .. })))
+                .count();
+        }
+    }
+    assert!(
+        hits >= 6,
+        "{hits} writes found: a comparison that finds nothing proves nothing"
+    );
+}

@@ -371,6 +371,14 @@ fn info(target: &ReplayTarget, out: &mut ConsoleOutput<'_>) {
             v.checkpoints
         ),
     }
+    if let Some((bytes, done, all)) = s.write_index_size() {
+        outputln!(
+            out,
+            "watch     index of written addresses: {done} of {all} stretches, {:.2} MiB ({:.3} bytes a position)",
+            bytes as f64 / f64::from(1 << 20),
+            bytes as f64 / s.len().max(1) as f64
+        );
+    }
     if let Some(text) = m.kernel_text {
         outputln!(out, "kernel    _text at {text:#x} (kallsyms)");
     }

@@ -450,6 +450,12 @@ impl Session {
         self.decoded().map(|d| d.values.walked()).unwrap_or_default()
     }
 
+    /// The index of written addresses the watchpoints use: its bytes, and the stretches it
+    /// covers of how many (`None` without anchors, or before the history is there).
+    pub fn write_index_size(&self) -> Option<(usize, usize, usize)> {
+        self.decoded()?.values.write_index_size()
+    }
+
     /// The state layer (`None` if decoding the history failed).
     pub fn values(&mut self) -> Option<&mut Values> {
         self.decoded_mut().map(|d| &mut d.values)

@@ -18,7 +18,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use super::super::memory::log::Logging;
 use super::super::walker::{Shared, Walker};
+use super::super::watch::index::{StretchWrites, WriteIndex, BLOCK};
 use super::exact::Exact;
 use super::kept::Kept;
 use super::side::CANCEL_EVERY;
@@ -39,6 +41,8 @@ pub(super) struct Sources {
     /// Set while a question walks: the fill waits.
     pub(super) pause: Arc<AtomicBool>,
     pub(super) verdicts: Arc<Verdicts>,
+    /// What each stretch's forward walk wrote, block by block, for the watchpoints.
+    pub(super) writes: Arc<WriteIndex>,
 }
 
 /// Per stretch, whether its forward walk reached the exact state above knowing all of it
@@ -193,6 +197,10 @@ fn walk(s: &Sources, walker: &mut Walker, task: Task, stop: &AtomicBool, walked:
         true => (&s.forward, bottom, s.exact.forward(task.stretch).clone()),
         false => (&s.backward, top, s.exact.backward(task.stretch + 1).clone()),
     };
+    // The forward walk notes what each block of it writes (after the exact state is had:
+    // completing it walks too).
+    let logging = task.forwards.then(Logging::start);
+    let mut writes = StretchWrites::default();
     let mut steps = 0u64;
     while (task.forwards && at < top) || (!task.forwards && at > bottom) {
         if steps % CANCEL_EVERY == 0 {
@@ -208,6 +216,9 @@ fn walk(s: &Sources, walker: &mut Walker, task: Task, stop: &AtomicBool, walked:
         if task.forwards {
             walker.step_forward(&mut st, at);
             at += 1;
+            if let Some(log) = logging.as_ref().filter(|_| (at - bottom) % BLOCK == 0 || at == top) {
+                writes.push(log.take());
+            }
         } else {
             at -= 1;
             walker.step_backward(&mut st, at);
@@ -217,6 +228,9 @@ fn walk(s: &Sources, walker: &mut Walker, task: Task, stop: &AtomicBool, walked:
         }
     }
     walked.fetch_add(steps % CANCEL_EVERY, Ordering::Relaxed);
+    if task.forwards {
+        s.writes.set(task.stretch, writes);
+    }
     if task.forwards && task.stretch + 1 < s.exact.len() {
         let above = s.exact.forward(task.stretch + 1);
         s.verdicts.set(task.stretch, st.covers(above));

@@ -24,6 +24,7 @@ mod exact;
 mod fill;
 mod kept;
 mod side;
+mod writes;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -32,6 +33,7 @@ use std::time::Duration;
 use super::known::Known;
 use super::memory::Footprint;
 use super::walker::{Shared, Walker};
+use super::watch::index::WriteIndex;
 use super::State;
 use exact::Exact;
 pub(crate) use exact::LOOKBACK;
@@ -59,6 +61,8 @@ pub(super) struct Anchored {
     pause: Arc<AtomicBool>,
     /// The stretches whose backward walk teaches nothing ([`fill`]).
     verdicts: Arc<Verdicts>,
+    /// What each stretch writes, as the fill's forward walks find it.
+    writes: Arc<WriteIndex>,
     fill: Option<Fill>,
 }
 
@@ -79,6 +83,7 @@ impl Anchored {
         let kept = (Arc::new(Kept::default()), Arc::new(Kept::default()));
         Self {
             verdicts: Arc::new(Verdicts::new(exact.len())),
+            writes: Arc::new(WriteIndex::new(exact.len())),
             exact: Arc::new(Exact::new(shared.clone(), exact)),
             forward: Side::new(Walker::new(shared.clone()), Direction::Forwards, kept.0.clone()),
             backward: Side::new(Walker::new(shared.clone()), Direction::Backwards, kept.1.clone()),
@@ -99,6 +104,7 @@ impl Anchored {
                 backward: self.kept.1.clone(),
                 pause: self.pause.clone(),
                 verdicts: self.verdicts.clone(),
+                writes: self.writes.clone(),
             }));
         }
     }
@@ -179,6 +185,23 @@ impl Anchored {
         let f = f?;
         let b = if settled { f.clone() } else { b? };
         Some(Known::new(f, b, space))
+    }
+
+    /// The stretch holding the crossing from `p` to `p + 1`: its index and its first and
+    /// last positions (`None` past the last stretch).
+    pub(super) fn stretch_of(&self, p: u64) -> Option<(usize, u64, u64)> {
+        let positions = self.exact.positions();
+        let i = positions.partition_point(|q| *q <= p).checked_sub(1)?;
+        let top = match positions.get(i + 1) {
+            Some(&t) => t,
+            None => self.shared.history.len().saturating_sub(1),
+        };
+        (p < top).then_some((i, positions[i], top))
+    }
+
+    /// What each stretch writes, as far as the fill has walked.
+    pub(super) fn writes(&self) -> &WriteIndex {
+        &self.writes
     }
 
     /// Positions the background fill walked, and in all ((0, 0) before it starts).

@@ -132,6 +132,9 @@ pub struct Values {
     patience: Duration,
     /// How often the final forward chain met each instruction nobody modelled.
     unmodelled: FxHashMap<iced_x86::Mnemonic, u64>,
+    /// Whether a watchpoint's search skips the blocks the index of written addresses says
+    /// write none of the watched bytes (always, but in a comparison).
+    pub(in crate::state) watch_index: bool,
     /// The values from exact states, for a recording with anchors (then no chains run).
     anchored: Option<Anchored>,
 }
@@ -236,6 +239,7 @@ impl Values {
             conflicts: 0,
             patience: Duration::ZERO,
             unmodelled: FxHashMap::default(),
+            watch_index: true,
             anchored,
         }
     }
@@ -253,6 +257,12 @@ impl Values {
         if let Some(a) = &mut self.anchored {
             a.walk_back_everywhere();
         }
+    }
+
+    /// Makes a watchpoint's search walk every instruction, as without anchors: the stops
+    /// must be the same, which is what a test and a benchmark compare.
+    pub fn walk_every_instruction_for_watches(&mut self) {
+        self.watch_index = false;
     }
 
     /// Starts the chains held back.
@@ -541,6 +551,19 @@ impl Values {
         }
         self.last_backward = Some((p, source, st.clone()));
         st
+    }
+
+    /// The bytes the index of written addresses holds, and how many stretches it covers of
+    /// how many (`None` without anchors: there is no index).
+    pub fn write_index_size(&self) -> Option<(usize, usize, usize)> {
+        let a = self.anchored.as_ref()?;
+        let (bytes, done) = a.writes().size();
+        Some((bytes, done, a.exact_positions().count()))
+    }
+
+    /// The anchored engine, for a recording with anchors.
+    pub(in crate::state) fn anchored_engine(&self) -> Option<&Anchored> {
+        self.anchored.as_ref()
     }
 
     /// A walker of its own over the same history and inputs (a watchpoint's search).

@@ -3,6 +3,7 @@
 //! known everywhere and are not stored here.
 
 mod footprint;
+pub mod log;
 mod page;
 mod table;
 #[cfg(test)]
@@ -174,6 +175,7 @@ impl Memory {
 
     /// Knows `bytes` at `addr`. A write of what is already known copies nothing.
     pub fn write(&mut self, addr: u64, bytes: &[u8]) {
+        log::note(addr, bytes.len() as u64);
         self.drop_partial(addr, bytes.len() as u64);
         let why_all = self.why_all;
         // Page by page: a file mapping writes megabytes at once.
@@ -197,6 +199,7 @@ impl Memory {
     /// page until written (sort's 1.1 MB buffer was forgotten instead, being over the bound a
     /// write of zeros had, and every value copied from its unwritten bytes was unknown).
     pub fn zero(&mut self, addr: u64, len: u64) {
+        log::note(addr, len);
         let end = addr.saturating_add(len);
         let (first, last) = (addr.next_multiple_of(PAGE), end / PAGE * PAGE);
         if first >= last {
@@ -250,6 +253,7 @@ impl Memory {
     /// with more pages than are known (a huge mapping gone, a system call's length argument)
     /// visits the known pages, not the range.
     pub fn forget(&mut self, addr: u64, len: u64) {
+        log::note(addr, len);
         self.drop_partial(addr, len);
         let end = addr.saturating_add(len);
         if len / PAGE > self.pages.len() as u64 {
@@ -315,6 +319,7 @@ impl Memory {
     /// Makes all writable memory unknown: what a store to an address nobody knows does, since
     /// it may have written anywhere.
     pub fn forget_all(&mut self) {
+        log::note_all();
         self.pages = self.pages.within(&self.readonly, PAGE);
         self.partial.clear();
         self.why_all = why::current();

@@ -6,6 +6,7 @@
 //! the search stops there and says so rather than skip a possible access.
 
 mod access;
+pub(super) mod index;
 mod search;
 #[cfg(test)]
 mod tests;

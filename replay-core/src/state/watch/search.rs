@@ -11,6 +11,7 @@ use super::super::engine::Values;
 use super::super::walker::Walker;
 use super::super::State;
 use super::access::{accesses, Access};
+use super::index::BLOCK;
 use super::{Found, Watch, WatchKind};
 use crate::image::AddressSpace;
 
@@ -35,8 +36,60 @@ impl Values {
         if from >= to || watches.is_empty() {
             return Some(Found::Nothing);
         }
-        let mut walk = Walk::new(self, from, watches)?;
-        walk.run(self, to, true, interrupted)
+        // Block by block where the index answers: the blocks it says write none of the
+        // watched bytes are not walked.
+        let mut p = from;
+        let mut walk: Option<Walk<'_>> = None;
+        while p < to {
+            let (end, skip) = match self.indexed(p, watches, true, interrupted) {
+                Some((_, end, writes)) => (end.min(to), !writes),
+                None => (to, false),
+            };
+            if skip {
+                walk = None;
+            } else {
+                let mut w = match walk.take() {
+                    Some(w) if w.at == p => w,
+                    _ => Walk::new(self, p, watches)?,
+                };
+                match w.run(self, end, true, interrupted)? {
+                    Found::Nothing => walk = Some(w),
+                    found => return Some(found),
+                }
+            }
+            p = end;
+            if interrupted() {
+                return None;
+            }
+        }
+        Some(Found::Nothing)
+    }
+
+    /// Where the index answers for the crossing from `p`: the start and end of `p`'s block,
+    /// and whether the block may write a byte `watches` wait for a write of. `None` where it
+    /// does not answer: a watch on reads, no anchors, or `interrupted` said to stop while the
+    /// stretch's writes were walked (the fill had not reached it).
+    fn indexed(
+        &self,
+        p: u64,
+        watches: &[Watch],
+        forwards: bool,
+        interrupted: &mut dyn FnMut() -> bool,
+    ) -> Option<(u64, u64, bool)> {
+        if !self.watch_index || watches.iter().any(|w| w.kind != WatchKind::Write) {
+            return None;
+        }
+        let a = self.anchored_engine()?;
+        let (i, bottom, top) = a.stretch_of(p)?;
+        // The search's next stretches: above this one going forwards, below it backwards.
+        let next: Box<dyn Iterator<Item = usize>> = match forwards {
+            true => Box::new(i + 1..a.exact_positions().count()),
+            false => Box::new((0..i).rev()),
+        };
+        let stretch = a.stretch_writes(i, next, interrupted)?;
+        let b = (p - bottom) / BLOCK;
+        let end = (bottom + (b + 1) * BLOCK).min(top);
+        Some((bottom + b * BLOCK, end, stretch.may_write(b as usize, watches)))
     }
 
     /// The last instruction in `from..to` that touches what `watches` watch, or where an
@@ -50,6 +103,22 @@ impl Values {
     ) -> Option<Found> {
         let mut top = to.min(self.len());
         while top > from {
+            // The block of the crossing below `top`, where the index answers: skipped if it
+            // writes none of the watched bytes.
+            let p = top - 1;
+            if let Some((start, _, writes)) = self.indexed(p, watches, false, interrupted) {
+                let start = start.max(from);
+                if !writes {
+                    top = start;
+                    continue;
+                }
+                let mut walk = Walk::new(self, start, watches)?;
+                match walk.run(self, top, false, interrupted)? {
+                    Found::Nothing => top = start,
+                    found => return Some(found),
+                }
+                continue;
+            }
             let bottom = top.saturating_sub(1).div_euclid(PIECE).saturating_mul(PIECE).max(from);
             let mut walk = Walk::new(self, bottom, watches)?;
             match walk.run(self, top, false, interrupted)? {
