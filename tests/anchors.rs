@@ -7,33 +7,9 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
-
 use rtit_replay_core::recording::Recording;
 use rtit_replay_core::session::Session;
 use rtit_replay_core::timeline::cache::Policy;
-
-/// Records Debian's `sort` of 4,000 lines into `dir/rec` with an anchor every 300,000
-/// instructions.
-fn record_sort(dir: &Path) -> std::path::PathBuf {
-    let input = dir.join("input");
-    let text: String = (0..4_000u64)
-        .map(|i| format!("{:x} line\n", i * 2654435761 % 1_000_003))
-        .collect();
-    std::fs::write(&input, text).expect("input");
-    let out = dir.join("rec");
-    let status = Command::new(env!("CARGO_BIN_EXE_rtit"))
-        .args(["record", "--backend", "qemu", "--anchor-every", "300000", "--out"])
-        .arg(&out)
-        .args(["--", "/usr/bin/sort", "-o", "/dev/null"])
-        .arg(&input)
-        .env("RTIT_QEMU_PLUGIN", common::plugin())
-        .output()
-        .expect("rtit record");
-    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
-    out
-}
 
 #[test]
 fn every_anchor_agrees_with_what_the_passes_know_there() {
@@ -41,7 +17,7 @@ fn every_anchor_agrees_with_what_the_passes_know_there() {
         return;
     }
     let dir = common::scratch("anchors", "sort");
-    let out = record_sort(&dir);
+    let out = common::record_sort_with_anchors(&dir);
     let rec = Recording::open(&out).expect("a recording");
     let anchors = rec.anchors().expect("anchors read").expect("anchors taken");
     assert!(anchors.list.len() >= 3, "{} anchors", anchors.list.len());
@@ -142,7 +118,7 @@ fn where_the_forward_walk_knows_the_anchor_above_the_backward_walk_is_skipped_an
     }
     let dir = common::scratch("anchors", "settled");
     let _removed = common::RemovedOnSuccess(dir.clone());
-    let rec = Recording::open(&record_sort(&dir)).expect("a recording");
+    let rec = Recording::open(&common::record_sort_with_anchors(&dir)).expect("a recording");
     let anchors = rec.anchors().expect("anchors read").expect("anchors taken");
     let mut skipping = filled(&rec, false);
     let (settled, stretches) = skipping.values_stats().settled;

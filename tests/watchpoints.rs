@@ -290,23 +290,9 @@ fn a_store_through_an_address_the_recording_does_not_give_stops_the_search_and_s
     // does not record.
     let (_, rec) = record(&dir, &["x"]);
     let server = Server::start(&rec);
-    let out = replayed(
-        &server,
-        &[
-            "watch target",
-            "continue",
-            "continue",
-            "continue",
-            "continue",
-            "continue",
-            "continue",
-            "continue",
-            "continue",
-            "continue",
-            "continue",
-            "continue",
-        ],
-    );
+    let mut commands = vec!["watch target"];
+    commands.extend(vec!["continue"; 11]);
+    let out = replayed(&server, &commands);
     assert!(out.contains("New value = 42"), "the last write is found:\n{out}");
     let (before, after) = out
         .split_once("may touch watched memory")
@@ -327,46 +313,9 @@ fn a_store_through_an_address_the_recording_does_not_give_stops_the_search_and_s
     let dir = common::scratch("watchpoints", "known");
     let (_, rec) = record(&dir, &[]);
     let server = Server::start(&rec);
-    let out = replayed(
-        &server,
-        &[
-            "watch target",
-            "continue",
-            "continue",
-            "continue",
-            "continue",
-            "continue",
-            "continue",
-            "continue",
-            "continue",
-            "continue",
-            "continue",
-            "continue",
-        ],
-    );
+    let out = replayed(&server, &commands);
     assert!(!out.contains("may touch watched memory"), "{out}");
     assert!(out.contains("New value = 42"), "{out}");
-}
-
-/// Records Debian's `sort` of 4,000 lines into `dir/rec` with an anchor every 300,000
-/// instructions.
-fn record_sort(dir: &Path) -> Recording {
-    let input = dir.join("input");
-    let text: String = (0..4_000u64)
-        .map(|i| format!("{:x} line\n", i * 2654435761 % 1_000_003))
-        .collect();
-    std::fs::write(&input, text).expect("input");
-    let out = dir.join("rec");
-    let status = Command::new(env!("CARGO_BIN_EXE_rtit"))
-        .args(["record", "--backend", "qemu", "--anchor-every", "300000", "--out"])
-        .arg(&out)
-        .args(["--", "/usr/bin/sort", "-o", "/dev/null"])
-        .arg(&input)
-        .env("RTIT_QEMU_PLUGIN", common::plugin())
-        .output()
-        .expect("rtit record");
-    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
-    Recording::open(&out).expect("a recording")
 }
 
 #[test]
@@ -379,7 +328,7 @@ fn the_index_of_written_addresses_skips_only_blocks_that_write_nothing_watched()
         return;
     }
     let dir = common::scratch("watchpoints", "index");
-    let rec = record_sort(&dir);
+    let rec = Recording::open(&common::record_sort_with_anchors(&dir)).expect("a recording");
     let anchors = rec.anchors().expect("anchors read").expect("anchors taken");
     assert!(anchors.list.len() >= 3, "{} anchors", anchors.list.len());
     let open = || Session::open_cached(rec.clone(), false, Policy::Off, &mut |_| {}).expect("session");

@@ -134,3 +134,24 @@ pub fn record_python3_crash(out: &Path, script: &str, options: &[&str]) -> Recor
     assert!(!status.success(), "python3 dies of SIGSEGV");
     Recording::open(out).expect("a recording")
 }
+
+/// Records Debian's `sort` of 4,000 lines into `dir/rec` with the qemu backend and an anchor
+/// every 300,000 instructions; the recording's directory.
+pub fn record_sort_with_anchors(dir: &Path) -> PathBuf {
+    let input = dir.join("input");
+    let text: String = (0..4_000u64)
+        .map(|i| format!("{:x} line\n", i * 2654435761 % 1_000_003))
+        .collect();
+    std::fs::write(&input, text).expect("input");
+    let out = dir.join("rec");
+    let status = Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .args(["record", "--backend", "qemu", "--anchor-every", "300000", "--out"])
+        .arg(&out)
+        .args(["--", "/usr/bin/sort", "-o", "/dev/null"])
+        .arg(&input)
+        .env("RTIT_QEMU_PLUGIN", plugin())
+        .output()
+        .expect("rtit record");
+    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+    out
+}

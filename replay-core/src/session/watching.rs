@@ -64,50 +64,7 @@ impl Session {
         watches: &[Watch],
         interrupted: &mut dyn FnMut() -> bool,
     ) -> Stop {
-        if watches.is_empty() {
-            return self.continue_forward_catching(breakpoints, catch, interrupted);
-        }
-        if let Err(stop) = self.await_history(interrupted) {
-            return stop;
-        }
-        let start = self.position;
-        let stop = self.continue_forward_catching(breakpoints, catch, &mut *interrupted);
-        if matches!(stop, Stop::Interrupted | Stop::NoHistory) {
-            return stop;
-        }
-        // The instructions from `start` up to the stop ran.
-        let end = self.position;
-        let Some(values) = self.values() else {
-            return stop;
-        };
-        if !values.settle(start, interrupted) {
-            self.position = start;
-            return Stop::Interrupted;
-        }
-        match values.first_access(start, end, watches, interrupted) {
-            None => {
-                self.position = start;
-                Stop::Interrupted
-            }
-            Some(Found::Nothing) => stop,
-            Some(Found::Hit {
-                position,
-                watch,
-                address,
-                write,
-            }) => {
-                self.position = position + 1;
-                Stop::Watch {
-                    kind: watches[watch].kind,
-                    address,
-                    write,
-                }
-            }
-            Some(Found::Unknown { position }) => {
-                self.position = position + 1;
-                Stop::UnknownAccess { position }
-            }
-        }
+        self.continue_watching(true, breakpoints, catch, watches, interrupted)
     }
 
     /// Backwards to the previous stop [`Self::continue_backward_catching`] finds, or after it
@@ -119,23 +76,51 @@ impl Session {
         watches: &[Watch],
         interrupted: &mut dyn FnMut() -> bool,
     ) -> Stop {
+        self.continue_watching(false, breakpoints, catch, watches, interrupted)
+    }
+
+    /// A continue either way: the other stop first, then the watched bytes between.
+    fn continue_watching(
+        &mut self,
+        forwards: bool,
+        breakpoints: &HashSet<u64>,
+        catch: &Catch,
+        watches: &[Watch],
+        interrupted: &mut dyn FnMut() -> bool,
+    ) -> Stop {
+        let other = |s: &mut Self, interrupted: &mut dyn FnMut() -> bool| match forwards {
+            true => s.continue_forward_catching(breakpoints, catch, interrupted),
+            false => s.continue_backward_catching(breakpoints, catch, interrupted),
+        };
         if watches.is_empty() {
-            return self.continue_backward_catching(breakpoints, catch, interrupted);
+            return other(self, interrupted);
         }
         if let Err(stop) = self.await_history(interrupted) {
             return stop;
         }
         let start = self.position;
-        let stop = self.continue_backward_catching(breakpoints, catch, &mut *interrupted);
+        let stop = other(self, &mut *interrupted);
         if matches!(stop, Stop::Interrupted | Stop::NoHistory) {
             return stop;
         }
-        // The instructions from the stop up to `start` are undone.
+        // The instructions between `start` and the other stop ran (or are undone).
         let end = self.position;
         let Some(values) = self.values() else {
             return stop;
         };
-        match values.last_access(end, start, watches, interrupted) {
+        let found = match forwards {
+            true if !values.settle(start, interrupted) => None,
+            true => values.first_access(start, end, watches, interrupted),
+            false => values.last_access(end, start, watches, interrupted),
+        };
+        self.land_watch(found, start, stop, watches, u64::from(forwards))
+    }
+
+    /// Where a search for `watches` from `start` leaves a continue: next to the access it
+    /// found (`after` positions past the instruction: 1 going forwards, 0 backwards), back at
+    /// `start` if interrupted, else at `stop`, where it was.
+    fn land_watch(&mut self, found: Option<Found>, start: u64, stop: Stop, watches: &[Watch], after: u64) -> Stop {
+        match found {
             None => {
                 self.position = start;
                 Stop::Interrupted
@@ -147,7 +132,7 @@ impl Session {
                 address,
                 write,
             }) => {
-                self.position = position;
+                self.position = position + after;
                 Stop::Watch {
                     kind: watches[watch].kind,
                     address,
@@ -155,7 +140,7 @@ impl Session {
                 }
             }
             Some(Found::Unknown { position }) => {
-                self.position = position;
+                self.position = position + after;
                 Stop::UnknownAccess { position }
             }
         }
