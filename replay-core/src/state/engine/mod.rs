@@ -29,6 +29,7 @@ use rustc_hash::FxHashMap;
 
 mod settle;
 mod stats;
+mod watch;
 
 pub use stats::ValuesStats;
 
@@ -257,12 +258,6 @@ impl Values {
         if let Some(a) = &mut self.anchored {
             a.walk_back_everywhere();
         }
-    }
-
-    /// Makes a watchpoint's search walk every instruction, as without anchors: the stops
-    /// must be the same, which is what a test and a benchmark compare.
-    pub fn walk_every_instruction_for_watches(&mut self) {
-        self.watch_index = false;
     }
 
     /// Starts the chains held back.
@@ -551,24 +546,6 @@ impl Values {
         }
         self.last_backward = Some((p, source, st.clone()));
         st
-    }
-
-    /// The bytes the index of written addresses holds, and how many stretches it covers of
-    /// how many (`None` without anchors: there is no index).
-    pub fn write_index_size(&self) -> Option<(usize, usize, usize)> {
-        let a = self.anchored.as_ref()?;
-        let (bytes, done) = a.writes().size();
-        Some((bytes, done, a.exact_positions().count()))
-    }
-
-    /// The anchored engine, for a recording with anchors.
-    pub(in crate::state) fn anchored_engine(&self) -> Option<&Anchored> {
-        self.anchored.as_ref()
-    }
-
-    /// A walker of its own over the same history and inputs (a watchpoint's search).
-    pub(in crate::state) fn new_walker(&self) -> Walker {
-        Walker::new(self.walker.shared.clone())
     }
 
     /// Both passes' states at `p`: final with anchors, and at a snapshot's position; elsewhere
