@@ -246,6 +246,54 @@ fn watchpoints_stop_where_native_gdb_stops_both_ways() {
     let values: Vec<String> = reports(&ours).iter().flat_map(|r| r.values.clone()).collect();
     let reads = ["value 2", "value 3", "value 5", "value 0", "value 42"];
     assert_eq!(values, reads, "rwatch:\n{ours}");
+
+    // Who wrote it last, and who writes it first, without moving.
+    let end = format!("break {END_LINE}");
+    let out = replayed(
+        &server,
+        &[
+            end.as_str(),
+            "continue",
+            "eval \"monitor last-write %p 8\", &target",
+            "eval \"monitor next-write %p 8\", &target",
+        ],
+    );
+    let last = out
+        .lines()
+        .position(|l| l.starts_with("last write of 8 bytes at 0x"))
+        .expect(&out);
+    let lines: Vec<&str> = out.lines().skip(last).take(3).collect();
+    assert!(
+        lines[0].contains("set_direct") && lines[0].contains("watch.c:15"),
+        "{out}"
+    );
+    assert_eq!(
+        lines[1].trim(),
+        "before: 00 00 00 00 00 00 00 00",
+        "read wrote 0:\n{out}"
+    );
+    assert_eq!(lines[2].trim(), "after:  2a 00 00 00 00 00 00 00", "42:\n{out}");
+    assert!(out.contains("no write of 8 bytes at 0x"), "none after:\n{out}");
+    assert!(
+        out.contains(&format!("(`monitor goto {}`", position_of(lines[0]))),
+        "{out}"
+    );
+    let out = replayed(&server, &["eval \"monitor next-write %p 8\", &target"]);
+    let first = out
+        .lines()
+        .find(|l| l.starts_with("next write of 8 bytes"))
+        .expect(&out);
+    assert!(first.contains("set_direct"), "{out}");
+    assert!(
+        out.contains("after:  01 00 00 00 00 00 00 00"),
+        "the first write, of 1:\n{out}"
+    );
+}
+
+/// The position a `last-write`/`next-write` answer names.
+fn position_of(line: &str) -> u64 {
+    let (_, rest) = line.split_once("position ").expect("a position");
+    rest.split(',').next().and_then(|p| p.parse().ok()).expect("a number")
 }
 
 #[test]

@@ -22,6 +22,7 @@ pub mod monitor;
 mod proc_files;
 pub mod server;
 pub mod target;
+mod writes;
 
 pub use event_loop::serve_connection;
 pub use target::ReplayTarget;

@@ -50,6 +50,11 @@ rtit monitor commands:
   monitor wait        wait until the values are final everywhere (a stop already waits for
                       its own; without anchors the rest come in the background): for scripts
   monitor insns [N]   the instructions around the current position (N each side, default 5)
+  monitor last-write ADDR [LEN]
+  monitor next-write ADDR [LEN]
+                      the previous (next) write of LEN bytes (default 1) at a hex address:
+                      its position, instruction and source line, the bytes before and after;
+                      without moving (`monitor goto` goes there)
   monitor why-unknown REG|ADDR
                       why a register (rax, rsp, xmm0 …) or the byte at a hex address is unknown here:
                       what lost it, and at which position (for `monitor goto`)
@@ -60,6 +65,7 @@ impl MonitorCmd for ReplayTarget {
         let cmd = String::from_utf8_lossy(cmd);
         let mut words = cmd.split_whitespace();
         let (first, second) = (words.next(), words.next());
+        let third = cmd.split_whitespace().nth(2);
         if first == Some("when") && second.is_none() && !self.session.ready() {
             // Where gdb is needs no history (the start, the beginning, the end): only how
             // long it is does.
@@ -107,6 +113,12 @@ impl MonitorCmd for ReplayTarget {
             (Some("wait"), None) => wait_values(self, &mut out),
             (Some("insns"), n) => insns(self, n, &mut out),
             (Some("why-unknown"), Some(what)) => why_unknown(self, what, &mut out),
+            (Some(cmd @ ("last-write" | "next-write")), Some(addr)) => {
+                crate::writes::find(self, cmd == "next-write", addr, third, &mut out)
+            }
+            (Some(cmd @ ("last-write" | "next-write")), None) => {
+                outputln!(out, "{cmd} needs an address: `monitor {cmd} 0x4000a000 8`")
+            }
             (Some("help"), None) | (None, _) => outputln!(out, "{MONITOR_HELP}"),
             (Some("why-unknown"), None) => outputln!(
                 out,
@@ -148,30 +160,55 @@ fn moved(target: &mut ReplayTarget, n: u64, out: &mut ConsoleOutput<'_>) {
 }
 
 /// Works out the values at the position `goto` moved to before it answers, so that what gdb
-/// reads there next is final; after half a second it says so, and a dot every half second
-/// after that restarts gdb's wait for the answer (see [`HISTORY_WAIT`]).
+/// reads there next is final (see [`KeepAlive`]).
 fn settle(s: &mut rtit_replay_core::session::Session, out: &mut ConsoleOutput<'_>) {
-    let since = std::time::Instant::now();
-    let mut told = None::<std::time::Instant>;
-    s.settle(&mut || {
+    let mut alive = KeepAlive::new("working out the values here");
+    s.settle(&mut || alive.tell(out));
+    alive.end(out);
+}
+
+/// What a long monitor command tells gdb while it works: after half a second what it is
+/// doing, then a dot every half second, each of which restarts gdb's wait for the answer
+/// (see [`HISTORY_WAIT`]).
+pub(crate) struct KeepAlive {
+    doing: &'static str,
+    since: std::time::Instant,
+    told: Option<std::time::Instant>,
+}
+
+impl KeepAlive {
+    pub(crate) fn new(doing: &'static str) -> Self {
+        Self {
+            doing,
+            since: std::time::Instant::now(),
+            told: None,
+        }
+    }
+
+    /// Says what is being done, or a dot, when it is time; never asks to stop (false).
+    pub(crate) fn tell(&mut self, out: &mut ConsoleOutput<'_>) -> bool {
         let now = std::time::Instant::now();
-        match told {
-            None if now - since >= HISTORY_WAIT => {
-                output!(out, "working out the values here");
+        match self.told {
+            None if now - self.since >= HISTORY_WAIT => {
+                output!(out, "{}", self.doing);
                 out.flush();
-                told = Some(now);
+                self.told = Some(now);
             }
             Some(t) if now - t >= HISTORY_WAIT => {
                 output!(out, ".");
                 out.flush();
-                told = Some(now);
+                self.told = Some(now);
             }
             _ => {}
         }
         false
-    });
-    if told.is_some() {
-        outputln!(out, "");
+    }
+
+    /// Ends the line of dots, if one was begun.
+    pub(crate) fn end(&self, out: &mut ConsoleOutput<'_>) {
+        if self.told.is_some() {
+            outputln!(out, "");
+        }
     }
 }
 
