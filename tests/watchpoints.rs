@@ -247,6 +247,20 @@ fn watchpoints_stop_where_native_gdb_stops_both_ways() {
     let reads = ["value 2", "value 3", "value 5", "value 0", "value 42"];
     assert_eq!(values, reads, "rwatch:\n{ours}");
 
+    // Two at once: `target` and `other[5]` (set in `churn`), as natively.
+    let mut commands = vec!["watch target", "watch other[5]"];
+    commands.extend(&continues);
+    let ours = replayed(&server, &commands);
+    let theirs = native(&exe, &commands);
+    let ours_r: Vec<Report> = reports(&ours).into_iter().filter(|r| !is_read(r)).collect();
+    let theirs_r = reports(&theirs);
+    assert!(theirs_r.iter().any(|r| r.function == "churn"), "native:\n{theirs}");
+    assert_eq!(
+        new_values(&ours_r),
+        new_values(&theirs_r),
+        "two watches: replayed:\n{ours}\nnative:\n{theirs}"
+    );
+
     // Who wrote it last, and who writes it first, without moving.
     let end = format!("break {END_LINE}");
     let out = replayed(
