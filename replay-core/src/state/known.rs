@@ -35,11 +35,6 @@ impl Known {
         st
     }
 
-    /// The images the states read through.
-    pub(super) fn space(&self) -> &AddressSpace {
-        &self.space
-    }
-
     /// Both passes' states at one position, over the images of `space`.
     pub(super) fn new(forward: State, backward: State, space: AddressSpace) -> Self {
         Self {

@@ -41,9 +41,10 @@ pub(super) fn note_all() {
 pub struct Logging(());
 
 impl Logging {
-    /// Starts noting this thread's writes (an empty log).
+    /// Starts noting this thread's writes (an empty log). One at a time on a thread: the
+    /// log is the thread's.
     pub fn start() -> Self {
-        LOG.with(|l| *l.borrow_mut() = Noted::default());
+        LOG.with(|l| l.borrow_mut().clear());
         ON.with(|on| on.set(true));
         Logging(())
     }
@@ -52,11 +53,29 @@ impl Logging {
     pub fn take(&self) -> Noted {
         LOG.with(|l| std::mem::take(&mut *l.borrow_mut()))
     }
+
+    /// `f` of what was noted since the start or the last look, then an empty log (its room
+    /// kept: a step at a time, without an allocation each).
+    pub fn look<R>(&self, f: impl FnOnce(&Noted) -> R) -> R {
+        LOG.with(|l| {
+            let mut l = l.borrow_mut();
+            let r = f(&l);
+            l.clear();
+            r
+        })
+    }
+}
+
+impl Noted {
+    fn clear(&mut self) {
+        self.ranges.clear();
+        self.all = false;
+    }
 }
 
 impl Drop for Logging {
     fn drop(&mut self) {
         ON.with(|on| on.set(false));
-        LOG.with(|l| *l.borrow_mut() = Noted::default());
+        LOG.with(|l| l.borrow_mut().clear());
     }
 }

@@ -8,12 +8,12 @@
 use iced_x86::InstructionInfoFactory;
 
 use super::super::engine::Values;
+use super::super::memory::log::{Logging, Noted};
 use super::super::walker::Walker;
 use super::super::State;
 use super::access::{accesses, Access};
 use super::index::BLOCK;
 use super::{Found, Watch, WatchKind};
-use crate::image::AddressSpace;
 
 /// Positions a search backwards walks at a time: the fill keeps a state every 2^20 (its
 /// pieces start there), and a hit is usually near.
@@ -133,12 +133,10 @@ impl Values {
 /// One walk of a search.
 struct Walk<'a> {
     walker: Walker,
-    space: AddressSpace,
     st: State,
     at: u64,
     watches: &'a [Watch],
-    /// Whether a watch wants reads: then every instruction's accesses are looked at, else
-    /// only those of instructions that write memory.
+    /// Whether a watch wants reads: then every instruction's operands are looked at.
     reads: bool,
     factory: InstructionInfoFactory,
     found: Vec<Access>,
@@ -149,7 +147,6 @@ impl<'a> Walk<'a> {
         let known = values.at(from)?;
         Some(Self {
             walker: values.new_walker(),
-            space: known.space().clone(),
             st: known.merged(),
             at: from,
             watches,
@@ -183,126 +180,104 @@ impl<'a> Walk<'a> {
         Some(last)
     }
 
-    /// Looks at the instruction at the walk's position and steps over it.
+    /// Looks at the instruction at the walk's position and steps over it: its reads from
+    /// its operands, its writes from what memory is told to write.
     fn step(&mut self, values: &mut Values) -> Found {
         let p = self.at;
-        let (decoded, special) = self.walker.look(p);
+        let (decoded, _) = self.walker.look(p);
         let mut found = Found::Nothing;
-        if let Some((insn, written)) = decoded {
-            let looked = self.reads || written.map_or(true, |w| w.memory);
-            if looked {
-                let before = super::access::repeated(&insn).then(|| self.st.clone());
+        let mut before = None;
+        let mut written = Found::Nothing;
+        if let Some((insn, summary)) = decoded {
+            // An address the walk lacks may be known to both passes here: learnt before the
+            // step, so that the write goes where it goes.
+            let reads = self.reads && !super::access::repeated(&insn);
+            if reads || summary.map_or(true, |w| w.memory) {
                 self.found.clear();
-                let mut ok = match &before {
-                    None => accesses(
-                        &self.st,
-                        &self.st,
-                        &insn,
-                        self.reads,
-                        &mut self.factory,
-                        &mut self.found,
-                    )
-                    .is_ok(),
-                    Some(_) => true,
+                let known = |w: &mut Self| {
+                    let st = &w.st;
+                    accesses(st, st, &insn, reads, &mut w.factory, &mut w.found).is_ok()
                 };
-                if !ok {
-                    // What both passes know here may tell the address.
+                if !known(self) {
                     if let Some(k) = values.at(p) {
                         self.st.absorb(&k.merged());
                     }
                     self.found.clear();
-                    ok = accesses(
-                        &self.st,
-                        &self.st,
-                        &insn,
-                        self.reads,
-                        &mut self.factory,
-                        &mut self.found,
-                    )
-                    .is_ok();
-                }
-                if !ok {
-                    found = Found::Unknown { position: p };
-                }
-                let watched = self.watched(special);
-                self.walker.step_forward(&mut self.st, p);
-                self.at += 1;
-                if let Some(before) = before {
-                    self.found.clear();
-                    if accesses(&before, &self.st, &insn, self.reads, &mut self.factory, &mut self.found).is_err() {
+                    if !known(self) && reads {
                         found = Found::Unknown { position: p };
                     }
                 }
-                if found == Found::Nothing {
-                    found = self.hit(p);
+                if reads && found == Found::Nothing {
+                    found = self.read(p);
                 }
-                if found == Found::Nothing {
-                    found = self.changed(p, watched);
-                }
-                return found;
+            }
+            if self.reads && super::access::repeated(&insn) {
+                before = Some(self.st.clone());
+            }
+            if let Some(b) = &before {
+                // A REP string's count is known after it.
+                written = self.step_logged(p);
+                self.found.clear();
+                let ok = accesses(b, &self.st, &insn, true, &mut self.factory, &mut self.found).is_ok();
+                found = match ok {
+                    true => self.read(p),
+                    false => Found::Unknown { position: p },
+                };
             }
         }
-        let watched = self.watched(special);
-        self.walker.step_forward(&mut self.st, p);
+        if before.is_none() {
+            written = self.step_logged(p);
+        }
         self.at += 1;
-        self.changed(p, watched)
+        match found {
+            Found::Nothing => written,
+            _ => found,
+        }
     }
 
-    /// The first watch an access found wants, as a hit at `p`.
-    fn hit(&self, p: u64) -> Found {
-        for a in &self.found {
+    /// The first read a watch waits for among the accesses found, as a hit at `p`.
+    fn read(&self, p: u64) -> Found {
+        for a in self.found.iter().filter(|a| !a.write) {
             if let Some((i, w)) = self.watches.iter().enumerate().find(|(_, w)| w.wants(a)) {
                 return Found::Hit {
                     position: p,
                     watch: i,
                     address: a.address.max(w.address),
-                    write: a.write,
+                    write: false,
                 };
             }
         }
         Found::Nothing
     }
 
-    /// Before crossing a special position, the watched bytes as the walk knows them (value
-    /// and known bits), for the writes watches.
-    fn watched(&self, special: bool) -> Option<Vec<(u8, u8)>> {
-        special.then(|| {
-            let writes = self.watches.iter().filter(|w| w.kind != WatchKind::Read);
-            writes
-                .flat_map(|w| (0..w.len.min(4096)).map(move |i| w.address.wrapping_add(i)))
-                .map(|a| self.st.mem.read_bits(a, &self.space))
-                .collect()
-        })
+    /// Steps over `p` and finds what it wrote of the watched bytes as memory was told it
+    /// (the kernel's writes included), as the index notes writes ([`super::index`]): the
+    /// log is on for the step alone, since the walk also asks the engine, which walks too.
+    fn step_logged(&mut self, p: u64) -> Found {
+        let log = Logging::start();
+        self.walker.step_forward(&mut self.st, p);
+        log.look(|noted| written(self.watches, p, noted))
     }
+}
 
-    /// A write found by what the crossing from `p` changed in the watched bytes (the
-    /// kernel's: a system call's, a signal frame's, a map change's).
-    fn changed(&self, p: u64, before: Option<Vec<(u8, u8)>>) -> Found {
-        let Some(before) = before else {
-            return Found::Nothing;
-        };
-        let Some(after) = self.watched(true) else {
-            return Found::Nothing;
-        };
-        let writes = self
-            .watches
-            .iter()
-            .enumerate()
-            .filter(|(_, w)| w.kind != WatchKind::Read);
-        let mut k = 0;
-        for (i, w) in writes {
-            for j in 0..w.len.min(4096) {
-                if before[k] != after[k] {
-                    return Found::Hit {
-                        position: p,
-                        watch: i,
-                        address: w.address.wrapping_add(j),
-                        write: true,
-                    };
-                }
-                k += 1;
-            }
+/// A write of watched bytes among those `noted` at `p`; an unknown one if all memory was made
+/// unknown (a store through an address nobody knows).
+fn written(watches: &[Watch], p: u64, noted: &Noted) -> Found {
+    let watches = watches.iter().enumerate().filter(|(_, w)| w.kind != WatchKind::Read);
+    for (i, w) in watches {
+        let end = w.address.saturating_add(w.len);
+        let touched = (noted.ranges.iter()).find(|&&(a, n)| a < end && w.address < a.saturating_add(n));
+        if let Some(&(a, _)) = touched {
+            return Found::Hit {
+                position: p,
+                watch: i,
+                address: a.max(w.address),
+                write: true,
+            };
         }
-        Found::Nothing
+        if noted.all {
+            return Found::Unknown { position: p };
+        }
     }
+    Found::Nothing
 }
