@@ -65,8 +65,10 @@ impl BlockingEventLoop for ReplayEventLoop {
             },
             Stop::UnknownAccess { position } => {
                 let ip = session.ip_at(position).unwrap_or(0);
+                let insn = rtit_replay_core::flow::decode_insn(session.space(), ip)
+                    .map_or_else(|e| e.to_string(), |i| i.to_string());
                 let text = format!(
-                    "rtit: the instruction at position {position} ({ip:#x}) may touch watched memory: the address it uses is not known there, so the search stops at it\n"
+                    "rtit: the instruction at position {position} ({ip:#x}: `{insn}`) may touch watched memory: the address it uses is not known there, so the search stops at it\n"
                 );
                 conn.console(&text).map_err(WaitForStopReasonError::Connection)?;
                 StopReason::Signal(Signal::SIGTRAP)
