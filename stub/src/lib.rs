@@ -18,6 +18,7 @@ pub mod conn;
 pub mod event_loop;
 mod file_ops;
 pub mod files;
+mod keep_alive;
 pub mod monitor;
 mod proc_files;
 pub mod server;

@@ -12,6 +12,7 @@ use gdbstub::{output, outputln};
 use rtit_replay_core::flow::decode_insn;
 use rtit_replay_core::timeline::cache::Origin;
 
+use crate::keep_alive::{KeepAlive, HISTORY_WAIT};
 use crate::target::ReplayTarget;
 
 /// gdb commands that make gdb re-read registers and memory after a monitor command (quiet
@@ -28,15 +29,6 @@ pub const FLUSHES: &str = "monitor flushes-caches";
 
 /// Most instructions `monitor insns` shows on each side: every line is a packet to gdb.
 const MAX_INSNS: u64 = 1000;
-
-/// How long a monitor command waits for a history still being decoded before it tells gdb it
-/// is waiting, and then between two console packets: each restarts gdb's wait for the
-/// answer (its default remote timeout is 2 s), so the command can wait as long as the decode
-/// takes. It gave up after one second before, and a script's `monitor goto` right after
-/// connecting to a large recording was skipped, every answer after it about position 0. Half
-/// a second, not one: on a loaded machine a dot came more than 2 s after the last, gdb gave up
-/// and NACKed the next packet, and gdbstub (which does not retransmit) dropped the connection.
-const HISTORY_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// How long a monitor command waits for the history at most.
 const HISTORY_PATIENCE: std::time::Duration = std::time::Duration::from_secs(600);
@@ -165,51 +157,6 @@ fn settle(s: &mut rtit_replay_core::session::Session, out: &mut ConsoleOutput<'_
     let mut alive = KeepAlive::new("working out the values here");
     s.settle(&mut || alive.tell(out));
     alive.end(out);
-}
-
-/// What a long monitor command tells gdb while it works: after half a second what it is
-/// doing, then a dot every half second, each of which restarts gdb's wait for the answer
-/// (see [`HISTORY_WAIT`]).
-pub(crate) struct KeepAlive {
-    doing: &'static str,
-    since: std::time::Instant,
-    told: Option<std::time::Instant>,
-}
-
-impl KeepAlive {
-    pub(crate) fn new(doing: &'static str) -> Self {
-        Self {
-            doing,
-            since: std::time::Instant::now(),
-            told: None,
-        }
-    }
-
-    /// Says what is being done, or a dot, when it is time; never asks to stop (false).
-    pub(crate) fn tell(&mut self, out: &mut ConsoleOutput<'_>) -> bool {
-        let now = std::time::Instant::now();
-        match self.told {
-            None if now - self.since >= HISTORY_WAIT => {
-                output!(out, "{}", self.doing);
-                out.flush();
-                self.told = Some(now);
-            }
-            Some(t) if now - t >= HISTORY_WAIT => {
-                output!(out, ".");
-                out.flush();
-                self.told = Some(now);
-            }
-            _ => {}
-        }
-        false
-    }
-
-    /// Ends the line of dots, if one was begun.
-    pub(crate) fn end(&self, out: &mut ConsoleOutput<'_>) {
-        if self.told.is_some() {
-            outputln!(out, "");
-        }
-    }
 }
 
 /// The positions of a history of `len`, as every monitor reply names them: `0..LAST`, both

@@ -12,7 +12,7 @@ use rtit_replay_core::flow::decode_insn;
 use rtit_replay_core::session::Session;
 use rtit_replay_core::state::watch::{Found, Watch, WatchKind};
 
-use crate::monitor::KeepAlive;
+use crate::keep_alive::KeepAlive;
 use crate::target::ReplayTarget;
 
 /// The most bytes one question watches, and shows.
