@@ -167,17 +167,9 @@ impl Walker {
         (ip(slot), self.shared.insns[slot], next.map(ip))
     }
 
-    /// The instruction at `p` and what it writes (`None`: its bytes do not decode), and
-    /// whether crossing from `p` to `p + 1` takes more than its semantics: a system call, a
-    /// signal, a map change, a logged result or a stretch the trace does not show
-    /// ([`Shared::special`]).
-    pub(super) fn look(&mut self, p: u64) -> (Option<Decoded>, bool) {
-        let (_, decoded, _) = self.insn_at(p);
-        let special = match &decoded {
-            Some((i, _)) => !Shared::plain(i) || self.near_special.contains(&self.shared.special, p),
-            None => true,
-        };
-        (decoded, special)
+    /// The instruction at `p` and what it writes (`None`: its bytes do not decode).
+    pub(super) fn insn(&mut self, p: u64) -> Option<Decoded> {
+        self.insn_at(p).1
     }
 
     /// Carries `st` over what lies between `p` and `p + 1`, forwards (from `p` to `p + 1`) or

@@ -1,9 +1,12 @@
-//! The search: a walk forwards from the values at the first position searched, each
-//! instruction's accesses compared with the watched bytes. The walk's state knows what both
-//! passes know where it starts and learns what the instructions compute on the way; where it
-//! lacks a register an address needs, it takes what both passes know at that position (final,
-//! so nothing it adds can be wrong) before it gives up. A search backwards walks forwards over
-//! one piece below the position at a time ([`PIECE`]), keeping the last hit.
+//! The search: a walk forwards from the values at the first position searched. An
+//! instruction's reads are its operands' addresses ([`super::access`]); its writes, and the
+//! kernel's, are what memory is told to write while the walk steps over it (`memory::log`),
+//! as the index notes them. Where the walk lacks a register an address needs, it takes what
+//! both passes know at that position (final, so nothing it adds can be wrong); an address
+//! still unknown stops the search there. With anchors and a watch on writes only, the index
+//! ([`super::index`]) says which blocks to walk; else a search forwards walks the whole range
+//! and one backwards walks one piece below the position at a time ([`PIECE`]), keeping the
+//! last hit.
 
 use iced_x86::InstructionInfoFactory;
 
@@ -184,7 +187,7 @@ impl<'a> Walk<'a> {
     /// its operands, its writes from what memory is told to write.
     fn step(&mut self, values: &mut Values) -> Found {
         let p = self.at;
-        let (decoded, _) = self.walker.look(p);
+        let decoded = self.walker.insn(p);
         let mut found = Found::Nothing;
         let mut before = None;
         let mut written = Found::Nothing;
