@@ -1,4 +1,5 @@
-//! rtit's QEMU user-mode plugin (plugin API version 1, qemu-user 7.2): at translation time it
+//! rtit's QEMU user-mode plugin (plugin API versions 1 to 4: QEMU 7.2 to 10.x, see
+//! `versioned`): at translation time it
 //! classifies each block once; at execution time it notes the executed block sequence, with
 //! an inline counter (the block's instructions, added before its last one), in a ring (`ring`) from which the feeder thread (`feeder`) hands it to the
 //! retirement engine of `rtit_recorder::qemu`, which drives the RTIT unit model, on another
@@ -19,26 +20,24 @@ mod floor;
 mod high_fds;
 mod published;
 mod ring;
+mod sample_signal;
 mod shared;
 mod state;
 mod stop;
 mod translated;
+mod versioned;
 mod written;
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::atomic::Ordering;
 
 use ffi::{say, PluginId, QemuInfo, Tb};
-use published::{inert, GATE, POSITION, STARTED, STOP, TRACING};
+use published::{inert, GATE, POSITION, STOP, TRACING};
 use rtit_recorder::qemu::engine::Started;
 use rtit_recorder::qemu::report::Args;
 use rtit_recorder::qemu::translations;
 use shared::{lock, with_plugin};
 use state::Plugin;
-
-/// The plugin API version this plugin was written against (QEMU_PLUGIN_VERSION of 7.2).
-#[no_mangle]
-pub static qemu_plugin_version: c_int = 1;
 
 /// How long the vCPU spins on a full ring that the feeder does not empty before it takes
 /// blocks itself (a spin is a few nanoseconds; the feeder makes room every 64 blocks, about a
@@ -111,19 +110,14 @@ extern "C" fn tb_trans(_id: PluginId, tb: *mut Tb) {
     // are QEMU's for the same duration, and are only read here.
     unsafe {
         let n = ffi::qemu_plugin_tb_n_insns(tb);
-        let insns: Vec<(u64, &[u8])> = (0..n)
+        let copied: Vec<(u64, versioned::InsnBytes)> = (0..n)
             .map(|i| {
                 let insn = ffi::qemu_plugin_tb_get_insn(tb, i);
-                let data = ffi::qemu_plugin_insn_data(insn).cast::<u8>();
-                let size = ffi::qemu_plugin_insn_size(insn);
-                let bytes = if data.is_null() {
-                    &[][..]
-                } else {
-                    std::slice::from_raw_parts(data, size)
-                };
+                let bytes = versioned::insn_bytes(insn, ffi::qemu_plugin_insn_size(insn));
                 (ffi::qemu_plugin_insn_vaddr(insn), bytes)
             })
             .collect();
+        let insns: Vec<(u64, &[u8])> = copied.iter().map(|(at, b)| (*at, b.as_slice())).collect();
         // Decoded on the feeder's thread (`translated`): only how many instructions the block
         // keeps is needed here.
         if insns.first().map_or(true, |(_, bytes)| bytes.is_empty()) {
@@ -134,13 +128,7 @@ extern "C" fn tb_trans(_id: PluginId, tb: *mut Tb) {
         let id = translated::number(&insns, kept);
         // The block's count, at once, before its last instruction (see `published::STARTED`).
         if kept > 0 {
-            let last = ffi::qemu_plugin_tb_get_insn(tb, kept - 1);
-            ffi::qemu_plugin_register_vcpu_insn_exec_inline(
-                last,
-                ffi::INLINE_ADD_U64,
-                STARTED.as_ptr().cast(),
-                kept as u64,
-            );
+            versioned::add_before(ffi::qemu_plugin_tb_get_insn(tb, kept - 1), kept as u64);
         }
         // No memory callback: QEMU 7.2 can leave one armed after a block whose last
         // instruction calls a helper and ends it (ld.so's lazy binding, `xrstor`), then run it
@@ -246,6 +234,10 @@ pub unsafe extern "C" fn qemu_plugin_install(
         say("only QEMU user mode (qemu-x86_64) is supported");
         return -1;
     }
+    if let Err(e) = versioned::install(info) {
+        say(&e);
+        return -1;
+    }
     let strings: Vec<String> = (0..argc.max(0) as usize)
         .map(|i| CStr::from_ptr(*argv.add(i)).to_string_lossy().into_owned())
         .collect();
@@ -297,6 +289,7 @@ pub unsafe extern "C" fn qemu_plugin_install(
         say(&e);
         return -1;
     }
+    ffi::qemu_plugin_register_vcpu_init_cb(id, vcpu_init);
     ffi::qemu_plugin_register_vcpu_tb_trans_cb(id, tb_trans);
     ffi::qemu_plugin_register_vcpu_syscall_cb(id, syscall);
     ffi::qemu_plugin_register_vcpu_syscall_ret_cb(id, syscall_ret);
@@ -304,12 +297,28 @@ pub unsafe extern "C" fn qemu_plugin_install(
     0
 }
 
+/// A vCPU exists: before the program's first instruction (QEMU 9 and later run this on the
+/// vCPU's thread when it starts, after their gdbstub has let the program go).
+extern "C" fn vcpu_init(_id: PluginId, vcpu: c_uint) {
+    if inert() {
+        return;
+    }
+    if let Err(e) = versioned::vcpu_ready(vcpu) {
+        say(&e);
+        std::process::abort();
+    }
+    if vcpu == 0 {
+        sample_signal::catch();
+    }
+}
+
 /// Tells `rtit record` where the position counters and the signal handlers are in this
 /// process.
 fn write_counters(out: &str) -> Result<(), String> {
     let counters = rtit_recorder::qemu::report::Counters {
         position: POSITION.as_ptr() as u64,
-        started: STARTED.as_ptr() as u64,
+        started: published::STARTED.as_ptr() as u64,
+        started_via: Some(versioned::COUNTER.as_ptr() as u64),
         started_base: Some(ring::BLOCK_STARTED.as_ptr() as u64),
         pushed: Some(ring::PUSHED.as_ptr() as u64),
         taken: Some(ring::TAKEN.as_ptr() as u64),

@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rtit_recorder::qemu::engine::{Counts, Started};
 
-use crate::published::{Line, STARTED};
+use crate::published::Line;
+use crate::versioned::started;
 
 /// Entries the ring holds: 1 M blocks (8 MB), some seven million instructions: on a smaller
 /// ring the two cores passed its lines back and forth often enough to stall both (sort, 106 M
@@ -46,13 +47,13 @@ pub static BLOCK_STARTED: Line<AtomicU64> = Line(AtomicU64::new(0));
 /// The counts of the block running on the vCPU (which it alone calls).
 pub fn running() -> Counts {
     Counts {
-        started: STARTED.load(Ordering::Relaxed) - BLOCK_STARTED.load(Ordering::Relaxed),
+        started: started().load(Ordering::Relaxed) - BLOCK_STARTED.load(Ordering::Relaxed),
     }
 }
 
 /// Block `id` starts on the vCPU: the entry for it, the running block's counts now final.
 pub fn starts(id: u32) -> Started {
-    let started = STARTED.load(Ordering::Relaxed);
+    let started = started().load(Ordering::Relaxed);
     let before = Counts {
         started: started - BLOCK_STARTED.load(Ordering::Relaxed),
     };

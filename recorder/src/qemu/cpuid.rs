@@ -59,6 +59,20 @@ fn code(ranges: &[(u32, u32)]) -> Vec<u8> {
         c.push(0x76); // jbe outer
         c.push((outer as i64 - (c.len() as i64 + 1)) as u8);
     }
+    // XCR0, where CPUID.1:ECX.OSXSAVE[bit 27] says XGETBV runs (else it faults): 8 more
+    // bytes, edx:eax. glibc's loader reads it to choose its string functions and its
+    // lazy-binding save area.
+    c.extend([
+        0xb8, 0x01, 0x00, 0x00, 0x00, // mov eax, 1
+        0x0f, 0xa2, // cpuid
+        0x0f, 0xba, 0xe1, 0x1b, // bt ecx, 27
+        0x73, 0x10, // jnc +16 (past the next five)
+        0x31, 0xc9, // xor ecx, ecx
+        0x0f, 0x01, 0xd0, // xgetbv
+        0x41, 0x89, 0x06, // mov [r14], eax
+        0x41, 0x89, 0x56, 0x04, // mov [r14+4], edx
+        0x49, 0x83, 0xc6, 0x08, // add r14, 8
+    ]);
     c.extend([
         0xb8, 0x01, 0x00, 0x00, 0x00, // mov eax, 1 (write)
         0xbf, 0x01, 0x00, 0x00, 0x00, // mov edi, 1
@@ -134,7 +148,7 @@ impl Drop for Probe {
 /// A failure leaves the table empty: replay then leaves CPUID's results unknown.
 pub fn probe(qemu: &Path, dir: &Path) -> Result<Vec<CpuidLeaf>, String> {
     let ranges = [0u32, 0x8000_0000].map(|first| (first, first + LEAVES - 1));
-    let out = run(qemu, dir, &ranges)?;
+    let (out, xcr0) = run(qemu, dir, &ranges)?;
     let mut results = Vec::new();
     for (first, _) in ranges {
         // Leaf `first` says the range's highest leaf: the others are out of range, where a
@@ -142,10 +156,15 @@ pub fn probe(qemu: &Path, dir: &Path) -> Result<Vec<CpuidLeaf>, String> {
         let max = out.iter().find(|r| r.0 == first).map_or(first, |r| r.2[0]);
         results.extend(out.iter().filter(|r| r.0 >= first && r.0 <= max));
     }
-    Ok(from_probe(&results))
+    let mut table = from_probe(&results);
+    table.extend(xcr0.map(|x| CpuidLeaf::xcr(0, x)));
+    Ok(table)
 }
 
-fn run(qemu: &Path, dir: &Path, ranges: &[(u32, u32)]) -> Result<Vec<(u32, u32, [u32; 4])>, String> {
+/// The probe's answers: `(leaf, subleaf, regs)`, and XCR0 where XGETBV runs.
+type Answers = (Vec<(u32, u32, [u32; 4])>, Option<u64>);
+
+fn run(qemu: &Path, dir: &Path, ranges: &[(u32, u32)]) -> Result<Answers, String> {
     let exe = dir.join("cpuid-probe");
     std::fs::write(&exe, elf(&code(ranges))).map_err(|e| format!("{}: {e}", exe.display()))?;
     std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755))
@@ -161,7 +180,13 @@ fn run(qemu: &Path, dir: &Path, ranges: &[(u32, u32)]) -> Result<Vec<(u32, u32, 
     let _ = std::fs::remove_file(&exe);
     let leaves = ranges.iter().flat_map(|&(first, last)| first..=last);
     let expected = leaves.clone().count() * SUBLEAVES as usize * 16;
-    if !out.status.success() || out.stdout.len() != expected {
+    let xcr0 = match out.stdout.len().checked_sub(expected) {
+        Some(8) => Some(u64::from_le_bytes(
+            out.stdout[expected..].try_into().unwrap_or_default(),
+        )),
+        _ => None,
+    };
+    if !out.status.success() || !matches!(out.stdout.len() - expected.min(out.stdout.len()), 0 | 8) {
         return Err(format!(
             "the CPUID probe under {} ended with {} after {} of {expected} bytes",
             qemu.display(),
@@ -170,11 +195,12 @@ fn run(qemu: &Path, dir: &Path, ranges: &[(u32, u32)]) -> Result<Vec<(u32, u32, 
         ));
     }
     let word = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-    Ok(leaves
+    let leaves = leaves
         .flat_map(|leaf| (0..SUBLEAVES).map(move |sub| (leaf, sub)))
-        .zip(out.stdout.chunks_exact(16))
+        .zip(out.stdout[..expected].chunks_exact(16))
         .map(|((leaf, sub), r)| (leaf, sub, [word(&r[0..]), word(&r[4..]), word(&r[8..]), word(&r[12..])]))
-        .collect())
+        .collect();
+    Ok((leaves, xcr0))
 }
 
 #[cfg(test)]
@@ -189,7 +215,21 @@ mod tests {
         let insns: Vec<_> = d.iter().collect();
         assert!(insns.iter().all(|i| !i.is_invalid()));
         let m: Vec<Mnemonic> = insns.iter().map(|i| i.mnemonic()).collect();
-        assert_eq!(m.iter().filter(|&&x| x == Mnemonic::Cpuid).count(), 2, "a loop a range");
+        assert_eq!(
+            m.iter().filter(|&&x| x == Mnemonic::Cpuid).count(),
+            3,
+            "a loop a range, and OSXSAVE"
+        );
+        let jnc = insns.iter().find(|i| i.mnemonic() == Mnemonic::Jae).expect("jnc");
+        let write = insns
+            .iter()
+            .find(|i| i.mnemonic() == Mnemonic::Mov && i.immediate32() == 1 && i.ip() > jnc.ip());
+        assert_eq!(
+            Some(jnc.near_branch_target()),
+            write.map(|i| i.ip()),
+            "no OSXSAVE: straight to the write"
+        );
+        assert_eq!(m.iter().filter(|&&x| x == Mnemonic::Xgetbv).count(), 1);
         assert_eq!(m.iter().filter(|&&x| x == Mnemonic::Syscall).count(), 2);
         let jb = insns.iter().find(|i| i.mnemonic() == Mnemonic::Jb).expect("jb");
         let inner = insns[4].ip(); // after sub rsp, mov r14, mov r12d and xor r13d
@@ -223,5 +263,10 @@ mod tests {
             .collect();
         assert!(name.iter().all(u8::is_ascii_alphanumeric), "{name:?}");
         assert!(rtit_replay_core::recording::cpuid::lookup(&table, 0x8000_0000, 0).is_some());
+        // Where CPUID says XGETBV runs (OSXSAVE), XCR0 is in the table and enables x87 and SSE.
+        let osxsave = rtit_replay_core::recording::cpuid::lookup(&table, 1, 0).expect("leaf 1")[2] & 1 << 27 != 0;
+        let xcr0 = rtit_replay_core::recording::cpuid::xgetbv(&table, 0);
+        assert_eq!(xcr0.is_some(), osxsave, "{xcr0:?}");
+        assert!(xcr0.map_or(true, |x| x & 3 == 3), "{xcr0:x?}");
     }
 }

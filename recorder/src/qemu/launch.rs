@@ -140,6 +140,7 @@ fn run(
             StartAt::Symbol(s) => Some(s.clone()),
             StartAt::Address(a) => Some(format!("{a:#x}")),
         },
+        exe: Some(std::fs::canonicalize(program).unwrap_or_else(|_| program.to_path_buf())),
         truth: opts.truth,
         argc: opts.args.len() as u64 + 1,
         stop: Some(pipe.fd()),
@@ -298,6 +299,10 @@ fn run(
     let memory_start = snapshot(files::MEMORY_START, &report.memory_start, report.memory_start_truncated)?;
     let memory_end = snapshot(files::MEMORY_END, &report.memory_end, report.memory_end_truncated)?;
     let mut images = Images::default();
+    if let Some(at) = report.vdso {
+        let path = dir.join(files::VDSO);
+        images.set_vdso(at, std::fs::read(&path).map_err(io(&path))?);
+    }
     for (path, load) in &report.images {
         images.add(path, *load);
     }

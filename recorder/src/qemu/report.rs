@@ -30,6 +30,13 @@ pub mod files {
     pub const SYNC_POINTS: &str = rtit_replay_core::recording::files::SYNC_POINTS;
     /// The [`super::Counters`], with `truth`.
     pub const COUNTERS: &str = "counters.json";
+    /// The program's memory map at its first instruction, as QEMU's gdbstub shows the
+    /// program its own `/proc/self/maps` (QEMU 8.1 and later), written by `rtit record`
+    /// before the program starts: the plugin takes it over the host's map, in which QEMU 9
+    /// and later interleave the program's mappings with their own.
+    pub const GUEST_MAPS: &str = "guest-maps.txt";
+    /// The bytes of the program's vDSO (`Report::vdso`).
+    pub const VDSO: &str = "vdso.bin";
 }
 
 /// Where, in QEMU's process, the plugin keeps what `rtit record` reads while the program is
@@ -45,6 +52,11 @@ pub struct Counters {
     /// plugin without `started_base`, in the running block). A plugin with `pending_start`
     /// counts a block at once before its last instruction: 0 for a block cut short.
     pub started: u64,
+    /// The address of a word holding the address of the started count, where that moves
+    /// (a plugin on QEMU 9 or later counts in QEMU's per-vCPU scoreboard, which exists once
+    /// the program starts; 0 before): read instead of `started` when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_via: Option<u64>,
     /// The address of the started count when the running block started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_base: Option<u64>,
@@ -108,6 +120,10 @@ pub struct Args {
     pub lip: [u64; 4],
     /// Where to start: a symbol of the executable or a hex address (`start=`).
     pub start: Option<String>,
+    /// The program's path, which `start=SYMBOL` is looked up in (`exe=`, its bytes in hex:
+    /// QEMU's option splits at commas). QEMU 7.2 tells plugins the path, QEMU 10 no longer
+    /// exports that call to user-mode plugins.
+    pub exe: Option<std::path::PathBuf>,
     /// Record the truth (`truth=on`).
     pub truth: bool,
     /// The program's argument count, to find its initial stack pointer (`argc=`).
@@ -142,6 +158,7 @@ impl Args {
                 "cr3" => out.cr3 = hex()?,
                 "lip0" | "lip1" | "lip2" | "lip3" => out.lip[usize::from(key.as_bytes()[3] - b'0')] = hex()?,
                 "start" => out.start = Some(value.to_string()),
+                "exe" => out.exe = Some(unhex_path(value).ok_or_else(|| bad("not a path in hex"))?),
                 "truth" => out.truth = value == "on",
                 "check" => out.check = value == "on",
                 "anchors" => out.anchors = value == "on",
@@ -171,6 +188,9 @@ impl Args {
         if let Some(start) = &self.start {
             s.push_str(&format!(",start={start}"));
         }
+        if let Some(exe) = &self.exe {
+            s.push_str(&format!(",exe={}", hex_path(exe)));
+        }
         if self.truth {
             s.push_str(",truth=on");
         }
@@ -185,6 +205,25 @@ impl Args {
         }
         s
     }
+}
+
+/// A path's bytes in hex, for a plugin option.
+fn hex_path(path: &std::path::Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    path.as_os_str().as_bytes().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The path [`hex_path`] wrote.
+fn unhex_path(hex: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStringExt;
+    if hex.len() % 2 != 0 {
+        return None;
+    }
+    let bytes = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect::<Option<Vec<u8>>>()?;
+    Some(std::ffi::OsString::from_vec(bytes).into())
 }
 
 /// How the program ended, as the plugin saw it.
@@ -226,6 +265,10 @@ pub struct Report {
     pub maps: Maps,
     /// The executable images: (path, load address).
     pub images: Vec<(String, u64)>,
+    /// Where the program's vDSO was (QEMU 8.1 and later give it one of their own), its bytes
+    /// in [`files::VDSO`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vdso: Option<u64>,
     /// Regions of `memory-start.bin`.
     pub memory_start: Vec<MemoryRegion>,
     /// Whether the start snapshot was cut short.
@@ -277,6 +320,7 @@ mod tests {
             cr3: 0x1000,
             lip: [1, 2, 3, 4],
             start: Some("main".into()),
+            exe: Some("/a dir, with commas=/prog".into()),
             truth: true,
             argc: 3,
             stop: Some(1001),
@@ -289,6 +333,7 @@ mod tests {
         assert!(err.to_string().contains("ctl=zz"), "{err}");
         assert!(Args::parse(["ctl=1"]).is_err(), "out is required");
         assert!(Args::parse(["out=/x", "stop=x"]).is_err(), "a descriptor is a number");
+        assert!(Args::parse(["out=/x", "exe=2f6"]).is_err(), "a path is whole bytes");
         assert_eq!(
             Args::parse(["out=/x"]).map(|a| a.stop),
             Ok(None),

@@ -19,14 +19,41 @@ pub struct CpuidLeaf {
     pub subleaf: Option<u32>,
     /// eax, ebx, ecx, edx on output.
     pub regs: [u32; 4],
+    /// `Some("xgetbv")`: not a CPUID leaf but what XGETBV returns for ecx = `leaf` (the
+    /// extended control register's number), edx:eax in `regs[3]`:`regs[0]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instruction: Option<String>,
+}
+
+/// [`CpuidLeaf::instruction`] of an XGETBV entry.
+const XGETBV: &str = "xgetbv";
+
+impl CpuidLeaf {
+    /// The entry for XGETBV of extended control register `xcr`, which holds `value`.
+    pub fn xcr(xcr: u32, value: u64) -> Self {
+        Self {
+            leaf: xcr,
+            subleaf: None,
+            regs: [value as u32, 0, 0, (value >> 32) as u32],
+            instruction: Some(XGETBV.into()),
+        }
+    }
 }
 
 /// Looks up what `cpuid` returns for `leaf` and `subleaf`.
 pub fn lookup(table: &[CpuidLeaf], leaf: u32, subleaf: u32) -> Option<[u32; 4]> {
     table
         .iter()
-        .find(|e| e.leaf == leaf && e.subleaf.map_or(true, |s| s == subleaf))
+        .find(|e| e.instruction.is_none() && e.leaf == leaf && e.subleaf.map_or(true, |s| s == subleaf))
         .map(|e| e.regs)
+}
+
+/// What XGETBV returns for extended control register `xcr`, if the table says.
+pub fn xgetbv(table: &[CpuidLeaf], xcr: u32) -> Option<u64> {
+    table
+        .iter()
+        .find(|e| e.instruction.as_deref() == Some(XGETBV) && e.leaf == xcr)
+        .map(|e| u64::from(e.regs[0]) | u64::from(e.regs[3]) << 32)
 }
 
 /// Builds the table from the probe's results: `(leaf, subleaf, regs)` for subleaves
@@ -44,12 +71,14 @@ pub fn from_probe(results: &[(u32, u32, [u32; 4])]) -> Vec<CpuidLeaf> {
                 leaf,
                 subleaf: None,
                 regs: group[0].2,
+                instruction: None,
             });
         } else {
             table.extend(group.iter().map(|&(leaf, s, regs)| CpuidLeaf {
                 leaf,
                 subleaf: Some(s),
                 regs,
+                instruction: None,
             }));
         }
         i += n;
@@ -77,5 +106,15 @@ mod tests {
         assert_eq!(lookup(&table, 0xd, 5), Some([5, 0, 0, 0]));
         assert_eq!(lookup(&table, 0xd, SUBLEAVES), None);
         assert_eq!(lookup(&table, 2, 0), None);
+    }
+
+    #[test]
+    fn xgetbv_entries_answer_xgetbv_alone() {
+        let mut table = from_probe(&[(0, 0, [0xd, 1, 2, 3])]);
+        assert_eq!(xgetbv(&table, 0), None);
+        table.push(CpuidLeaf::xcr(0, 0x2_0000_00e7));
+        assert_eq!(xgetbv(&table, 0), Some(0x2_0000_00e7));
+        assert_eq!(xgetbv(&table, 1), None);
+        assert_eq!(lookup(&table, 0, 0), Some([0xd, 1, 2, 3]), "CPUID leaf 0 is not XCR0");
     }
 }

@@ -102,7 +102,7 @@ impl Shared {
     fn plain(insn: &Instruction) -> bool {
         !matches!(
             insn.mnemonic(),
-            Mnemonic::Syscall | Mnemonic::Cpuid | Mnemonic::Xsavec | Mnemonic::Xsavec64
+            Mnemonic::Syscall | Mnemonic::Cpuid | Mnemonic::Xgetbv | Mnemonic::Xsavec | Mnemonic::Xsavec64
         )
     }
 
@@ -237,14 +237,20 @@ impl Walker {
             // instruction before retired (a fault or an interrupt comes after it), unless it
             // is a REP string instruction, which an interrupt can stop half-way.
             let entry = self.shared.signals.get(&(p + 1)).filter(|e| next == Some(e.ip));
-            // CPUID from the model's table, for its inputs before it runs.
+            // CPUID and XGETBV from the model's table, for their inputs before they run.
             let cpuid = match (&insn, between) {
                 (Some(i), Between::Insn { .. }) if i.mnemonic() == Mnemonic::Cpuid => {
                     match (st.regs.get(RAX), st.regs.get(RCX)) {
-                        (Some(a), Some(c)) => crate::recording::cpuid::lookup(&self.shared.cpuid, a as u32, c as u32),
+                        (Some(a), Some(c)) => crate::recording::cpuid::lookup(&self.shared.cpuid, a as u32, c as u32)
+                            .map(|out| [RAX, RBX, RCX, RDX].into_iter().zip(out).collect::<Vec<_>>()),
                         _ => None,
                     }
                 }
+                (Some(i), Between::Insn { .. }) if i.mnemonic() == Mnemonic::Xgetbv => st
+                    .regs
+                    .get(RCX)
+                    .and_then(|c| crate::recording::cpuid::xgetbv(&self.shared.cpuid, c as u32))
+                    .map(|v| vec![(RAX, v as u32), (RDX, (v >> 32) as u32)]),
                 _ => None,
             };
             // An XSAVEC whose header the recorder logged writes only what is in use: its area
@@ -289,7 +295,7 @@ impl Walker {
                     super::xsave::xsavec_logged(st, i, h, xsave_area);
                 }
             } else if let Some(out) = cpuid {
-                for (r, v) in [RAX, RBX, RCX, RDX].into_iter().zip(out) {
+                for (r, v) in out {
                     st.regs.set(r, Some(u64::from(v)));
                 }
             }

@@ -64,6 +64,8 @@ pub struct Plugin {
     initial: Vec<Mapping>,
     changes: Vec<MapChange>,
     images: Images,
+    /// Where the program's vDSO is, once its bytes are in `files::VDSO`.
+    vdso: Option<u64>,
     mem: File,
     /// The trace, the truth and the code each stretch ran, as they are written.
     outputs: outputs::Outputs,
@@ -128,6 +130,7 @@ impl Plugin {
             initial: Vec::new(),
             changes: Vec::new(),
             images: Images::default(),
+            vdso: None,
             mem,
             outputs,
             syscall: None,
@@ -218,8 +221,17 @@ impl Plugin {
 
     /// The guest's map at its first instruction; the start symbol resolved.
     fn first_exec(&mut self, entry: u64) {
-        let guest = guest_mappings(&host_maps(), &self.host_before);
-        let mut guest = with_elf_perms(guest, elf_headers);
+        let told = Path::new(&self.args.out).join(files::GUEST_MAPS);
+        let mut guest = match std::fs::read_to_string(told) {
+            // The program's own view, as `rtit record` read it from QEMU's gdbstub (8.1 and
+            // later); the vsyscall page is the host kernel's, no mapping the program made.
+            Ok(text) => text
+                .lines()
+                .filter_map(parse_map_line)
+                .filter(|m| m.path.as_deref() != Some("[vsyscall]"))
+                .collect(),
+            Err(_) => with_elf_perms(guest_mappings(&host_maps(), &self.host_before), elf_headers),
+        };
         let tops: Vec<Mapping> = guest
             .iter()
             .map(|m| Mapping {
@@ -250,15 +262,12 @@ impl Plugin {
     }
 
     fn resolve_symbol(&self, name: &str) -> Result<u64, String> {
-        // SAFETY: after install QEMU returns a NUL-terminated path it keeps alive.
-        let exe = unsafe {
-            let p = crate::ffi::qemu_plugin_path_to_binary();
-            if p.is_null() {
-                return Err("QEMU does not say which program runs".into());
-            }
-            std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
-        };
-        let exe = std::fs::canonicalize(&exe).map_err(|e| format!("{exe}: {e}"))?;
+        let exe = self
+            .args
+            .exe
+            .clone()
+            .ok_or("rtit record did not say which program runs (exe=)")?;
+        let exe = std::fs::canonicalize(&exe).map_err(|e| format!("{}: {e}", exe.display()))?;
         let bytes = std::fs::read(&exe).map_err(|e| format!("{}: {e}", exe.display()))?;
         let path = exe.display().to_string();
         let (address, relocated) =
@@ -307,6 +316,18 @@ impl Plugin {
         self.start_ip = Some(ip);
         let maps = self.maps.as_ref().map(|m| m.current().to_vec()).unwrap_or_default();
         self.images.note(&maps);
+        // QEMU 8.1 and later give the program a vDSO of their own (the map QEMU's gdbstub
+        // shows names it): its code runs and the dynamic loader reads its symbols.
+        if let Some(m) = maps.iter().find(|m| m.path.as_deref() == Some("[vdso]")) {
+            let mut bytes = vec![0u8; (m.end - m.start) as usize];
+            let n = self.read(m.start, &mut bytes);
+            bytes.truncate(n);
+            let path = Path::new(&self.args.out).join(files::VDSO);
+            match std::fs::write(&path, bytes) {
+                Ok(()) => self.vdso = Some(m.start),
+                Err(e) => self.notes.push(format!("{}: {e}", path.display())),
+            }
+        }
         let snap = snapshot_with(&maps, |a, b| self.read(a, b));
         let path = Path::new(&self.args.out).join(files::MEMORY_START);
         match write_snapshot(&path, &snap) {
@@ -552,6 +573,7 @@ impl Plugin {
                 changes: std::mem::take(&mut self.changes),
             },
             images: self.images.files().map(|(p, a)| (p.to_string(), a)).collect(),
+            vdso: self.vdso,
             memory_start: self.memory_start.0.clone(),
             memory_start_truncated: self.memory_start.1,
             memory_end: memory_end.0,

@@ -84,13 +84,18 @@ pub(super) fn position(pid: Pid, counters: Counters, ip: Option<u64>) -> Option<
             std::thread::sleep(Duration::from_micros(50));
         }
     }
+    let started_at = match counters.started_via {
+        // 0 before the program's first instruction: nothing counted yet.
+        Some(via) => word(pid, via).filter(|&at| at != 0)?,
+        None => counters.started,
+    };
     let (base, started) = match counters.started_base {
         Some(at) => {
-            let [base, now, then] = words(pid, [counters.position, counters.started, at])?;
+            let [base, now, then] = words(pid, [counters.position, started_at, at])?;
             (base, now.wrapping_sub(then))
         }
         None => {
-            let [base, started] = words(pid, [counters.position, counters.started])?;
+            let [base, started] = words(pid, [counters.position, started_at])?;
             (base, started)
         }
     };

@@ -116,6 +116,36 @@ impl Remote {
             .collect())
     }
 
+    /// A file as the program sees it, through the gdbstub's host I/O (`vFile`): QEMU 8.1 and
+    /// later open it as the program's own `open` would, so `/proc/self/maps` is the program's
+    /// map with its own protections, not the host's. `None` where the gdbstub has no host
+    /// I/O (QEMU 7.2) or cannot open the file.
+    pub fn guest_file(&mut self, path: &str) -> Result<Option<Vec<u8>>, GdbstubError> {
+        let name: String = path.bytes().map(|b| format!("{b:02x}")).collect();
+        let reply = self.request(&format!("vFile:open:{name},0,0"))?;
+        let Some(fd) = file_result(reply.as_bytes()).filter(|&fd| fd >= 0) else {
+            return Ok(None);
+        };
+        let mut out = Vec::new();
+        let whole = loop {
+            let reply = self.request_bytes(&format!("vFile:pread:{fd:x},1000,{:x}", out.len()))?;
+            match file_result(&reply) {
+                Some(0) => break true,
+                Some(n) if n > 0 => {
+                    let at = reply.iter().position(|&b| b == b';').map_or(reply.len(), |i| i + 1);
+                    let data = unescape(&reply[at..]);
+                    if data.len() as i64 != n {
+                        break false;
+                    }
+                    out.extend(data);
+                }
+                _ => break false,
+            }
+        };
+        self.request(&format!("vFile:close:{fd:x}"))?;
+        Ok(whole.then_some(out))
+    }
+
     /// The next packet's bytes, acknowledged: `None` when QEMU closed the connection,
     /// `Some(None)` when nothing began to arrive within `timeout`.
     fn receive_bytes(&mut self, timeout: Option<Duration>) -> Result<Option<Option<Vec<u8>>>, GdbstubError> {
@@ -201,6 +231,17 @@ impl Remote {
 }
 
 /// Undoes the protocol's run-length encoding (`X*n`: `n - 29` more copies of `X`).
+/// The number a host I/O reply (`F<hex>[,errno][;data]`) gives, negative for a failure.
+fn file_result(reply: &[u8]) -> Option<i64> {
+    let head = reply.strip_prefix(b"F")?;
+    let end = head.iter().position(|&b| b == b';' || b == b',').unwrap_or(head.len());
+    let text = std::str::from_utf8(&head[..end]).ok()?;
+    match text.strip_prefix('-') {
+        Some(n) => i64::from_str_radix(n, 16).ok().map(|n| -n),
+        None => i64::from_str_radix(text, 16).ok(),
+    }
+}
+
 fn expand(data: &[u8]) -> Vec<u8> {
     let mut out: Vec<u8> = Vec::with_capacity(data.len());
     let mut i = 0;
@@ -321,6 +362,15 @@ mod tests {
         assert_eq!(expand(b"0* "), b"0000");
         assert_eq!(expand(b"a1*!b"), b"a11111b");
         assert_eq!(expand(b"plain"), b"plain");
+    }
+
+    #[test]
+    fn host_io_replies_give_their_number() {
+        assert_eq!(file_result(b"F5"), Some(5));
+        assert_eq!(file_result(b"F1a;abc"), Some(0x1a));
+        assert_eq!(file_result(b"F-1,2"), Some(-1));
+        assert_eq!(file_result(b""), None, "no host I/O: an empty reply");
+        assert_eq!(file_result(b"E01"), None);
     }
 
     #[test]

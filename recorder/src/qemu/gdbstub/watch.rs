@@ -93,12 +93,13 @@ impl Watch {
     ) -> Result<Self, GdbstubError> {
         let stream = connect(socket, interrupted)?;
         let counters = read_counters(&dir.join(crate::qemu::report::files::COUNTERS))?;
+        let guest_maps = dir.join(crate::qemu::report::files::GUEST_MAPS);
         let done = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&done);
         let pid = Pid::from_raw(pid as i32);
         let thread = std::thread::Builder::new()
             .name("rtit-gdbstub".into())
-            .spawn(move || watch(Remote::new(stream), pid, counters, &plan, &flag))
+            .spawn(move || watch(Remote::new(stream), &guest_maps, pid, counters, &plan, &flag))
             .map_err(GdbstubError::Io)?;
         Ok(Self { thread, done })
     }
@@ -186,6 +187,7 @@ impl Program {
 
 fn watch(
     mut remote: Remote,
+    guest_maps: &Path,
     pid: Pid,
     counters: Counters,
     plan: &Plan,
@@ -195,6 +197,10 @@ fn watch(
     let first = remote.request("?")?;
     if !matches!(stop(&first)?, Stop::Signal(_)) {
         return Ok(watched);
+    }
+    // Before the first instruction, where the plugin looks for it.
+    if let Some(maps) = remote.guest_file("/proc/self/maps")? {
+        std::fs::write(guest_maps, maps).map_err(GdbstubError::Io)?;
     }
     if plan.sample && plan.sample_entry {
         watched.samples.push((0, registers(&remote.request("g")?)?));

@@ -159,12 +159,20 @@ pub(in crate::recording) fn cpuid(path: &Path, table: &[CpuidLeaf]) -> Result<()
             "holds no CPUID leaves (a recorder writes it only with some)".to_string(),
         ));
     }
-    let mut keys: Vec<(u32, Option<u32>, usize)> =
-        table.iter().enumerate().map(|(i, l)| (l.leaf, l.subleaf, i)).collect();
+    // An XGETBV entry (`instruction`) is keyed apart from CPUID's leaves.
+    let mut keys: Vec<(Option<&str>, u32, Option<u32>, usize)> = table
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (l.instruction.as_deref(), l.leaf, l.subleaf, i))
+        .collect();
     keys.sort_unstable();
-    if let Some(w) = keys.windows(2).find(|w| (w[0].0, w[0].1) == (w[1].0, w[1].1)) {
-        let sub = w[0].1.map_or_else(String::new, |s| format!(" subleaf {s:#x}"));
-        let what = format!("entries {} and {} both give leaf {:#x}{sub}", w[0].2, w[1].2, w[0].0);
+    if let Some(w) = keys
+        .windows(2)
+        .find(|w| (w[0].0, w[0].1, w[0].2) == (w[1].0, w[1].1, w[1].2))
+    {
+        let sub = w[0].2.map_or_else(String::new, |s| format!(" subleaf {s:#x}"));
+        let kind = w[0].0.map_or_else(|| "leaf".to_string(), |i| format!("{i} register"));
+        let what = format!("entries {} and {} both give {kind} {:#x}{sub}", w[0].3, w[1].3, w[0].1);
         return Err(invalid(path, what));
     }
     Ok(())
@@ -249,8 +257,18 @@ mod tests {
             leaf,
             subleaf,
             regs: [0; 4],
+            instruction: None,
         };
         assert!(cpuid(path, &[leaf(0, None), leaf(7, Some(0)), leaf(7, Some(1))]).is_ok());
+        assert!(
+            cpuid(path, &[leaf(0, None), CpuidLeaf::xcr(0, 7)]).is_ok(),
+            "XCR0 is no CPUID leaf 0"
+        );
+        let e = cpuid(path, &[CpuidLeaf::xcr(0, 7), leaf(0, None), CpuidLeaf::xcr(0, 3)]).expect_err("two XCR0");
+        assert!(
+            e.to_string().contains("entries 0 and 2 both give xgetbv register 0x0"),
+            "{e}"
+        );
         let e = cpuid(path, &[leaf(7, Some(1)), leaf(0, None), leaf(7, Some(1))]).expect_err("repeat");
         assert!(
             e.to_string().contains("entries 0 and 2 both give leaf 0x7 subleaf 0x1"),

@@ -1,0 +1,37 @@
+//! The signal `rtit record` stops the program with, for a register sample or an anchor
+//! (`rtit_recorder::qemu::gdbstub::SAMPLE_SIGNAL`), must reach QEMU's gdbstub, which reports
+//! it and lets rtit withhold it from the program. QEMU 7.2 catches every host signal. QEMU 9
+//! and later leave a signal the program has no handler for and whose default is to end the
+//! process without a host handler (only those that dump core get one), so the kernel
+//! would end QEMU at the first sample, its gdbstub none the wiser. The plugin gives it
+//! QEMU's own host handler (the one QEMU installs for SIGSEGV): QEMU then passes it to the
+//! program's signal queue and its gdbstub, as 7.2 did, and the program's view of it is
+//! unchanged (QEMU's table still says default; the program's own `rt_sigaction` for it
+//! replaces the host handler as before).
+#![allow(unsafe_code)]
+
+use nix::libc::{sigaction, SA_SIGINFO, SIGSEGV, SIG_DFL, SIG_IGN};
+
+/// Installs QEMU's host handler for the sample signal if the signal has none; once QEMU has
+/// set up its signals (at vCPU 0's start). Does nothing where QEMU catches it already.
+pub fn catch() {
+    let sample = rtit_recorder::qemu::gdbstub::SAMPLE_SIGNAL as i32;
+    // SAFETY: reads and sets host signal actions with valid, zero-initialised structures.
+    unsafe {
+        let mut now: sigaction = std::mem::zeroed();
+        if sigaction(sample, std::ptr::null(), &mut now) != 0 || now.sa_sigaction != SIG_DFL {
+            return;
+        }
+        let mut qemus: sigaction = std::mem::zeroed();
+        if sigaction(SIGSEGV, std::ptr::null(), &mut qemus) != 0
+            || qemus.sa_sigaction == SIG_DFL
+            || qemus.sa_sigaction == SIG_IGN
+            || qemus.sa_flags & SA_SIGINFO == 0
+        {
+            // QEMU has not set up its signals yet (7.2 does that after vCPU 0 exists, and
+            // then catches every signal).
+            return;
+        }
+        sigaction(sample, &qemus, std::ptr::null_mut());
+    }
+}
