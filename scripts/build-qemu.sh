@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds a plugin-enabled `qemu-x86_64` of a current QEMU release from Debian's source package
-# (trixie's by default: QEMU 10.0), for the qemu backend, into rtit's cache. Distributions'
+# (trixie's by default: QEMU 10.0), for the qemu backend, into rtit's cache (`rtit build-qemu`
+# runs this same script). Distributions'
 # own `qemu-user` is often built static with plugins disabled (Debian 13's is), so the backend
 # cannot use it. Prints the binary's path last; `rtit record` finds it there by itself.
 #
@@ -8,14 +9,14 @@
 # dependencies (ninja-build, libglib2.0-dev, pkgconf, python3-venv, flex, bison, dpkg-dev).
 # meson and pycotap come from PyPI into a virtual environment of the build's own.
 #
-#   scripts/build-qemu.sh            # QEMU of Debian trixie
+#   scripts/build-qemu.sh            # QEMU of Debian trixie (or: rtit build-qemu)
 #   RTIT_QEMU_SUITE=sid scripts/build-qemu.sh
 #
 # A second run with the binary already built prints its path and does nothing else.
 set -euo pipefail
 
 suite=${RTIT_QEMU_SUITE:-trixie}
-cache=${XDG_CACHE_HOME:-$HOME/.cache}/rtit/qemu
+cache=${RTIT_QEMU_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rtit/qemu}
 work=$cache/build-$suite
 jobs=${RTIT_QEMU_JOBS:-$(nproc)}
 

@@ -36,6 +36,9 @@ enum Command {
     Calls(cmd::calls::CallsArgs),
     /// Compare the replayed register values with those `rtit record --truth` sampled.
     CheckValues(cmd::check_values::CheckValuesArgs),
+    /// Build a qemu-x86_64 that can load plugins (QEMU 10 from Debian's source package), for
+    /// the qemu backend; prints its path.
+    BuildQemu(cmd::build_qemu::BuildQemuArgs),
 }
 
 /// A command that prints a listing ends quietly when its reader goes away (`rtit insns | head`),
@@ -68,6 +71,7 @@ fn main() -> ExitCode {
         Command::Insns(args) => cmd::insns::run(&args),
         Command::Calls(args) => cmd::calls::run(&args),
         Command::CheckValues(args) => cmd::check_values::run(&args),
+        Command::BuildQemu(args) => cmd::build_qemu::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

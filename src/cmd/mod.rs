@@ -1,5 +1,6 @@
 //! The subcommands of `rtit`, one module each.
 
+pub mod build_qemu;
 pub mod calls;
 pub mod check_values;
 mod decode_check;

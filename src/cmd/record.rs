@@ -2,7 +2,7 @@
 
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -44,7 +44,7 @@ pub enum Wrap {
 /// The backend `auto` means here, and the line that says so: which backend, in a word, and
 /// why only where it matters (the slow step backend because QEMU is missing) or was asked
 /// for (`verbose`).
-fn choose(backend: Backend, verbose: bool) -> (Backend, String) {
+fn choose(backend: Backend, named_qemu: Option<&Path>, verbose: bool) -> (Backend, String) {
     let hardware = "this CPU has no RTIT (it needs an Atom Silvermont/Airmont core)";
     let (qemu, step) = ("the qemu backend", "the step backend");
     // Why the step backend, and what it costs, when the user did not ask for it.
@@ -57,17 +57,16 @@ fn choose(backend: Backend, verbose: bool) -> (Backend, String) {
             (Backend::Qemu, qemu.into())
         }
         Backend::Msr => (Backend::Msr, "the msr backend (the RTIT hardware)".into()),
-        Backend::Auto => match (qemu::find::find_qemu(), crate::plugin::ensure()) {
-            (Some(q), Ok(_)) if verbose => (
+        // A QEMU named: the qemu backend, which says what is wrong with it, if anything.
+        Backend::Auto if named_qemu.is_some() => choose(Backend::Qemu, named_qemu, verbose),
+        Backend::Auto => match (qemu::find::find_qemu(named_qemu), crate::plugin::ensure()) {
+            (Ok(q), Ok(_)) if verbose => (
                 Backend::Qemu,
-                format!("{qemu}: {hardware}, and {} is installed", q.display()),
+                format!("{qemu}: {hardware}, and {} loads plugins", q.display()),
             ),
-            (Some(_), Ok(_)) => (Backend::Qemu, qemu.into()),
-            (None, _) => (
-                Backend::Step,
-                format!("{slow}: qemu-x86_64 is not installed (Debian: apt-get install qemu-user)"),
-            ),
-            (Some(_), Err(why)) => (Backend::Step, format!("{slow}: {why}")),
+            (Ok(_), Ok(_)) => (Backend::Qemu, qemu.into()),
+            (Err(why), _) => (Backend::Step, format!("{slow}: {why}")),
+            (Ok(_), Err(why)) => (Backend::Step, format!("{slow}: {why}")),
         },
     }
 }
@@ -89,6 +88,10 @@ pub struct RecordArgs {
     /// python3, hence the default of 2^25.
     #[arg(long, value_name = "N", default_value_t = 1 << 25)]
     anchor_every: u64,
+    /// qemu backend: the `qemu-x86_64` to run (default: $RTIT_QEMU, else the first on PATH
+    /// that can load plugins, else the newest `rtit build-qemu` built).
+    #[arg(long, value_name = "PATH")]
+    qemu: Option<PathBuf>,
     /// Say more: why `auto` chose the backend it did.
     #[arg(short, long)]
     verbose: bool,
@@ -304,9 +307,9 @@ fn record(args: &RecordArgs, interrupted: &Interrupt) -> Result<u8> {
     }
     // A program rtit cannot record (a script, a 32-bit one) is refused before anything is
     // said of recording it; the backend checks again and says what to warn about.
-    let resolved = step::resolve(std::path::Path::new(program))?;
+    let resolved = step::resolve(Path::new(program))?;
     step::check_executable(&resolved, program_args)?;
-    let (backend, why) = choose(args.backend, args.verbose);
+    let (backend, why) = choose(args.backend, args.qemu.as_deref(), args.verbose);
     eprintln!("rtit: recording with {why}");
     let progress: Option<Box<dyn FnMut(u64)>> = std::io::stderr().is_terminal().then(|| {
         let started = Instant::now();
@@ -384,6 +387,7 @@ fn record(args: &RecordArgs, interrupted: &Interrupt) -> Result<u8> {
             }
         }
         Backend::Qemu => qemu::launch::record(QemuOptions {
+            qemu: args.qemu.clone(),
             program: PathBuf::from(program),
             args: program_args.to_vec(),
             start,
@@ -401,6 +405,12 @@ fn record(args: &RecordArgs, interrupted: &Interrupt) -> Result<u8> {
                 }) as Box<dyn FnMut(u64, u64)>
             }),
         })?,
+        _ if args.qemu.is_some() => {
+            bail!(
+                "--qemu names the qemu backend's QEMU; the {} backend runs none",
+                format!("{backend:?}").to_lowercase()
+            )
+        }
         _ if args.check_fast_path => {
             bail!(
                 "--check-fast-path checks the qemu backend's plugin; the {} backend has no fast path",

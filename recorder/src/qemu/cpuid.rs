@@ -247,7 +247,7 @@ mod tests {
 
     #[test]
     fn qemu_answers_the_probe() {
-        let Some(qemu) = crate::qemu::find::find_qemu() else {
+        let Ok(qemu) = crate::qemu::find::find_qemu(None) else {
             eprintln!("skipped: no qemu-x86_64");
             return;
         };

@@ -8,9 +8,9 @@ use crate::step::StartAt;
 /// A failure of the qemu backend.
 #[derive(Debug, thiserror::Error)]
 pub enum QemuError {
-    /// No `qemu-x86_64` on PATH.
-    #[error("qemu-x86_64 is not installed (Debian/Ubuntu: apt-get install qemu-user)")]
-    NoQemu,
+    /// No `qemu-x86_64` that can load plugins.
+    #[error(transparent)]
+    NoQemu(#[from] super::find::NoQemu),
     /// The plugin library is missing.
     #[error("the rtit QEMU plugin ({PLUGIN_FILE}) is not next to rtit or in $RTIT_QEMU_PLUGIN; build it with `cargo build --release -p rtit-qemu-plugin`")]
     NoPlugin,

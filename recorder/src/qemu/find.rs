@@ -1,16 +1,117 @@
-//! Where the qemu backend's two parts are: `qemu-x86_64` on PATH and rtit's plugin library.
+//! Where the qemu backend's two parts are: a `qemu-x86_64` that can load plugins, and rtit's
+//! plugin library.
+//!
+//! Distributions do not all build QEMU with plugins: Debian 13's `qemu-user` is static with
+//! plugins disabled. A QEMU that can load them exports the plugin API (`qemu_plugin_*`) from
+//! its dynamic symbol table, which is how one is told apart without running it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use object::{Object, ObjectSymbol};
 
 /// The plugin library's file name.
 pub const PLUGIN_FILE: &str = "librtit_qemu_plugin.so";
 
-/// `qemu-x86_64` on PATH, if any.
-pub fn find_qemu() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|d| d.join("qemu-x86_64"))
-        .find(|p| p.is_file())
+/// The environment variable naming the `qemu-x86_64` to record with.
+pub const QEMU_ENV: &str = "RTIT_QEMU";
+
+/// Why no `qemu-x86_64` rtit can record with was found.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoQemu {
+    /// None on PATH, none built by rtit.
+    #[error(
+        "qemu-x86_64 is not installed (Debian/Ubuntu: apt-get install qemu-user; or `rtit build-qemu` builds one)"
+    )]
+    NotInstalled,
+    /// The one named (`--qemu`, `$RTIT_QEMU`) is not there.
+    #[error("{0}: no such qemu-x86_64")]
+    Missing(PathBuf),
+    /// The only one found cannot load plugins.
+    #[error(
+        "{0} cannot load plugins (it was built static or without --enable-plugins, as Debian 13's is): `rtit build-qemu` builds one rtit then finds, or pass --qemu PATH"
+    )]
+    NoPlugins(PathBuf),
+}
+
+/// The `qemu-x86_64` to record with: `named` (`--qemu`), else `$RTIT_QEMU`, else the first
+/// on PATH that can load plugins, else the newest rtit built (`rtit build-qemu`, in
+/// [`built_dir`]).
+pub fn find_qemu(named: Option<&Path>) -> Result<PathBuf, NoQemu> {
+    let env = std::env::var_os(QEMU_ENV).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(path) = named.map(Path::to_path_buf).or(env) {
+        return match path.is_file() {
+            false => Err(NoQemu::Missing(path)),
+            true if loads_plugins(&path) => Ok(path),
+            true => Err(NoQemu::NoPlugins(path)),
+        };
+    }
+    let on_path = std::env::var_os("PATH").map_or_else(Vec::new, |p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join("qemu-x86_64"))
+            .filter(|p| p.is_file())
+            .collect()
+    });
+    let mut candidates = on_path.clone();
+    candidates.extend(built());
+    match candidates.into_iter().find(|p| loads_plugins(p)) {
+        Some(found) => Ok(found),
+        None => Err(on_path
+            .into_iter()
+            .next()
+            .map_or(NoQemu::NotInstalled, NoQemu::NoPlugins)),
+    }
+}
+
+/// Whether the executable at `path` exports QEMU's plugin API.
+pub fn loads_plugins(path: &Path) -> bool {
+    let Ok(bytes) = std::fs::read(path) else {
+        return false;
+    };
+    let Ok(file) = object::File::parse(&*bytes) else {
+        return false;
+    };
+    file.dynamic_symbols()
+        .any(|s| s.is_definition() && s.name() == Ok("qemu_plugin_outs"))
+}
+
+/// Where `rtit build-qemu` puts the QEMUs it builds: `$XDG_CACHE_HOME/rtit/qemu`, else
+/// `~/.cache/rtit/qemu`, one directory per version.
+pub fn built_dir() -> PathBuf {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            std::env::var_os("HOME")
+                .map_or_else(|| PathBuf::from("."), PathBuf::from)
+                .join(".cache")
+        });
+    cache.join("rtit/qemu")
+}
+
+/// The QEMUs `rtit build-qemu` built, newest version first.
+pub fn built() -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(built_dir()) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(Vec<u64>, PathBuf)> = entries
+        .flatten()
+        .map(|e| e.path().join("qemu-x86_64"))
+        .filter(|p| p.is_file())
+        .filter_map(|p| {
+            let name = p.parent()?.file_name()?.to_string_lossy().into_owned();
+            Some((version_key(&name), p))
+        })
+        .collect();
+    found.sort();
+    found.into_iter().rev().map(|(_, p)| p).collect()
+}
+
+/// A version directory's name as numbers to sort by ("10.0.13+ds-0+deb13u1" → 10, 0, 13, …).
+fn version_key(name: &str) -> Vec<u64> {
+    name.split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .filter_map(|s| s.parse().ok())
+        .collect()
 }
 
 /// The plugin library: `$RTIT_QEMU_PLUGIN`, else next to the running executable (or one
@@ -25,4 +126,56 @@ pub fn find_plugin() -> Option<PathBuf> {
         .take(2)
         .map(|d| d.join(PLUGIN_FILE))
         .find(|p| p.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_sort_by_their_numbers() {
+        let mut v = ["9.2.1", "10.0.13+ds-0+deb13u1", "10.0.2"].map(version_key);
+        v.sort();
+        assert_eq!(v[2], vec![10, 0, 13, 0, 13, 1]);
+        assert_eq!(v[0], vec![9, 2, 1]);
+    }
+
+    #[test]
+    fn a_program_without_the_plugin_api_cannot_load_plugins() {
+        // This test binary exports no qemu_plugin_outs; a missing file loads nothing either.
+        let me = std::env::current_exe().expect("test binary");
+        assert!(!loads_plugins(&me));
+        assert!(!loads_plugins(Path::new("/nonexistent/qemu-x86_64")));
+        assert_eq!(
+            find_qemu(Some(&me)),
+            Err(NoQemu::NoPlugins(me.clone())),
+            "a named QEMU is taken or refused, never passed over"
+        );
+        let missing = Path::new("/nonexistent/qemu-x86_64");
+        assert_eq!(find_qemu(Some(missing)), Err(NoQemu::Missing(missing.into())));
+    }
+
+    #[test]
+    fn what_qemu_says_of_its_plugin_option_agrees() {
+        let mut qemus: Vec<PathBuf> = built();
+        qemus.extend(
+            ["/usr/bin/qemu-x86_64"]
+                .map(PathBuf::from)
+                .into_iter()
+                .filter(|p| p.is_file()),
+        );
+        if qemus.is_empty() {
+            eprintln!("skipped: no qemu-x86_64 installed or built");
+        }
+        for qemu in qemus {
+            // A QEMU without plugins does not know the option; one with them tries to load it.
+            let out = std::process::Command::new(&qemu)
+                .args(["-plugin", "/nonexistent/plugin.so", "/bin/true"])
+                .output()
+                .expect("run qemu");
+            let text = String::from_utf8_lossy(&out.stderr);
+            let knows = text.contains("Could not load plugin");
+            assert_eq!(loads_plugins(&qemu), knows, "{}: {text}", qemu.display());
+        }
+    }
 }

@@ -147,7 +147,9 @@ pub fn name_stack(maps: &mut [Mapping], rsp: u64) {
 /// strings within the same mapping and a null (the layout execve leaves, which QEMU's loader
 /// reproduces). `read` reads a mapping's bytes.
 pub fn find_initial_rsp(maps: &[Mapping], argc: u64, read: impl Fn(&Mapping) -> Vec<u8>) -> Option<u64> {
-    for m in maps.iter().filter(|m| m.path.is_none() && m.perms.starts_with("rw")) {
+    // Anonymous, or named `[stack]` where the map is the program's own view (QEMU's gdbstub).
+    let anonymous = |m: &Mapping| m.path.is_none() || m.path.as_deref() == Some("[stack]");
+    for m in maps.iter().filter(|m| anonymous(m) && m.perms.starts_with("rw")) {
         let bytes = read(m);
         let word = |i: usize| -> Option<u64> {
             bytes
@@ -250,7 +252,18 @@ mod tests {
         put(&mut bytes, 0x808, 0x1f00);
         put(&mut bytes, 0x810, 0x1f08);
         put(&mut bytes, 0x818, 0);
-        let rsp = find_initial_rsp(&[stack], 2, |_| bytes.clone());
+        let rsp = find_initial_rsp(&[stack.clone()], 2, |_| bytes.clone());
         assert_eq!(rsp, Some(0x1800));
+        // The program's own view names its stack (QEMU's gdbstub); a file is no stack.
+        let named = Mapping {
+            path: Some("[stack]".into()),
+            ..stack.clone()
+        };
+        assert_eq!(find_initial_rsp(&[named], 2, |_| bytes.clone()), Some(0x1800));
+        let file = Mapping {
+            path: Some("/a".into()),
+            ..stack
+        };
+        assert_eq!(find_initial_rsp(&[file], 2, |_| bytes.clone()), None);
     }
 }

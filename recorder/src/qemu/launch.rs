@@ -61,6 +61,8 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> QemuError + '_ {
 
 /// What to record and how.
 pub struct QemuOptions {
+    /// The `qemu-x86_64` to run (`--qemu`); else as `find::find_qemu` finds one.
+    pub qemu: Option<PathBuf>,
     /// The program (found on PATH if it has no slash).
     pub program: PathBuf,
     /// Its arguments.
@@ -93,7 +95,7 @@ pub fn record(mut opts: QemuOptions) -> Result<Outcome, QemuError> {
 }
 
 fn launch(opts: &mut QemuOptions, phase: &mut Phase) -> Result<Outcome, QemuError> {
-    let qemu = find_qemu().ok_or(QemuError::NoQemu)?;
+    let qemu = find_qemu(opts.qemu.as_deref())?;
     let plugin = find_plugin().ok_or(QemuError::NoPlugin)?;
     let program = resolve(&opts.program)?;
     let warnings = check_executable(&program, &opts.args)?;

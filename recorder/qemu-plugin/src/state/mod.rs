@@ -512,6 +512,11 @@ impl Plugin {
         unsafe { nix::libc::_exit(1) }
     }
 
+    /// Whether the program called exit or exit_group.
+    pub fn exit_called(&self) -> bool {
+        self.exit_code.is_some()
+    }
+
     /// The program ended (of the signal `fatal`, where QEMU said which): settles the last
     /// block, writes the trace, the end snapshot and the report.
     pub fn finish(&mut self, counts: Counts, fatal: Option<i32>) {

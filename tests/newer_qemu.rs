@@ -1,0 +1,190 @@
+//! The qemu backend on the newest QEMU `rtit build-qemu` built (QEMU 10 from Debian's source
+//! package, plugin API version 4), beside Debian 12's 7.2 (API version 1) that the other tests
+//! record with: the plugin loads in both, the fast path writes what the unit model writes,
+//! the decode equals the plugin's independent log of every instruction, values are right,
+//! and a crash replays in gdb as native gdb shows it.
+//!
+//! Skips, saying so, where no QEMU was built; CI builds one (`.ci/run`) and sets
+//! `RTIT_REQUIRE_NEWER_QEMU`, which turns the skip into a failure. `RTIT_TEST_QEMU` names
+//! another QEMU to test.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use rtit_replay_core::recording::Recording;
+use serde_json::Value;
+
+/// The QEMU under test, or `None` (a skip, said) where none was built.
+fn newer_qemu() -> Option<PathBuf> {
+    if let Some(named) = std::env::var_os("RTIT_TEST_QEMU") {
+        return Some(PathBuf::from(named));
+    }
+    let found = rtit_recorder::qemu::find::built().into_iter().next();
+    if found.is_none() {
+        assert!(
+            std::env::var_os("RTIT_REQUIRE_NEWER_QEMU").is_none(),
+            "no QEMU built by `rtit build-qemu` (scripts/build-qemu.sh), and this run requires one"
+        );
+        eprintln!("skipped: no QEMU built by `rtit build-qemu`");
+    }
+    found
+}
+
+/// `rtit ARGS` with the plugin of this build.
+fn rtit(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .args(args)
+        .env("RTIT_QEMU_PLUGIN", common::plugin())
+        .env("PYTHONHASHSEED", "0")
+        .output()
+        .expect("run rtit")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// Records `exe args` under `qemu` with `flags`; the recording, the exit status and stderr.
+fn record(qemu: &Path, exe: &str, args: &[&str], flags: &[&str], out: &Path) -> (Recording, i32, String) {
+    let mut all = vec!["record", "--qemu", s(qemu), "--out", s(out)];
+    all.extend_from_slice(flags);
+    all.push("--");
+    all.push(exe);
+    all.extend_from_slice(args);
+    let result = rtit(&all);
+    let stderr = String::from_utf8_lossy(&result.stderr).into_owned();
+    let rec = Recording::open(out).unwrap_or_else(|e| panic!("{}: {e}\n{stderr}", out.display()));
+    assert_eq!(rec.manifest.backend, "qemu", "{stderr}");
+    (rec, result.status.code().unwrap_or(-1), stderr)
+}
+
+/// A file of `n` numbers in a scrambled order, for `sort -n`.
+fn numbers(dir: &Path, n: u64) -> PathBuf {
+    let path = dir.join("numbers");
+    let text: String = (0..n).map(|i| format!("{}\n", i * 2654435761 % 1_000_003)).collect();
+    std::fs::write(&path, text).expect("input");
+    path
+}
+
+/// `rtit insns --json` equals the plugin's log of every instruction (`--truth`), with no
+/// error or gap.
+fn check_truth(rec: &Recording, what: &str) {
+    let out = rtit(&["insns", "--json", s(&rec.dir)]);
+    assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
+    let mut ips = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let v: Value = serde_json::from_str(line).expect("JSON line");
+        assert!(v["event"] != "error" && v["event"] != "gap", "{what}: {v}");
+        if let Some(ip) = v["ip"].as_str().filter(|_| v.get("i").is_some()) {
+            ips.push(u64::from_str_radix(ip.trim_start_matches("0x"), 16).expect("hex"));
+        }
+    }
+    let truth = rec.truth().expect("readable").expect("--truth was given");
+    assert!(truth.len() > 1000, "{what}: a real run ({} instructions)", truth.len());
+    let at = ips.iter().zip(&truth).position(|(a, b)| a != b);
+    assert!(
+        ips.len() == truth.len() && at.is_none(),
+        "{what}: {} decoded vs {} true; first difference at {at:?}",
+        ips.len(),
+        truth.len()
+    );
+}
+
+/// `rtit check-values`: no value wrong, and at least `known` % of the GPR samples known.
+fn check_values(rec: &Recording, known: f64, what: &str) {
+    let out = rtit(&["check-values", s(&rec.dir)]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{what}: {text}");
+    let gprs = text
+        .lines()
+        .find(|l| l.starts_with("all GPRs"))
+        .unwrap_or_else(|| panic!("{what}: {text}"));
+    let cols: Vec<&str> = gprs.split_whitespace().collect();
+    let (right, wrong, unknown): (u64, u64, u64) = (
+        cols[2].parse().expect("right"),
+        cols[3].parse().expect("wrong"),
+        cols[4].parse().expect("unknown"),
+    );
+    assert_eq!(wrong, 0, "{what}: {text}");
+    assert!(right > 0, "{what}: {text}");
+    let share = 100.0 * right as f64 / (right + unknown) as f64;
+    assert!(share >= known, "{what}: {share:.1}% of GPRs known\n{text}");
+}
+
+#[test]
+fn the_fast_path_writes_what_the_unit_model_writes() {
+    let Some(qemu) = newer_qemu() else { return };
+    let dir = common::scratch("newer_qemu", "fast-path");
+    let input = numbers(&dir, 3000);
+    let configs: [&[&str]; 3] = [
+        &[],
+        &["--no-ret-compression", "--psb-period", "2048"],
+        &["--cycle-accurate", "--mtc", "--sts"],
+    ];
+    for (i, flags) in configs.into_iter().enumerate() {
+        let flags = [flags, &["--check-fast-path"]].concat();
+        let out = dir.join(format!("sort-{i}"));
+        let (_, status, stderr) = record(
+            &qemu,
+            "/usr/bin/sort",
+            &["-n", "-o", "/dev/null", s(&input)],
+            &flags,
+            &out,
+        );
+        assert_eq!(status, 0, "{flags:?}: {stderr}");
+        assert!(
+            stderr.contains("every byte is what the unit model wrote"),
+            "{flags:?}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn debian_programs_decode_to_the_plugins_log_with_right_values() {
+    let Some(qemu) = newer_qemu() else { return };
+    let dir = common::scratch("newer_qemu", "debian");
+    let _removed = common::RemovedOnSuccess(dir.clone());
+    let input = numbers(&dir, 3000);
+    let runs: [(&str, &str, Vec<&str>); 3] = [
+        ("sort", "/usr/bin/sort", vec!["-n", "-o", "/dev/null", s(&input)]),
+        ("grep", "/usr/bin/grep", vec!["-c", "^1.*7$", s(&input)]),
+        ("gzip", "/usr/bin/gzip", vec!["-c", s(&input)]),
+    ];
+    for (name, exe, args) in runs {
+        let (rec, status, stderr) = record(&qemu, exe, &args, &["--truth"], &dir.join(name));
+        assert_eq!(status, 0, "{name}: {stderr}");
+        check_truth(&rec, name);
+        // QEMU 9 and later give the program a vDSO of their own: it is an image.
+        let images = rec.manifest.images.iter().map(|i| i.path.as_str()).collect::<Vec<_>>();
+        assert!(images.contains(&"[vdso]"), "{name}: {images:?}");
+        check_values(&rec, 99.0, name);
+    }
+}
+
+#[test]
+fn a_signal_handler_using_movaps_runs_and_replays() {
+    let Some(qemu) = newer_qemu() else { return };
+    let dir = common::scratch("newer_qemu", "movaps");
+    let exe = common::gcc("tests/programs/movaps_handler.c", &["-O1"], &dir);
+    let (rec, status, stderr) = record(&qemu, s(&exe), &[], &["--truth"], &dir.join("rec"));
+    // QEMU 7.2 misaligns the handler's frame and the movaps faults (status 139).
+    assert_eq!(status, 0, "{stderr}");
+    assert_eq!(rec.signals().expect("signal entries").len(), 3, "three handled signals");
+    check_truth(&rec, "movaps");
+    check_values(&rec, 99.0, "movaps");
+}
+
+#[test]
+fn python3s_crash_replays_as_native_gdb_shows_it() {
+    let Some(qemu) = newer_qemu() else { return };
+    let dir = common::scratch("newer_qemu", "python3-crash");
+    let script = "import ctypes; ctypes.string_at(0)";
+    let rec = common::record_python3_crash(&dir.join("rec"), script, &["--qemu", s(&qemu)]);
+    assert_eq!(rec.manifest.backend, "qemu");
+    let server = common::gdb::Server::start(&rec);
+    let replayed = server.gdb(None, &["continue", "p/x $rdi", "p/x $rsp", "bt 7"]);
+    let native = common::gdb::native_python3_crash(script);
+    common::gdb::assert_same_python3_crash(&replayed, &native);
+}
