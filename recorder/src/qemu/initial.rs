@@ -252,7 +252,7 @@ mod tests {
         put(&mut bytes, 0x808, 0x1f00);
         put(&mut bytes, 0x810, 0x1f08);
         put(&mut bytes, 0x818, 0);
-        let rsp = find_initial_rsp(&[stack.clone()], 2, |_| bytes.clone());
+        let rsp = find_initial_rsp(std::slice::from_ref(&stack), 2, |_| bytes.clone());
         assert_eq!(rsp, Some(0x1800));
         // The program's own view names its stack (QEMU's gdbstub); a file is no stack.
         let named = Mapping {
