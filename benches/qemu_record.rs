@@ -8,6 +8,9 @@
 //! nothing else, which no recording through QEMU 7.2's plugin API can beat (the plugin's
 //! `floor` module says why).
 //!
+//! Runs against each QEMU that can load plugins: the one on PATH and each `rtit build-qemu`
+//! built (QEMU 7.2's API needs a call per block; later ones are compared on the same terms).
+//!
 //! Needs qemu-x86_64 and a release build of the plugin (`cargo build --release`). Run with
 //! `cargo bench --bench qemu_record`; `RTIT_QEMU_BENCH=sort,gzip` picks workloads.
 
@@ -110,6 +113,27 @@ fn median(v: &[f64]) -> f64 {
     v[v.len() / 2]
 }
 
+/// The QEMUs to compare: PATH's and those `rtit build-qemu` built, each with its version.
+fn qemus() -> Vec<(PathBuf, String)> {
+    let mut found: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).map(|d| d.join("qemu-x86_64")).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| p.is_file() && rtit_recorder::qemu::find::loads_plugins(p))
+        .take(1)
+        .collect();
+    found.extend(rtit_recorder::qemu::find::built());
+    found
+        .into_iter()
+        .map(|q| {
+            let out = Command::new(&q).arg("--version").output().expect("qemu --version");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let version = text.split_whitespace().nth(2).unwrap_or("?").to_string();
+            (q, version)
+        })
+        .collect()
+}
+
 fn main() {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("qemu_record");
     std::fs::create_dir_all(&dir).expect("dir");
@@ -117,11 +141,12 @@ fn main() {
     assert!(plugin.is_file(), "build the plugin first: cargo build --release");
     let chosen = std::env::var("RTIT_QEMU_BENCH").ok();
     println!(
-        "| workload | instructions | plain qemu-x86_64 | API floor | rtit record --backend qemu | ratio | floor ratio | recorded | trace |"
+        "| QEMU | workload | instructions | plain qemu-x86_64 | API floor | rtit record --backend qemu | ratio | floor ratio | recorded | trace |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let floor = format!("{},floor=on", plugin.display());
-    for w in workloads(&dir) {
+    let workloads = workloads(&dir);
+    for ((qemu, version), w) in qemus().iter().flat_map(|q| workloads.iter().map(move |w| (q, w))) {
         if chosen
             .as_deref()
             .is_some_and(|c| !c.split(',').any(|k| w.name.starts_with(k)))
@@ -131,9 +156,9 @@ fn main() {
         let out = dir.join("rec");
         let (mut plain, mut floored, mut rtit) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..RUNS {
-            plain.push(time(Command::new("qemu-x86_64").arg(w.program).args(&w.args)));
+            plain.push(time(Command::new(qemu).arg(w.program).args(&w.args)));
             floored.push(time(
-                Command::new("qemu-x86_64")
+                Command::new(qemu)
                     .args(["-plugin", &floor])
                     .arg(w.program)
                     .args(&w.args),
@@ -142,7 +167,9 @@ fn main() {
             rtit.push(time(
                 Command::new(env!("CARGO_BIN_EXE_rtit"))
                     .env("RTIT_QEMU_PLUGIN", &plugin)
-                    .args(["record", "--backend", "qemu", "--out"])
+                    .args(["record", "--backend", "qemu", "--qemu"])
+                    .arg(qemu)
+                    .arg("--out")
                     .arg(&out)
                     .arg("--")
                     .arg(w.program)
@@ -152,7 +179,7 @@ fn main() {
         let rec = Recording::open(&out).expect("the recording");
         let n = rec.manifest.instructions;
         println!(
-            "| {} | {n} | {} | {} | {} | {:.1}× | {:.2}× | {:.0} M/s | {:.2} B/insn |",
+            "| {version} | {} | {n} | {} | {} | {} | {:.1}× | {:.2}× | {:.0} M/s | {:.2} B/insn |",
             w.name,
             range(&plain),
             range(&floored),

@@ -192,7 +192,8 @@ extern "C" fn atexit(_id: PluginId, _userdata: *mut c_void) {
     // QEMU runs this at the program's exit system call, and QEMU 9 and later also when a
     // signal kills it, just before the `kill` that ends QEMU with that signal: that end is
     // left to the `kill` below, which knows the signal (the last instruction's fault).
-    if with_plugin(|p| p.exit_called()) == Some(false) {
+    // (A forked child never takes the lock: it may hold its parent's copy.)
+    if inert() || with_plugin(|p| p.exit_called()) == Some(false) {
         return;
     }
     end(None);
