@@ -116,7 +116,11 @@ fn median(v: &[f64]) -> f64 {
 /// The QEMUs to compare: PATH's and those `rtit build-qemu` built, each with its version.
 fn qemus() -> Vec<(PathBuf, String)> {
     let mut found: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).map(|d| d.join("qemu-x86_64")).collect::<Vec<_>>())
+        .map(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join("qemu-x86_64"))
+                .collect::<Vec<_>>()
+        })
         .unwrap_or_default()
         .into_iter()
         .filter(|p| p.is_file() && rtit_recorder::qemu::find::loads_plugins(p))

@@ -160,7 +160,46 @@ fn debian_programs_decode_to_the_plugins_log_with_right_values() {
         let images = rec.manifest.images.iter().map(|i| i.path.as_str()).collect::<Vec<_>>();
         assert!(images.contains(&"[vdso]"), "{name}: {images:?}");
         check_values(&rec, 99.0, name);
+        // glibc's loader reads the time stamp counter: its results are logged.
+        assert!(!unmodelled(&rec).contains("rdtsc"), "{name}: {}", unmodelled(&rec));
     }
+}
+
+/// The instructions `rtit check-values` lists as modelled by nobody.
+fn unmodelled(rec: &Recording) -> String {
+    let out = rtit(&["check-values", s(&rec.dir)]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    text.split("instructions nobody modelled")
+        .nth(1)
+        .map_or_else(String::new, |rest| {
+            rest.lines().take_while(|l| l.starts_with("  ")).collect()
+        })
+}
+
+#[test]
+fn what_rdtsc_and_rdtscp_returned_is_logged_and_known() {
+    let Some(qemu) = newer_qemu() else { return };
+    let dir = common::scratch("newer_qemu", "timestamps");
+    let exe = common::gcc("tests/programs/timestamps.c", &["-O1"], &dir);
+    let (rec, status, stderr) = record(&qemu, s(&exe), &[], &["--truth", "--start", "main"], &dir.join("rec"));
+    assert_eq!(status, 0, "{stderr}");
+    // Every execution of each of the two, at its own address, in the history's order.
+    let text = std::fs::read_to_string(rec.dir.join("results.jsonl")).expect("results logged");
+    let results: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
+    assert_eq!(results.len(), 16, "{text}");
+    let truth = rec.truth().expect("readable").expect("--truth");
+    let mut last = None;
+    for r in &results {
+        let at = r["position"].as_u64().expect("position");
+        let ip = u64::from_str_radix(r["ip"].as_str().expect("ip").trim_start_matches("0x"), 16).expect("hex");
+        assert_eq!(truth.get(at as usize), Some(&ip), "{r}");
+        assert!(last.map_or(true, |l| l < at), "in order: {text}");
+        last = Some(at);
+        let regs = r["after"].as_object().expect("registers").len();
+        assert!(regs == 2 || regs == 3, "rax, rdx (and rcx for rdtscp): {r}");
+    }
+    check_values(&rec, 100.0, "timestamps");
+    assert!(!unmodelled(&rec).contains("rdtsc"), "{}", unmodelled(&rec));
 }
 
 #[test]

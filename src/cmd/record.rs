@@ -57,8 +57,13 @@ fn choose(backend: Backend, named_qemu: Option<&Path>, verbose: bool) -> (Backen
             (Backend::Qemu, qemu.into())
         }
         Backend::Msr => (Backend::Msr, "the msr backend (the RTIT hardware)".into()),
-        // A QEMU named: the qemu backend, which says what is wrong with it, if anything.
-        Backend::Auto if named_qemu.is_some() => choose(Backend::Qemu, named_qemu, verbose),
+        // A QEMU named (`--qemu`, `$RTIT_QEMU`): the qemu backend, which says what is wrong
+        // with it, if anything.
+        Backend::Auto
+            if named_qemu.is_some() || std::env::var_os(qemu::find::QEMU_ENV).is_some_and(|v| !v.is_empty()) =>
+        {
+            choose(Backend::Qemu, named_qemu, verbose)
+        }
         Backend::Auto => match (qemu::find::find_qemu(named_qemu), crate::plugin::ensure()) {
             (Ok(q), Ok(_)) if verbose => (
                 Backend::Qemu,
@@ -310,6 +315,17 @@ fn record(args: &RecordArgs, interrupted: &Interrupt) -> Result<u8> {
     let resolved = step::resolve(Path::new(program))?;
     step::check_executable(&resolved, program_args)?;
     let (backend, why) = choose(args.backend, args.qemu.as_deref(), args.verbose);
+    // What cannot run is said before "recording with": a --qemu for another backend, or a
+    // QEMU that cannot load plugins.
+    if args.qemu.is_some() && backend != Backend::Qemu {
+        bail!(
+            "--qemu names the qemu backend's QEMU; the {} backend runs none",
+            format!("{backend:?}").to_lowercase()
+        );
+    }
+    if backend == Backend::Qemu {
+        qemu::find::find_qemu(args.qemu.as_deref())?;
+    }
     eprintln!("rtit: recording with {why}");
     let progress: Option<Box<dyn FnMut(u64)>> = std::io::stderr().is_terminal().then(|| {
         let started = Instant::now();
@@ -405,12 +421,6 @@ fn record(args: &RecordArgs, interrupted: &Interrupt) -> Result<u8> {
                 }) as Box<dyn FnMut(u64, u64)>
             }),
         })?,
-        _ if args.qemu.is_some() => {
-            bail!(
-                "--qemu names the qemu backend's QEMU; the {} backend runs none",
-                format!("{backend:?}").to_lowercase()
-            )
-        }
         _ if args.check_fast_path => {
             bail!(
                 "--check-fast-path checks the qemu backend's plugin; the {} backend has no fast path",

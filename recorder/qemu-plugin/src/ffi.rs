@@ -54,6 +54,12 @@ pub type SyscallRetCb = extern "C" fn(id: PluginId, vcpu: c_uint, num: i64, ret:
 extern "C" {
     pub fn qemu_plugin_register_vcpu_init_cb(id: PluginId, cb: VcpuSimpleCb);
     pub fn qemu_plugin_register_vcpu_tb_trans_cb(id: PluginId, cb: TbTransCb);
+    pub fn qemu_plugin_register_vcpu_insn_exec_cb(
+        insn: *mut Insn,
+        cb: VcpuUdataCb,
+        flags: c_int,
+        userdata: *mut c_void,
+    );
     pub fn qemu_plugin_register_vcpu_tb_exec_cb(tb: *mut Tb, cb: VcpuUdataCb, flags: c_int, userdata: *mut c_void);
     pub fn qemu_plugin_register_vcpu_syscall_cb(id: PluginId, cb: SyscallCb);
     pub fn qemu_plugin_register_vcpu_syscall_ret_cb(id: PluginId, cb: SyscallRetCb);

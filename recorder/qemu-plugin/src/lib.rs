@@ -24,6 +24,7 @@ mod sample_signal;
 mod shared;
 mod state;
 mod stop;
+mod timestamps;
 mod translated;
 mod versioned;
 mod written;
@@ -100,6 +101,15 @@ fn push(entry: Started) {
     }
 }
 
+/// A callback read what an instruction of the running block wrote (`timestamps`): a mark
+/// behind the block in the ring, where the engine gives the result its position.
+fn mark_result() {
+    push(Started {
+        id: rtit_recorder::qemu::engine::RESULT_MARK,
+        before: ring::running(),
+    });
+}
+
 extern "C" fn tb_trans(_id: PluginId, tb: *mut Tb) {
     // The program's first block: from here on, sockets are the program's (`high_fds`).
     high_fds::program_started();
@@ -110,14 +120,14 @@ extern "C" fn tb_trans(_id: PluginId, tb: *mut Tb) {
     // are QEMU's for the same duration, and are only read here.
     unsafe {
         let n = ffi::qemu_plugin_tb_n_insns(tb);
-        let copied: Vec<(u64, versioned::InsnBytes)> = (0..n)
+        let copied: Vec<(*mut ffi::Insn, u64, versioned::InsnBytes)> = (0..n)
             .map(|i| {
                 let insn = ffi::qemu_plugin_tb_get_insn(tb, i);
                 let bytes = versioned::insn_bytes(insn, ffi::qemu_plugin_insn_size(insn));
-                (ffi::qemu_plugin_insn_vaddr(insn), bytes)
+                (insn, ffi::qemu_plugin_insn_vaddr(insn), bytes)
             })
             .collect();
-        let insns: Vec<(u64, &[u8])> = copied.iter().map(|(at, b)| (*at, b.as_slice())).collect();
+        let insns: Vec<(u64, &[u8])> = copied.iter().map(|(_, at, b)| (*at, b.as_slice())).collect();
         // Decoded on the feeder's thread (`translated`): only how many instructions the block
         // keeps is needed here.
         if insns.first().map_or(true, |(_, bytes)| bytes.is_empty()) {
@@ -126,6 +136,9 @@ extern "C" fn tb_trans(_id: PluginId, tb: *mut Tb) {
         }
         let kept = translations::kept(&insns);
         let id = translated::number(&insns, kept);
+        let handles: Vec<(*mut ffi::Insn, u64, &[u8])> =
+            copied.iter().map(|(insn, at, b)| (*insn, *at, b.as_slice())).collect();
+        timestamps::instrument(&handles, kept);
         // The block's count, at once, before its last instruction (see `published::STARTED`).
         if kept > 0 {
             versioned::add_before(ffi::qemu_plugin_tb_get_insn(tb, kept - 1), kept as u64);
@@ -316,6 +329,7 @@ extern "C" fn vcpu_init(_id: PluginId, vcpu: c_uint) {
     }
     if vcpu == 0 {
         sample_signal::catch();
+        timestamps::vcpu_ready();
     }
 }
 

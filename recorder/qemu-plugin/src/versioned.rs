@@ -45,7 +45,7 @@ extern "C" fn declare() {
 }
 
 /// QEMU's exported function `name`, or null.
-fn lookup(name: &CStr) -> *mut c_void {
+pub(crate) fn lookup(name: &CStr) -> *mut c_void {
     // SAFETY: a lookup in the process's global scope by a NUL-terminated name.
     unsafe { nix::libc::dlsym(nix::libc::RTLD_DEFAULT, name.as_ptr()) }
 }

@@ -28,7 +28,7 @@ pub enum NoQemu {
     Missing(PathBuf),
     /// The only one found cannot load plugins.
     #[error(
-        "{0} cannot load plugins (it was built static or without --enable-plugins, as Debian 13's is): `rtit build-qemu` builds one rtit then finds, or pass --qemu PATH"
+        "{0} cannot load plugins (it was built static or without --enable-plugins, as Debian 13's is): `rtit build-qemu` builds one that rtit then finds, or pass --qemu PATH"
     )]
     NoPlugins(PathBuf),
 }

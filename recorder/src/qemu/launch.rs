@@ -368,7 +368,7 @@ fn run(
         anchor_files,
         code_file: Some(dir.join(files::CODE_RAN)).filter(|p| p.is_file()),
         sync_file: Some(dir.join(files::SYNC_POINTS)).filter(|p| p.is_file()),
-        results: Vec::new(),
+        results: read_results(&dir.join(files::RESULTS))?,
         signals,
         cpuid,
         xcr0: None,
@@ -394,6 +394,21 @@ fn run(
         end,
         config,
     })
+}
+
+/// What the plugin logged of RDTSC, RDTSCP and RDPID (no file: nothing).
+fn read_results(path: &Path) -> Result<Vec<rtit_replay_core::recording::InsnResult>, QemuError> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Ok(Vec::new());
+    };
+    text.lines()
+        .map(|line| {
+            serde_json::from_str(line).map_err(|e| QemuError::BadReport {
+                path: path.display().to_string(),
+                problem: e.to_string(),
+            })
+        })
+        .collect()
 }
 
 /// The plugin's report, once QEMU has ended (with `status`).

@@ -22,5 +22,6 @@ pub mod launch;
 pub mod report;
 pub mod scratch;
 pub mod stop;
+pub mod timestamps;
 pub mod translations;
 pub mod written;

@@ -23,6 +23,9 @@ pub mod files {
     /// writes them, and `rtit record` moves the file into the recording (issue 20: parsed
     /// out of the report and written again, gzip's 17 MB of them cost the recording ~40 ms).
     pub const SYSCALLS: &str = "syscalls.jsonl";
+    /// What RDTSC, RDTSCP and RDPID returned, where the plugin read it (QEMU 9.0 and later,
+    /// `crate::qemu::timestamps`), one JSON record a line as the recording holds them.
+    pub const RESULTS: &str = rtit_replay_core::recording::files::RESULTS;
     /// Which code each stretch of the history ran: the plugin writes it, and `rtit record`
     /// moves it into the recording.
     pub const CODE_RAN: &str = rtit_replay_core::recording::files::CODE_RAN;

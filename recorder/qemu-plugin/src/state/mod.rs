@@ -20,7 +20,7 @@ use rtit_recorder::model::{ModelOptions, RtitConfig};
 use rtit_recorder::outcome::RegisterMap;
 use rtit_recorder::qemu::block::Block;
 use rtit_recorder::qemu::capture::{self, Capture};
-use rtit_recorder::qemu::engine::{Counts, Engine, Start, Started};
+use rtit_recorder::qemu::engine::{Counts, Engine, Start, Started, RESULT_MARK};
 use rtit_recorder::qemu::guest_maps::GuestMaps;
 use rtit_recorder::qemu::initial::{elf_headers, find_initial_rsp, guest_mappings, name_stack, with_elf_perms};
 use rtit_recorder::qemu::report::{files, Args, PluginEnd, Report, HIGH_FD};
@@ -66,6 +66,9 @@ pub struct Plugin {
     images: Images,
     /// Where the program's vDSO is, once its bytes are in `files::VDSO`.
     vdso: Option<u64>,
+    /// What RDTSC, RDTSCP and RDPID returned, where the plugin could read it
+    /// (`crate::timestamps`).
+    results: Vec<rtit_replay_core::recording::InsnResult>,
     mem: File,
     /// The trace, the truth and the code each stretch ran, as they are written.
     outputs: outputs::Outputs,
@@ -131,6 +134,7 @@ impl Plugin {
             changes: Vec::new(),
             images: Images::default(),
             vdso: None,
+            results: Vec::new(),
             mem,
             outputs,
             syscall: None,
@@ -390,14 +394,18 @@ impl Plugin {
             self.take_delivered();
             if !self.engine.tracing() {
                 for b in blocks {
-                    self.executed(b.id, b.before);
+                    match b.id {
+                        RESULT_MARK => self.settle_result(),
+                        _ => self.executed(b.id, b.before),
+                    }
                 }
             } else {
                 match self.capture.as_mut() {
                     None => self.feed(blocks),
                     Some(c) => {
                         let batch: Vec<Started> = blocks.collect();
-                        if let Err(e) = c.entries(&batch, self.deferred.queued()) {
+                        let engine: Vec<Started> = batch.iter().filter(|b| b.id != RESULT_MARK).copied().collect();
+                        if let Err(e) = c.entries(&engine, self.deferred.queued()) {
                             self.notes.push(e.to_string());
                             self.capture = None;
                         }
@@ -420,16 +428,25 @@ impl Plugin {
         loop {
             let mut mark = None;
             self.engine.executed_all(blocks.by_ref().map_while(|b| match b.id {
-                MARK => {
-                    mark = Some(b.before);
+                MARK | RESULT_MARK => {
+                    mark = Some(b);
                     None
                 }
                 _ => Some((b.id, b.before)),
             }));
             match mark {
-                Some(counts) => self.settle_deferred(counts),
+                Some(Started { id: MARK, before }) => self.settle_deferred(before),
+                Some(_) => self.settle_result(),
                 None => break,
             }
+        }
+    }
+
+    /// The engine reached a result's mark (`crate::timestamps`): the running block is the one
+    /// whose instruction the callback read.
+    fn settle_result(&mut self) {
+        if let Some(r) = crate::timestamps::settle(self.engine.block_base()) {
+            self.results.push(r);
         }
     }
 
@@ -557,6 +574,12 @@ impl Plugin {
             (None, None, Some(code)) if self.engine.ended() || self.start_ip.is_none() => PluginEnd::Exited { code },
             _ => PluginEnd::Died { fault_ip: fault },
         };
+        if !self.results.is_empty() {
+            let path = Path::new(&self.args.out).join(files::RESULTS);
+            if let Err(e) = syscalls::write_lines(&path, &self.results) {
+                self.notes.push(format!("{}: {e}", files::RESULTS));
+            }
+        }
         // The system calls go to their own file, as the recording holds them; into the
         // report only if that cannot be written.
         let mut syscalls = std::mem::take(&mut self.syscalls);

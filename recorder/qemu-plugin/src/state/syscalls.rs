@@ -248,7 +248,7 @@ impl Plugin {
 
 /// Writes `records` to `path`, one JSON record a line, as the recording holds them (nothing,
 /// and no file, for none).
-pub(super) fn write_lines(path: &Path, records: &[SyscallRecord]) -> std::io::Result<()> {
+pub(super) fn write_lines<T: serde::Serialize>(path: &Path, records: &[T]) -> std::io::Result<()> {
     if records.is_empty() {
         return Ok(());
     }

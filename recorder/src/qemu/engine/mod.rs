@@ -45,7 +45,7 @@ mod tests;
 
 pub use oracle::Checked;
 use oracle::Oracle;
-pub use started::{Started, SYSCALL_MARK};
+pub use started::{Started, RESULT_MARK, SYSCALL_MARK};
 
 /// Where the untraced kernel is, for the model's far transfers; no packet ever carries it
 /// under user-only tracing.

@@ -8,6 +8,10 @@ use super::Counts;
 /// (no block has it).
 pub const SYSCALL_MARK: u32 = u32::MAX;
 
+/// The id of an entry that marks where the plugin read what an instruction of the running
+/// block wrote (`crate::qemu::timestamps`; no block has it, and the engine never sees it).
+pub const RESULT_MARK: u32 = u32::MAX - 1;
+
 /// Bits of the word holding the started count of the block before.
 const STARTED_BITS: u32 = 32;
 
