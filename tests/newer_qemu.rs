@@ -68,28 +68,9 @@ fn numbers(dir: &Path, n: u64) -> PathBuf {
     path
 }
 
-/// `rtit insns --json` equals the plugin's log of every instruction (`--truth`), with no
-/// error or gap.
+/// The decode equals the plugin's independent log of every instruction.
 fn check_truth(rec: &Recording, what: &str) {
-    let out = rtit(&["insns", "--json", s(&rec.dir)]);
-    assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
-    let mut ips = Vec::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let v: Value = serde_json::from_str(line).expect("JSON line");
-        assert!(v["event"] != "error" && v["event"] != "gap", "{what}: {v}");
-        if let Some(ip) = v["ip"].as_str().filter(|_| v.get("i").is_some()) {
-            ips.push(u64::from_str_radix(ip.trim_start_matches("0x"), 16).expect("hex"));
-        }
-    }
-    let truth = rec.truth().expect("readable").expect("--truth was given");
-    assert!(truth.len() > 1000, "{what}: a real run ({} instructions)", truth.len());
-    let at = ips.iter().zip(&truth).position(|(a, b)| a != b);
-    assert!(
-        ips.len() == truth.len() && at.is_none(),
-        "{what}: {} decoded vs {} true; first difference at {at:?}",
-        ips.len(),
-        truth.len()
-    );
+    common::assert_decode_is_truth(rec, what, 1000);
 }
 
 /// `rtit check-values`: no value wrong, and at least `known` % of the GPR samples known.

@@ -14,7 +14,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use rtit_replay_core::recording::{EndState, Recording};
-use serde_json::Value;
 
 fn compile(src: &Path, flags: &[&str], dir: &Path) -> PathBuf {
     std::fs::create_dir_all(dir).expect("output dir");
@@ -65,25 +64,8 @@ fn record(backend: &str, exe: &Path, out: &Path, flags: &[&str], args: &[&str]) 
 
 /// `rtit insns --json` equals the truth, with no error event.
 fn check_truth(rec: &Recording, what: &str) {
-    let out = rtit(&["insns", "--json", s(&rec.dir)]);
-    assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
-    let mut ips = Vec::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let v: Value = serde_json::from_str(line).expect("JSON line");
-        assert!(v["event"] != "error" && v["event"] != "gap", "{what}: {v}");
-        if let Some(ip) = v["ip"].as_str().filter(|_| v.get("i").is_some()) {
-            ips.push(u64::from_str_radix(ip.trim_start_matches("0x"), 16).expect("hex"));
-        }
-    }
+    common::assert_decode_is_truth(rec, what, 300);
     let truth = rec.truth().expect("readable").expect("--truth was given");
-    assert!(truth.len() > 300, "{what}: a real run ({} instructions)", truth.len());
-    let at = ips.iter().zip(&truth).position(|(a, b)| a != b);
-    assert!(
-        ips.len() == truth.len() && at.is_none(),
-        "{what}: {} decoded vs {} true; first difference at {at:?}",
-        ips.len(),
-        truth.len()
-    );
     // Each handler's entry is logged where the handler's first instruction is: after a fault
     // the faulting instruction did not retire (replay applies the entry's registers there).
     for entry in rec.signals().expect("signal entries") {

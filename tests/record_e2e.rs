@@ -2,13 +2,14 @@
 //! with the step backend, and `rtit insns` on each recording must reproduce the recorder's
 //! truth instruction by instruction, under RET compression on and off and a small PSB period.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use nix::sys::signal::Signal;
 
 use rtit_replay_core::recording::{EndState, Recording};
-use serde_json::Value;
 
 fn scratch(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("record_e2e").join(name);
@@ -89,30 +90,7 @@ fn record(exe: &Path, out: &Path, flags: &[&str]) -> (Recording, i32) {
 
 /// `rtit insns --json` on the recording equals its truth, with no error event.
 fn check_truth(rec: &Recording, what: &str) {
-    let out = rtit(&["insns", "--json", s(&rec.dir)]);
-    assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
-    let mut ips = Vec::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let v: Value = serde_json::from_str(line).expect("JSON line");
-        assert_ne!(v["event"], "error", "{what}: {v}");
-        if let Some(ip) = v["ip"].as_str().filter(|_| v.get("i").is_some()) {
-            ips.push(u64::from_str_radix(ip.trim_start_matches("0x"), 16).expect("hex"));
-        }
-    }
-    let truth = rec.truth().expect("readable").expect("--truth was given");
-    assert!(truth.len() > 300, "{what}: a real run ({} instructions)", truth.len());
-    if ips != truth {
-        let at = ips
-            .iter()
-            .zip(&truth)
-            .position(|(a, b)| a != b)
-            .unwrap_or(ips.len().min(truth.len()));
-        panic!(
-            "{what}: {} decoded vs {} true; first difference at {at}",
-            ips.len(),
-            truth.len()
-        );
-    }
+    common::assert_decode_is_truth(rec, what, 300);
 }
 
 fn run_example(name: &str, dynamic: bool, expect_status: i32) {

@@ -11,6 +11,34 @@ use std::sync::OnceLock;
 
 use rtit_replay_core::recording::Recording;
 
+/// `rtit insns --json` of `rec` equals the instructions the recorder logged (`--truth`),
+/// with no error or gap event, and the run has over `min` instructions.
+pub fn assert_decode_is_truth(rec: &Recording, what: &str, min: usize) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .args(["insns", "--json"])
+        .arg(&rec.dir)
+        .output()
+        .expect("rtit insns");
+    assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
+    let mut ips = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("JSON line");
+        assert!(v["event"] != "error" && v["event"] != "gap", "{what}: {v}");
+        if let Some(ip) = v["ip"].as_str().filter(|_| v.get("i").is_some()) {
+            ips.push(u64::from_str_radix(ip.trim_start_matches("0x"), 16).expect("hex"));
+        }
+    }
+    let truth = rec.truth().expect("readable").expect("--truth was given");
+    assert!(truth.len() > min, "{what}: a real run ({} instructions)", truth.len());
+    let at = ips.iter().zip(&truth).position(|(a, b)| a != b);
+    assert!(
+        ips.len() == truth.len() && at.is_none(),
+        "{what}: {} decoded vs {} true; first difference at {at:?}",
+        ips.len(),
+        truth.len()
+    );
+}
+
 /// A fresh directory `SUITE/NAME` under cargo's temporary directory for tests.
 pub fn scratch(suite: &str, name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(suite).join(name);
