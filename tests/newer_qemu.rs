@@ -127,7 +127,7 @@ fn debian_programs_decode_to_the_plugins_log_with_right_values() {
     let Some(qemu) = newer_qemu() else { return };
     let dir = common::scratch("newer_qemu", "debian");
     let _removed = common::RemovedOnSuccess(dir.clone());
-    let input = numbers(&dir, 3000);
+    let input = numbers(&dir, 1000);
     let runs: [(&str, &str, Vec<&str>); 3] = [
         ("sort", "/usr/bin/sort", vec!["-n", "-o", "/dev/null", s(&input)]),
         ("grep", "/usr/bin/grep", vec!["-c", "^1.*7$", s(&input)]),
