@@ -130,7 +130,11 @@ fn a_qemu_that_loads_plugins_is_taken_and_said_with_verbose() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
-        stderr.contains(&format!("{} loads plugins", qemu.display())),
+        stderr.contains(&format!(
+            "{} loads plugins ({} on PATH cannot)",
+            qemu.display(),
+            fake.display()
+        )),
         "{stderr}"
     );
 }

@@ -65,10 +65,20 @@ fn choose(backend: Backend, named_qemu: Option<&Path>, verbose: bool) -> (Backen
             choose(Backend::Qemu, named_qemu, verbose)
         }
         Backend::Auto => match (qemu::find::find_qemu(named_qemu), crate::plugin::ensure()) {
-            (Ok(q), Ok(_)) if verbose => (
-                Backend::Qemu,
-                format!("{qemu}: {hardware}, and {} loads plugins", q.display()),
-            ),
+            (Ok(q), Ok(_)) if verbose => {
+                let skipped: Vec<String> = qemu::find::passed_over()
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect();
+                let skipped = match skipped.is_empty() {
+                    true => String::new(),
+                    false => format!(" ({} on PATH cannot)", skipped.join(", ")),
+                };
+                (
+                    Backend::Qemu,
+                    format!("{qemu}: {hardware}, and {} loads plugins{skipped}", q.display()),
+                )
+            }
             (Ok(_), Ok(_)) => (Backend::Qemu, qemu.into()),
             (Err(why), _) => (Backend::Step, format!("{slow}: {why}")),
             (Ok(_), Err(why)) => (Backend::Step, format!("{slow}: {why}")),

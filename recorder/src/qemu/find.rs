@@ -62,6 +62,16 @@ pub fn find_qemu(named: Option<&Path>) -> Result<PathBuf, NoQemu> {
     }
 }
 
+/// The `qemu-x86_64`s on PATH that cannot load plugins (which [`find_qemu`] passes over).
+pub fn passed_over() -> Vec<PathBuf> {
+    std::env::var_os("PATH").map_or_else(Vec::new, |p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join("qemu-x86_64"))
+            .filter(|p| p.is_file() && !loads_plugins(p))
+            .collect()
+    })
+}
+
 /// Whether the executable at `path` exports QEMU's plugin API.
 pub fn loads_plugins(path: &Path) -> bool {
     let Ok(bytes) = std::fs::read(path) else {
