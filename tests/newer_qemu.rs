@@ -197,6 +197,28 @@ fn a_signal_handler_using_movaps_runs_and_replays() {
 }
 
 #[test]
+fn anchors_go_on_after_the_program_sets_the_sample_signals_action() {
+    let Some(qemu) = newer_qemu() else { return };
+    if common::skip_without_anchors() {
+        return;
+    }
+    let dir = common::scratch("newer_qemu", "vtalrm");
+    let exe = common::gcc("tests/programs/vtalrm_actions.c", &["-O1"], &dir);
+    let (rec, status, stderr) = record(&qemu, s(&exe), &[], &["--anchor-every", "2000000"], &dir.join("rec"));
+    assert_eq!(status, 0, "{stderr}");
+    // Anchors all the way: before, while the signal is ignored, and after its default is
+    // back (each loop runs about 15 M instructions).
+    let anchors = rec.anchors().expect("readable").expect("anchors taken");
+    let last = anchors.list.iter().map(|a| a.position).max().unwrap_or(0);
+    assert!(anchors.list.len() >= 10, "{} anchors", anchors.list.len());
+    assert!(
+        last + 4_000_000 >= rec.manifest.instructions,
+        "the last anchor at {last} of {}",
+        rec.manifest.instructions
+    );
+}
+
+#[test]
 fn python3s_crash_replays_as_native_gdb_shows_it() {
     let Some(qemu) = newer_qemu() else { return };
     let dir = common::scratch("newer_qemu", "python3-crash");

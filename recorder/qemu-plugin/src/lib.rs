@@ -199,6 +199,11 @@ extern "C" fn syscall_ret(_id: PluginId, _vcpu: c_uint, num: i64, ret: i64) {
         return;
     }
     with_plugin(|p| p.syscall_ret(num as u64, ret));
+    // The program set a signal's action: QEMU 9+ gives a default or ignored one no host
+    // handler, and the sample signal needs QEMU's (`sample_signal`).
+    if num as u64 == state::RT_SIGACTION {
+        sample_signal::catch();
+    }
 }
 
 extern "C" fn atexit(_id: PluginId, _userdata: *mut c_void) {

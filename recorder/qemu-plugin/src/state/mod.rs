@@ -9,6 +9,7 @@ mod start;
 mod syscalls;
 
 pub use deferred::MARK;
+pub(crate) use syscalls::RT_SIGACTION;
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd};

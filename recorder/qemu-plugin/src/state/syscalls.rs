@@ -35,7 +35,7 @@ fn record(number: u64, a: [u64; 6], position: u64, ip: u64) -> SyscallRecord {
 }
 
 /// rt_sigaction.
-const RT_SIGACTION: u64 = 13;
+pub(crate) const RT_SIGACTION: u64 = 13;
 /// MAP_ANONYMOUS.
 const MAP_ANONYMOUS: u64 = 0x20;
 
