@@ -17,6 +17,7 @@ pub mod error;
 pub mod find;
 pub mod gdbstub;
 pub mod guest_maps;
+pub mod hex;
 pub mod initial;
 pub mod launch;
 pub mod report;

@@ -213,20 +213,13 @@ impl Args {
 /// A path's bytes in hex, for a plugin option.
 fn hex_path(path: &std::path::Path) -> String {
     use std::os::unix::ffi::OsStrExt;
-    path.as_os_str().as_bytes().iter().map(|b| format!("{b:02x}")).collect()
+    super::hex::encode(path.as_os_str().as_bytes())
 }
 
 /// The path [`hex_path`] wrote.
 fn unhex_path(hex: &str) -> Option<std::path::PathBuf> {
     use std::os::unix::ffi::OsStringExt;
-    if hex.len() % 2 != 0 {
-        return None;
-    }
-    let bytes = (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-        .collect::<Option<Vec<u8>>>()?;
-    Some(std::ffi::OsString::from_vec(bytes).into())
+    super::hex::decode(hex).map(|bytes| std::ffi::OsString::from_vec(bytes).into())
 }
 
 /// How the program ended, as the plugin saw it.

@@ -121,7 +121,7 @@ impl Remote {
     /// map with its own protections, not the host's. `None` where the gdbstub has no host
     /// I/O (QEMU 7.2) or cannot open the file.
     pub fn guest_file(&mut self, path: &str) -> Result<Option<Vec<u8>>, GdbstubError> {
-        let name: String = path.bytes().map(|b| format!("{b:02x}")).collect();
+        let name = crate::qemu::hex::encode(path.as_bytes());
         let reply = self.request(&format!("vFile:open:{name},0,0"))?;
         let Some(fd) = file_result(reply.as_bytes()).filter(|&fd| fd >= 0) else {
             return Ok(None);
@@ -306,8 +306,8 @@ pub fn registers(reply: &str) -> Result<RegisterMap, GdbstubError> {
     const NAMES32: [&str; 7] = ["eflags", "cs", "ss", "ds", "es", "fs", "gs"];
     const XMM: usize = 348;
     const MXCSR: usize = 604;
-    let bytes =
-        unhex(reply).ok_or_else(|| GdbstubError::Protocol(format!("a `g` reply that is not hex: {:.40}…", reply)))?;
+    let bytes = crate::qemu::hex::decode(reply)
+        .ok_or_else(|| GdbstubError::Protocol(format!("a `g` reply that is not hex: {:.40}…", reply)))?;
     if bytes.len() < 180 {
         return Err(GdbstubError::Protocol(format!(
             "a `g` reply of {} bytes; QEMU's x86-64 one has at least 180",
@@ -339,18 +339,6 @@ pub fn registers(reply: &str) -> Result<RegisterMap, GdbstubError> {
         map.insert("mxcsr".into(), format!("{:#x}", word(MXCSR, 4)));
     }
     Ok(map)
-}
-
-/// Hex digits as bytes.
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    let digits = text.as_bytes();
-    if digits.len() % 2 != 0 {
-        return None;
-    }
-    digits
-        .chunks_exact(2)
-        .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok())
-        .collect()
 }
 
 #[cfg(test)]
