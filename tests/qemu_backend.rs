@@ -176,15 +176,123 @@ fn a_crash_on_a_blocks_last_instruction_is_that_instructions_fault() {
     check_truth(&rec, "crash_call");
 }
 
+/// A thread stops the recording before it is created; the program runs on under QEMU to its
+/// end unrecorded (issue 43), with its output and its own exit status; what was recorded
+/// decodes to the truth.
 #[test]
-fn threads_are_refused_with_a_clear_message_and_a_valid_recording() {
+fn threads_stop_the_recording_and_the_program_runs_on() {
     let dir = common::scratch("qemu_backend", "threads");
     let exe = compile(&example("threads"), &["-static", "-pthread"], &dir);
-    let (rec, status, stderr) = record("qemu", &exe, &dir.join("rec"), &["--start", "main"], &[]);
-    assert_eq!(status, 1);
-    assert!(stderr.contains("creates a thread"), "{stderr}");
-    assert!(matches!(rec.manifest.end, EndState::Unsupported { .. }));
+    let out = dir.join("rec");
+    let result = rtit(&[
+        "record",
+        "--backend",
+        "qemu",
+        "--truth",
+        "--start",
+        "main",
+        "--out",
+        s(&out),
+        "--",
+        s(&exe),
+    ]);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert_eq!(result.status.code(), Some(7), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&result.stdout), "sum 500500\n");
+    assert!(stderr.contains("the program creates a thread"), "{stderr}");
+    let rec = Recording::open(&out).expect("a valid recording");
+    assert!(
+        matches!(&rec.manifest.end, EndState::Unsupported { afterwards: Some(a), .. } if **a == EndState::Exited { code: 7 }),
+        "{:?}",
+        rec.manifest.end
+    );
     check_truth(&rec, "threads");
+}
+
+/// execve stops the recording before it; QEMU user mode runs the new program itself, and
+/// it goes on to its end with its output and status.
+#[test]
+fn execve_stops_the_recording_and_the_new_program_runs_on() {
+    let dir = common::scratch("qemu_backend", "exec");
+    let exe = compile(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/exec.c"),
+        &["-static"],
+        &dir,
+    );
+    let out = dir.join("rec");
+    // From the entry: a run long enough to compare with the truth.
+    let result = rtit(&[
+        "record",
+        "--backend",
+        "qemu",
+        "--truth",
+        "--out",
+        s(&out),
+        "--",
+        s(&exe),
+    ]);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert_eq!(result.status.code(), Some(5), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&result.stdout), "ran\n");
+    let rec = Recording::open(&out).expect("a valid recording");
+    assert!(
+        matches!(&rec.manifest.end, EndState::Unsupported { reason, afterwards: Some(a) }
+            if reason.contains("execve") && **a == EndState::Exited { code: 5 }),
+        "{:?}",
+        rec.manifest.end
+    );
+    check_truth(&rec, "exec");
+}
+
+/// GNU sort sorts 300,000 lines on two threads: the recording stops at the first, and the
+/// sorted output is the same as sort's without rtit (issue 43: it was left empty when the
+/// program was killed there).
+#[test]
+fn gnu_sort_on_two_threads_writes_its_whole_output() {
+    let dir = common::scratch("qemu_backend", "sort_threads");
+    std::fs::create_dir_all(&dir).expect("dir");
+    // A fixed shuffle of 1..=300000.
+    let mut x = 12345u64;
+    let lines: String = (1..=300_000u64)
+        .map(|i| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            format!("{}\n", (i * 7919 + (x >> 40)) % 1_000_003)
+        })
+        .collect();
+    let input = dir.join("numbers");
+    std::fs::write(&input, lines).expect("input");
+    let (native, recorded) = (dir.join("native"), dir.join("recorded"));
+    let status = Command::new("sort")
+        .args(["-n", "--parallel=2", "-o", s(&native), s(&input)])
+        .status()
+        .expect("sort");
+    assert!(status.success());
+    let out = dir.join("rec");
+    let result = rtit(&[
+        "record",
+        "--backend",
+        "qemu",
+        "--out",
+        s(&out),
+        "--",
+        "sort",
+        "-n",
+        "--parallel=2",
+        "-o",
+        s(&recorded),
+        s(&input),
+    ]);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert_eq!(result.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("the program creates a thread"), "{stderr}");
+    let (native, recorded) = (
+        std::fs::read(&native).expect("native"),
+        std::fs::read(&recorded).expect("recorded"),
+    );
+    assert_eq!(recorded.len(), native.len(), "the sorted output's length");
+    assert!(recorded == native, "the sorted output differs from sort's own");
+    let rec = Recording::open(&out).expect("a valid recording");
+    assert!(rec.manifest.instructions > 1_000_000, "{}", rec.manifest.instructions);
 }
 
 /// Compiles tests/programs/NAME.c without libc (whose routines CPUID picks) and records it

@@ -167,8 +167,11 @@ fn a_crash_ends_the_recording_with_the_signal() {
     }
 }
 
+/// A thread stops the recording, named, before it is created, and the program runs on to its
+/// end unrecorded (issue 43): its output and its own exit status are intact, and the
+/// recording holds what ran until then.
 #[test]
-fn threads_stop_with_a_clear_message_and_a_valid_recording() {
+fn threads_stop_the_recording_and_the_program_runs_on() {
     let dir = scratch("threads");
     let exe = compile("threads", true, &dir);
     let out = dir.join("rec");
@@ -183,11 +186,17 @@ fn threads_stop_with_a_clear_message_and_a_valid_recording() {
         "--",
         s(&exe),
     ]);
-    assert_ne!(result.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&result.stderr).contains("threads are not supported yet"));
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert_eq!(result.status.code(), Some(7), "the program's own status\n{stderr}");
+    assert_eq!(String::from_utf8_lossy(&result.stdout), "sum 500500\n");
+    assert!(
+        stderr.contains("the program creates a thread")
+            && stderr.contains("ran on unrecorded and exited with status 7"),
+        "{stderr}"
+    );
     let rec = Recording::open(&out).expect("a valid recording");
     assert!(
-        matches!(rec.manifest.end, EndState::Unsupported { .. }),
+        matches!(&rec.manifest.end, EndState::Unsupported { afterwards: Some(a), .. } if **a == EndState::Exited { code: 7 }),
         "{:?}",
         rec.manifest.end
     );
@@ -376,8 +385,10 @@ fn a_signal_leaves_a_valid_recording_marked_interrupted_with_its_name() {
     }
 }
 
+/// execve stops the recording before it, and the program it runs goes on to its end
+/// unrecorded: its output and status are the command's.
 #[test]
-fn execve_stops_the_recording() {
+fn execve_stops_the_recording_and_the_new_program_runs_on() {
     let dir = scratch("exec");
     let exe = compile_test_program("exec", &dir);
     let out = dir.join("rec");
@@ -392,10 +403,17 @@ fn execve_stops_the_recording() {
         "--",
         s(&exe),
     ]);
-    assert_ne!(result.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&result.stderr).contains("execve"));
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert_eq!(result.status.code(), Some(5), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&result.stdout), "ran\n");
+    assert!(stderr.contains("execve"), "{stderr}");
     let rec = Recording::open(&out).expect("a valid recording");
-    assert!(matches!(&rec.manifest.end, EndState::Unsupported { reason } if reason.contains("execve")));
+    assert!(
+        matches!(&rec.manifest.end, EndState::Unsupported { reason, afterwards: Some(a) }
+            if reason.contains("execve") && **a == EndState::Exited { code: 5 }),
+        "{:?}",
+        rec.manifest.end
+    );
 }
 
 /// `--filter` on fib only: every decoded instruction is in fib, they are the truth, and the

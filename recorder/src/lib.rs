@@ -11,7 +11,8 @@
 //!   it, and finding by decoding what the hardware backend could not count;
 //! - [`probe`]: what this CPU does where the SDM leaves a result undefined;
 //! - [`interrupt`]: a signal's request to stop recording, shared with the backends;
-//! - [`tether`]: the processes rtit starts die with it, even of SIGKILL.
+//! - [`tether`]: the processes rtit starts die with it, even of SIGKILL;
+//! - [`unfollowed`]: what the backends stop the recording before (threads, execve).
 
 pub mod complete;
 pub mod interrupt;
@@ -26,5 +27,6 @@ pub mod sideband;
 pub mod step;
 pub mod tether;
 pub mod trace_bytes;
+pub mod unfollowed;
 pub mod writer;
 pub mod xstate;

@@ -512,9 +512,11 @@ fn record(args: &RecordArgs, interrupted: &Interrupt) -> Result<u8> {
         EndState::Exited { code } => *code as u8,
         EndState::Signaled { signal, .. } => 128 + *signal as u8,
         EndState::Interrupted { .. } => 128 + interrupted.signal().unwrap_or(SIGINT) as u8,
-        EndState::Unsupported { reason } => {
-            eprintln!("rtit: {reason}");
-            1
+        EndState::Unsupported { .. } => {
+            // The recording ends there; the program's own status is what scripts see, as
+            // when it is recorded whole (1 if it is not known).
+            eprintln!("rtit: recording {}", manifest.end);
+            manifest.end.program_status().unwrap_or(1)
         }
     };
     Ok(late.map_or(status, |signal| 128 + signal as u8))

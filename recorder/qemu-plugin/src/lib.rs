@@ -8,7 +8,8 @@
 //!
 //! With `floor=on` alone it only measures what the API costs (`floor`).
 //!
-//! Threads are refused: the plugin stops recording at the first `clone` that creates one.
+//! Threads and execve are not followed yet: the plugin stops recording before the first
+//! `clone` that creates a thread, or `execve`, and the program runs on unrecorded.
 //! A process the program forks is a copy of QEMU with this plugin in it: it goes inert and
 //! runs unrecorded; the parent notes it. When `rtit record` is asked to stop it tells the
 //! plugin through a pipe, and the plugin ends the recording where the program is.
@@ -189,6 +190,10 @@ extern "C" fn syscall(
                 p.take_blocks(usize::MAX);
                 p.syscall(number, args, counts)
             });
+            if inert() {
+                // The recording stopped before this call; the program makes it, unrecorded.
+                shared::retire();
+            }
         }
         None => {}
     }

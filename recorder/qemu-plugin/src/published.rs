@@ -64,23 +64,29 @@ pub static STOP: Line<AtomicI32> = Line(AtomicI32::new(0));
 
 /// Set in a child the program forked (QEMU forks itself for the guest's fork): the child
 /// runs unrecorded and must write nothing into the parent's files. Read before taking the
-/// lock, which the child may have inherited held.
+/// lock, which the child may have inherited held. Set too once the recording stopped before
+/// something it cannot follow, while the program runs on unrecorded ([`go_inert`]).
 pub static INERT: Line<AtomicBool> = Line(AtomicBool::new(false));
 
 /// In a forked child, before anything else runs there (`pthread_atfork`): no callback of
 /// the child touches the plugin from then on.
 pub extern "C" fn forked_child() {
-    INERT.store(true, Ordering::Relaxed);
-    close(FORKED);
+    go_inert();
 }
 
-/// Why the vCPU's callback cannot just note the block in the ring, as bits ([`FORKED`],
+/// No callback touches the plugin from now on, and the vCPU's leaves the ring alone.
+pub fn go_inert() {
+    INERT.store(true, Ordering::Relaxed);
+    close(INERT_SET);
+}
+
+/// Why the vCPU's callback cannot just note the block in the ring, as bits ([`INERT_SET`],
 /// [`STOPPING`], [`NOT_TRACING`]; 0: it can): one word the callback reads at every block,
 /// where it read three flags on three lines (issue 20: the callback is QEMU's cost at every
 /// block). Each flag stays where its readers read it; this sums them up for the callback.
 pub static GATE: Line<AtomicU32> = Line(AtomicU32::new(NOT_TRACING));
 /// [`INERT`] is set.
-pub const FORKED: u32 = 1;
+pub const INERT_SET: u32 = 1;
 /// [`STOP`] is set.
 pub const STOPPING: u32 = 2;
 /// [`TRACING`] is not set.

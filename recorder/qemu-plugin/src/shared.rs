@@ -17,6 +17,12 @@ pub fn with_plugin<R>(f: impl FnOnce(&mut Plugin) -> R) -> Option<R> {
     guard.as_mut().map(f)
 }
 
+/// The recording is over while the program runs on (`Plugin::stop_and_run_on`): no plugin
+/// from now on, as after the program's end.
+pub fn retire() {
+    drop(lock().take());
+}
+
 /// The lock, for any thread but the feeder: the feeder's batch ends early while one waits
 /// (`ring::WANTED`).
 pub fn lock() -> MutexGuard<'static, Option<Plugin>> {

@@ -45,7 +45,13 @@ fn wait(pipe: OwnedFd) {
         {
             let mut guard = crate::shared::lock();
             let Some(plugin) = guard.as_mut() else {
-                // The program ended meanwhile and the plugin finished.
+                // The program ended meanwhile and the plugin finished; or the recording
+                // stopped before what it cannot follow and the program runs on unrecorded:
+                // the signal is the program's then, as a wrapper passes it on.
+                if crate::published::inert() {
+                    // SAFETY: kill with plain integer arguments, to this process.
+                    unsafe { nix::libc::syscall(nix::libc::SYS_kill, std::process::id(), signal) };
+                }
                 return;
             };
             if plugin.in_syscall() || !plugin.tracing() || Instant::now() >= deadline {

@@ -182,6 +182,15 @@ pub fn pin(pid: Pid, cpu: usize) -> Result<(), String> {
     sched_setaffinity(pid, &set).map_err(|e| format!("cannot pin to CPU {cpu}: {e}"))
 }
 
+/// Lets process `pid` run on every CPU again (after [`pin`]).
+pub fn unpin(pid: Pid) -> Result<(), String> {
+    let mut set = CpuSet::new();
+    for cpu in 0..CpuSet::count() {
+        let _ = set.set(cpu);
+    }
+    sched_setaffinity(pid, &set).map_err(|e| format!("cannot unpin: {e}"))
+}
+
 /// The lock one rtit holds on a CPU it traces (a second rtit on that CPU is refused).
 pub struct CpuLock {
     _lock: Flock<File>,

@@ -4,7 +4,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use rtit_replay_core::recording::{Mapping, Maps, SignalEntry};
+use rtit_replay_core::recording::{EndState, Mapping, Maps, SignalEntry};
 use rtit_replay_core::regs::{ctl, events, EventId};
 use rtit_replay_core::syscall::SyscallRecord;
 
@@ -86,7 +86,11 @@ pub fn record(mut opts: MsrOptions) -> Result<Outcome, String> {
         slice: opts.slice,
         interrupted: opts.interrupted.clone(),
     };
-    let traced = session::record(msrs, &mut region, &mut target, &session).map_err(|e| e.to_string())?;
+    let mut traced = session::record(msrs, &mut region, &mut target, &session).map_err(|e| e.to_string())?;
+    if let EndState::Unsupported { afterwards, .. } = &mut traced.end {
+        // Tracing is off: the program runs on to its end (issue 43).
+        *afterwards = target.run_on(&opts.interrupted).map(Box::new);
+    }
     let mut start = target.start.clone().unwrap_or_default();
     let end = target.end.clone().unwrap_or_default();
     let placed = place(start.maps.clone(), &target.stops, &traced.marks);

@@ -145,6 +145,35 @@ impl PtraceTarget {
         self.tracee.vectors().ok().and_then(|v| v.1)
     }
 
+    /// At a system call's entry stop, a call the recording cannot follow (a thread, execve),
+    /// with the program's state there noted as the recording's end: a second thread on the
+    /// traced CPU would land in the same stream with no switch marked (issue 43). The call
+    /// has not run: `rax` still holds its number (the kernel shows -ENOSYS at the stop).
+    fn unfollowed(&mut self) -> Result<Option<&'static str>, StepError> {
+        if self.in_syscall.is_some() {
+            return Ok(None);
+        }
+        let regs = self.tracee.regs()?;
+        let reason = crate::unfollowed::at_syscall(regs.orig_rax, regs.rdi, |at| {
+            let mut flags = [0u8; 8];
+            (self.tracee.read(at, &mut flags) == 8).then(|| u64::from_le_bytes(flags))
+        });
+        if reason.is_some() {
+            let mut end = self.moment()?;
+            end.registers.insert("rax".into(), format!("{:#x}", regs.orig_rax));
+            self.images.note(&end.maps);
+            self.end = Some(end);
+        }
+        Ok(reason)
+    }
+
+    /// After a recording that stopped at [`Self::unfollowed`], with tracing off: the
+    /// program runs on to its end, untraced and no longer pinned, and this says how it ended.
+    pub fn run_on(&mut self, interrupted: &crate::interrupt::Interrupt) -> Option<EndState> {
+        let _ = super::linux::unpin(self.tracee.pid);
+        crate::step::run_on(self.tracee.pid, interrupted)
+    }
+
     /// At a system-call stop: at an exit, the call's log record and the map change it made.
     fn syscall_stop(&mut self) -> Result<Option<Stop>, StepError> {
         let regs = self.tracee.regs()?;
@@ -255,6 +284,12 @@ impl Target for PtraceTarget {
                 }
                 WaitStatus::PtraceSyscall(_) => {
                     self.running = false;
+                    if let Some(reason) = self.unfollowed()? {
+                        return Ok(Ran::Ended(EndState::Unsupported {
+                            reason: reason.to_string(),
+                            afterwards: None,
+                        }));
+                    }
                     if let Some(stop) = self.syscall_stop()? {
                         if let Stop::Syscall { change: Some(c), .. } = &stop {
                             self.images.note(&c.change.added);
@@ -372,6 +407,59 @@ mod tests {
             .iter()
             .any(|m| m.path.as_deref().is_some_and(|p| p.contains("libc")))));
         assert!(t.images.files().any(|(p, _)| p.contains("libc")), "noted as an image");
+    }
+
+    /// Runs `program` with `args` from its entry until the recording's end.
+    fn run_to_end(program: &str, args: &[&str]) -> (PtraceTarget, EndState) {
+        let args: Vec<OsString> = args.iter().map(OsString::from).collect();
+        let mut t = PtraceTarget::spawn(
+            Path::new(program),
+            &args,
+            false,
+            0,
+            &StartAt::Entry,
+            &crate::interrupt::Interrupt::new(),
+        )
+        .expect("spawn");
+        t.starting().expect("start state");
+        let end = loop {
+            match t.run(Duration::from_millis(5)).expect("run") {
+                Ran::Ended(end) => break end,
+                Ran::Sideband | Ran::Slice => {}
+            }
+        };
+        (t, end)
+    }
+
+    /// execve and a thread end the recording at the call's entry (a second thread would
+    /// share the traced CPU's stream, unmarked), with the state there; then the program runs
+    /// on to its own end (issue 43).
+    #[test]
+    fn execve_and_threads_end_the_recording_and_the_program_runs_on() {
+        let (mut t, end) = run_to_end("/bin/sh", &["-c", "exec /bin/sh -c 'exit 4'"]);
+        assert_eq!(
+            end,
+            EndState::Unsupported {
+                reason: crate::unfollowed::EXECVE.into(),
+                afterwards: None
+            }
+        );
+        let at = t.end.as_ref().expect("the state at the call");
+        assert_eq!(
+            at.registers.get("rax").map(String::as_str),
+            Some("0x3b"),
+            "execve's number, not -ENOSYS"
+        );
+        let interrupted = crate::interrupt::Interrupt::new();
+        assert_eq!(t.run_on(&interrupted), Some(EndState::Exited { code: 4 }));
+
+        let python = "import threading; t = threading.Thread(target=print, args=('x',)); t.start(); t.join(); raise SystemExit(6)";
+        let (mut t, end) = run_to_end("/usr/bin/python3", &["-c", python]);
+        assert!(
+            matches!(&end, EndState::Unsupported { reason, .. } if reason == crate::unfollowed::THREAD),
+            "{end:?}"
+        );
+        assert_eq!(t.run_on(&interrupted), Some(EndState::Exited { code: 6 }));
     }
 
     /// A caught signal stops the target at its handler's entry, where the registers and the

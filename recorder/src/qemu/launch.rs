@@ -442,9 +442,23 @@ fn placed(samples: Vec<(u64, RegisterMap)>, ips: &[u64]) -> Vec<(u64, RegisterMa
 /// How the run ended, from the plugin's view and QEMU's exit status.
 fn end_state(end: &PluginEnd, status: std::process::ExitStatus, interrupted: &crate::interrupt::Interrupt) -> EndState {
     match end {
+        // The program ran on unrecorded after the plugin stopped (a signal to rtit then went
+        // to it): QEMU's status is the program's.
+        PluginEnd::Stopped { reason } => EndState::Unsupported {
+            reason: reason.clone(),
+            afterwards: match (status.code(), status.signal()) {
+                (Some(code), _) => Some(Box::new(EndState::Exited { code })),
+                (None, Some(signal)) => Some(Box::new(EndState::Signaled {
+                    signal,
+                    name: signal_name(signal),
+                    address: None,
+                    ip: None,
+                })),
+                (None, None) => None,
+            },
+        },
         _ if interrupted.is_set() => interrupted.end_state(),
         PluginEnd::Exited { code } => EndState::Exited { code: *code },
-        PluginEnd::Stopped { reason } => EndState::Unsupported { reason: reason.clone() },
         PluginEnd::Interrupted { signal } => {
             let i = crate::interrupt::Interrupt::new();
             i.raise(*signal);
@@ -454,12 +468,17 @@ fn end_state(end: &PluginEnd, status: std::process::ExitStatus, interrupted: &cr
             let signal = status.signal().unwrap_or(0);
             EndState::Signaled {
                 signal,
-                name: Signal::try_from(signal).map_or_else(|_| format!("signal {signal}"), |s| s.as_str().to_string()),
+                name: signal_name(signal),
                 address: None,
                 ip: fault_ip.map(|ip| format!("{ip:#x}")),
             }
         }
     }
+}
+
+/// `SIGSEGV` for 11.
+fn signal_name(signal: i32) -> String {
+    Signal::try_from(signal).map_or_else(|_| format!("signal {signal}"), |s| s.as_str().to_string())
 }
 
 /// Puts the handler entries the engine was told of (`told`: their indices in `signals`, in

@@ -13,8 +13,11 @@
 //! - delivering a caught signal stops again at the handler having retired nothing: the kernel
 //!   entered user mode there (FUP.PGE); an ignored signal changes nothing; a fatal one ends it;
 //! - a system call is a far transfer into the kernel and, when it returns, out of it;
-//!   `exit_group` ends the recording; `execve` and thread creation stop it, unsupported.
+//!   `exit_group` ends the recording; `execve` and thread creation stop it, unsupported,
+//!   and the program runs on to its end untraced (`run_on`).
 
+mod run_on;
+pub(crate) use run_on::run_on;
 mod shebang;
 pub(crate) mod sideband;
 pub(crate) mod syscall_log;
@@ -397,15 +400,11 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
         };
         if pending.is_none() {
             let unsupported = match syscall_nr {
-                nr::EXECVE | nr::EXECVEAT => Some("the program called execve; recording stops before it"),
-                nr::CLONE if regs.rdi & nr::CLONE_THREAD != 0 => {
-                    Some("the program creates a thread; threads are not supported yet")
-                }
-                nr::CLONE3 => {
-                    let mut flags = [0u8; 8];
-                    rec.tracee.read(regs.rdi, &mut flags);
-                    (u64::from_le_bytes(flags) & nr::CLONE_THREAD != 0)
-                        .then_some("the program creates a thread; threads are not supported yet")
+                nr::EXECVE | nr::EXECVEAT | nr::CLONE | nr::CLONE3 => {
+                    crate::unfollowed::at_syscall(syscall_nr, regs.rdi, |at| {
+                        let mut flags = [0u8; 8];
+                        (rec.tracee.read(at, &mut flags) == 8).then(|| u64::from_le_bytes(flags))
+                    })
                 }
                 nr::EXIT | nr::EXIT_GROUP => {
                     regs_end = regs;
@@ -417,10 +416,9 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
             if let Some(reason) = unsupported {
                 regs_end = regs;
                 memory_end = sideband::snapshot(&rec.tracee, &rec.current_map);
-                let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
-                let _ = waitpid(pid, None);
                 break EndState::Unsupported {
                     reason: reason.to_string(),
+                    afterwards: run_on(pid, &opts.interrupted).map(Box::new),
                 };
             }
         }

@@ -181,10 +181,15 @@ pub enum EndState {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         signal: Option<String>,
     },
-    /// Recording stopped at something not supported (threads, execve).
+    /// Recording stopped at something not supported (threads, execve); the program was
+    /// left to run on, unrecorded (issue 43: a refused program is not harmed).
     Unsupported {
         /// What.
         reason: String,
+        /// How the program ended after that, unrecorded, where the recorder saw it
+        /// (absent in recordings from before the program was let run on).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        afterwards: Option<Box<EndState>>,
     },
 }
 
@@ -208,7 +213,29 @@ impl std::fmt::Display for EndState {
                 "interrupted (rtit record received {})",
                 signal.as_deref().unwrap_or("a signal to stop")
             ),
-            Self::Unsupported { reason } => write!(f, "stopped: {reason}"),
+            Self::Unsupported { reason, afterwards } => {
+                write!(f, "stopped: {reason}")?;
+                match afterwards {
+                    Some(end) if matches!(**end, Self::Signaled { .. }) => {
+                        write!(f, "; the program ran on unrecorded and was {end}")
+                    }
+                    Some(end) => write!(f, "; the program ran on unrecorded and {end}"),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+}
+
+impl EndState {
+    /// The exit status a shell would show for the program (its exit code, or 128 + the
+    /// signal that killed it), where known: `rtit record` leaves with it.
+    pub fn program_status(&self) -> Option<u8> {
+        match self {
+            Self::Exited { code } => Some(*code as u8),
+            Self::Signaled { signal, .. } => Some(128u8.wrapping_add(*signal as u8)),
+            Self::Interrupted { .. } => None,
+            Self::Unsupported { afterwards, .. } => afterwards.as_ref().and_then(|a| a.program_status()),
         }
     }
 }

@@ -252,6 +252,16 @@ impl Plugin {
         self.outputs.append(&mut self.engine, end, &mut self.notes);
     }
 
+    /// Ends the recording before something it cannot follow (a thread, execve), and lets the
+    /// program run on to its own end unrecorded (issue 43: a refused program is not harmed):
+    /// every callback is inert from here on, and the caller drops the plugin
+    /// (`shared::retire`), which tells the stop thread the recording is over.
+    fn stop_and_run_on(&mut self, counts: Counts, reason: String) {
+        self.stop = Some(reason);
+        self.finish(counts, None);
+        crate::published::go_inert();
+    }
+
     /// Ends the recording now and the program with it.
     fn stop_now(&mut self, counts: Counts, reason: String) -> ! {
         self.stop = Some(reason);

@@ -107,7 +107,7 @@ impl Plugin {
             self.exit_code = Some(a[0] as i32);
         }
         match self.engine.syscall(number, creates_thread, counts) {
-            SyscallAction::Stop(reason) => self.stop_now(counts, reason),
+            SyscallAction::Stop(reason) => self.stop_and_run_on(counts, reason),
             SyscallAction::Continue if creates_thread || matches!(number, nr::EXECVE | nr::EXECVEAT) => {
                 // Before tracing started: the recording cannot follow these either.
                 let what = if creates_thread {
@@ -115,7 +115,7 @@ impl Plugin {
                 } else {
                     "calls execve"
                 };
-                self.stop_now(
+                self.stop_and_run_on(
                     counts,
                     format!("the program {what} before tracing started; not supported"),
                 );

@@ -452,10 +452,8 @@ impl Engine {
         }
         self.retire_part(p.id, p.first.min(kept - 1), kept - 1);
         let stop = match number {
-            nr::EXECVE | nr::EXECVEAT => Some("the program called execve; recording stops before it"),
-            nr::CLONE | nr::CLONE3 if creates_thread => {
-                Some("the program creates a thread; the qemu backend records single-threaded programs")
-            }
+            nr::EXECVE | nr::EXECVEAT => Some(crate::unfollowed::EXECVE),
+            nr::CLONE | nr::CLONE3 if creates_thread => Some(crate::unfollowed::THREAD),
             _ => None,
         };
         if let Some(reason) = stop {

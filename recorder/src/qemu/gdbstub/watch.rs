@@ -94,12 +94,16 @@ impl Watch {
         let stream = connect(socket, interrupted)?;
         let counters = read_counters(&dir.join(crate::qemu::report::files::COUNTERS))?;
         let guest_maps = dir.join(crate::qemu::report::files::GUEST_MAPS);
+        let report = dir.join(crate::qemu::report::files::REPORT);
         let done = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&done);
         let pid = Pid::from_raw(pid as i32);
         let thread = std::thread::Builder::new()
             .name("rtit-gdbstub".into())
-            .spawn(move || watch(Remote::new(stream), &guest_maps, pid, counters, &plan, &flag))
+            .spawn(move || {
+                let program = Program::new(pid, counters, report, &plan);
+                watch(Remote::new(stream), &guest_maps, program, &plan, &flag)
+            })
             .map_err(GdbstubError::Io)?;
         Ok(Self { thread, done })
     }
@@ -155,6 +159,12 @@ impl Jitter {
 struct Program {
     pid: Pid,
     counters: Counters,
+    /// The plugin's report, written when the recording ends: where the program runs on
+    /// after it (a thread or execve stopped the recording), nothing more is sampled or
+    /// logged, and its signals are only passed on.
+    report: PathBuf,
+    /// The report was seen.
+    ended: bool,
     only_kernel: bool,
     signals: Vec<SignalEntry>,
     told: Vec<usize>,
@@ -167,17 +177,44 @@ struct Program {
 }
 
 impl Program {
+    fn new(pid: Pid, counters: Counters, report: PathBuf, plan: &Plan) -> Self {
+        Self {
+            pid,
+            counters,
+            report,
+            ended: false,
+            only_kernel: plan.only_kernel,
+            signals: Vec::new(),
+            told: Vec::new(),
+            sampling: plan.sample || plan.anchors.is_some(),
+            withheld: false,
+            unhandled: None,
+        }
+    }
+
+    /// Whether the recording has ended while the program runs on. Read while the program is
+    /// stopped it is exact: the plugin writes the report on the vCPU's thread, the one that
+    /// stops in QEMU's gdbstub, and no other vCPU runs before it ends (the recording stops
+    /// before a second thread starts).
+    fn recording_ended(&mut self) -> bool {
+        self.ended = self.ended || self.report.exists();
+        self.ended
+    }
+
     /// Passes signal `s` on (logging its delivery to a handler); false if the program ended.
     /// While sampling, a sampling signal that comes meanwhile is withheld; the result says so.
     fn pass(&mut self, remote: &mut Remote, s: u8, done: &AtomicBool) -> Result<bool, GdbstubError> {
         let done = || done.load(Ordering::Relaxed);
+        // After the recording's end a delivery is not the recording's: logged nowhere.
+        let (mut unlogged, mut untold, mut unseen) = (Vec::new(), Vec::new(), None);
+        let ended = self.recording_ended();
         let mut d = super::signals::Delivery {
             withhold: self.sampling.then_some(GDB_SAMPLE_SIGNAL),
             withheld: false,
-            entries: &mut self.signals,
-            told: &mut self.told,
+            entries: if ended { &mut unlogged } else { &mut self.signals },
+            told: if ended { &mut untold } else { &mut self.told },
             only_kernel: self.only_kernel,
-            unhandled: &mut self.unhandled,
+            unhandled: if ended { &mut unseen } else { &mut self.unhandled },
         };
         let running = super::signals::deliver(remote, self.pid, &self.counters, s, &mut d, &done)?;
         self.withheld |= d.withheld;
@@ -188,11 +225,11 @@ impl Program {
 fn watch(
     mut remote: Remote,
     guest_maps: &Path,
-    pid: Pid,
-    counters: Counters,
+    mut program: Program,
     plan: &Plan,
     done: &AtomicBool,
 ) -> Result<Watched, GdbstubError> {
+    let pid = program.pid;
     let mut watched = Watched::default();
     let first = remote.request("?")?;
     if !matches!(stop(&first)?, Stop::Signal(_)) {
@@ -214,19 +251,10 @@ fn watch(
     }
     remote.send("c")?;
     let mut anchors = match &plan.anchors {
-        Some(a) => super::anchors::Anchors::new(a, pid, counters)?,
+        Some(a) => super::anchors::Anchors::new(a, pid, program.counters)?,
         None => None,
     };
-    let mut program = Program {
-        pid,
-        counters,
-        only_kernel: plan.only_kernel,
-        signals: Vec::new(),
-        told: Vec::new(),
-        sampling: plan.sample || anchors.is_some(),
-        withheld: false,
-        unhandled: None,
-    };
+    program.sampling = plan.sample || anchors.is_some();
     let samples = plan.sample.then_some(&mut watched.samples);
     run(&mut remote, &mut program, done, samples, anchors.as_mut())?;
     watched.signals = program.signals;
@@ -273,6 +301,11 @@ fn run(
                     return Ok(());
                 }
                 let now = Instant::now();
+                if program.recording_ended() {
+                    // The program runs on unrecorded: its signals are still passed on.
+                    (next_sample, anchors) = (None, None);
+                    continue;
+                }
                 let sample = next_sample.is_some_and(|t| now >= t);
                 let anchor = anchors.as_mut().is_some_and(|a| a.due());
                 if sample {
@@ -288,6 +321,8 @@ fn run(
                     None => return Ok(()),
                     // It came while the program's own signal was being delivered: neither.
                     Some(false) => {}
+                    // The recording ended meanwhile: nothing of it to read.
+                    Some(true) if program.recording_ended() => remote.send("c")?,
                     Some(true) => {
                         if let (true, Some(samples)) = (sample, samples.as_mut()) {
                             let regs = registers(&remote.request("g")?)?;
