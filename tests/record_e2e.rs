@@ -204,6 +204,35 @@ fn threads_stop_the_recording_and_the_program_runs_on() {
     assert!(decoded.status.success());
 }
 
+/// A thread created before the start point: the start is refused, naming why, and the
+/// program runs on unrecorded (its own thread reaching the breakpoint would have died of
+/// the SIGTRAP).
+#[test]
+fn a_thread_before_the_start_point_is_refused_and_the_program_runs_on() {
+    let dir = scratch("threads_before_start");
+    let exe = compile("threads", true, &dir);
+    let out = dir.join("rec");
+    let result = rtit(&[
+        "record",
+        "--backend",
+        "step",
+        "--start",
+        "work",
+        "--out",
+        s(&out),
+        "--",
+        s(&exe),
+    ]);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert_eq!(String::from_utf8_lossy(&result.stdout), "sum 500500\n", "{stderr}");
+    assert_eq!(result.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--start work: the program created a thread before reaching it")
+            && stderr.contains("ran on unrecorded and then exited with status 7"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn bad_programs_are_one_line_errors_and_leave_nothing_behind() {
     let dir = scratch("bad");

@@ -97,15 +97,12 @@ impl PtraceTarget {
         let program = resolve(program)?;
         let warnings = check_executable(&program, args)?;
         let tracee = Tracee::spawn(&program, args, aslr)?;
-        ptrace::setoptions(
-            tracee.pid,
-            ptrace::Options::PTRACE_O_EXITKILL
-                | ptrace::Options::PTRACE_O_TRACEEXIT
-                | ptrace::Options::PTRACE_O_TRACESYSGOOD,
-        )
-        .map_err(|e| StepError::Ptrace(format!("PTRACE_SETOPTIONS: {e}")))?;
+        let options = ptrace::Options::PTRACE_O_EXITKILL
+            | ptrace::Options::PTRACE_O_TRACEEXIT
+            | ptrace::Options::PTRACE_O_TRACESYSGOOD;
+        ptrace::setoptions(tracee.pid, options).map_err(|e| StepError::Ptrace(format!("PTRACE_SETOPTIONS: {e}")))?;
         super::linux::pin(tracee.pid, cpu).map_err(StepError::Ptrace)?;
-        crate::step::run_to(&tracee, start, interrupted)?;
+        crate::step::run_to(&tracee, start, options, interrupted)?;
         Ok(Self {
             tracee,
             running: false,

@@ -17,7 +17,9 @@
 //!   and the program runs on to its end untraced (`run_on`).
 
 mod run_on;
+mod run_to;
 pub(crate) use run_on::run_on;
+pub(crate) use run_to::run_to;
 mod shebang;
 pub(crate) mod sideband;
 pub(crate) mod syscall_log;
@@ -288,58 +290,13 @@ impl Recorder<'_> {
     }
 }
 
-/// Runs to `at` natively with a breakpoint; returns the registers there. A signal to rtit
-/// meanwhile (`interrupted`) kills the program: nothing was traced yet.
-pub(crate) fn run_to(tracee: &Tracee, at: &StartAt, interrupted: &Interrupt) -> Result<Regs, StepError> {
-    let addr = match at {
-        StartAt::Entry => return tracee.regs(),
-        StartAt::Address(a) => *a,
-        StartAt::Symbol(name) => sideband::symbol_address(tracee, name)?,
-    };
-    let label = match at {
-        StartAt::Symbol(s) => s.clone(),
-        _ => format!("{addr:#x}"),
-    };
-    let mut original = [0u8; 1];
-    if tracee.read(addr, &mut original) != 1 {
-        return Err(StepError::Start {
-            at: label,
-            problem: format!("{addr:#x} is not mapped"),
-        });
-    }
-    tracee.write(addr, &[0xcc])?;
-    let mut signal = None;
-    loop {
-        ptrace::cont(tracee.pid, signal.take()).map_err(|e| StepError::Ptrace(format!("PTRACE_CONT: {e}")))?;
-        match tracee.wait_unless(interrupted, || format!("running the program to {label}"))? {
-            WaitStatus::Stopped(_, Signal::SIGTRAP) => {
-                let mut regs = tracee.regs()?;
-                if regs.rip == addr + 1 {
-                    tracee.write(addr, &original)?;
-                    regs.rip = addr;
-                    tracee.set_regs(regs)?;
-                    return Ok(regs);
-                }
-                signal = Some(Signal::SIGTRAP);
-            }
-            WaitStatus::Stopped(_, sig) => signal = Some(sig),
-            other => {
-                return Err(StepError::Start {
-                    at: label,
-                    problem: format!("the program ended before reaching it ({other:?})"),
-                })
-            }
-        }
-    }
-}
-
 /// Records a program.
 pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
     let program = resolve(&opts.program)?;
     let warnings = check_executable(&program, &opts.args)?;
     opts.interrupted.check(|| "starting the program".into())?;
     let tracee = Tracee::spawn(&program, &opts.args, opts.aslr)?;
-    let regs_start = run_to(&tracee, &opts.start, &opts.interrupted)?;
+    let regs_start = run_to(&tracee, &opts.start, tracee::OPTIONS, &opts.interrupted)?;
     let (vectors_start, xcr0) = tracee.vectors()?;
     let start_ip = regs_start.rip;
     let cr3 = (u64::from(tracee.pid.as_raw() as u32) << 12) & ((1 << 36) - 1);

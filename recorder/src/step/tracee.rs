@@ -29,6 +29,9 @@ pub struct Tracee {
 /// The general-purpose registers.
 pub type Regs = nix::libc::user_regs_struct;
 
+/// The ptrace options a tracee is given as it starts: it dies with rtit.
+pub const OPTIONS: ptrace::Options = ptrace::Options::PTRACE_O_EXITKILL;
+
 /// Finds `program` as execve would: a path with a slash as is, else along `PATH`.
 pub fn resolve(program: &Path) -> Result<PathBuf, StepError> {
     if program.components().count() > 1 || program.to_string_lossy().contains('/') {
@@ -162,7 +165,7 @@ impl Tracee {
             }
             Err(e) => return Err(StepError::Ptrace(format!("waitpid: {e}"))),
         }
-        ptrace::setoptions(pid, ptrace::Options::PTRACE_O_EXITKILL)
+        ptrace::setoptions(pid, OPTIONS)
             .map_err(|e| StepError::Ptrace(format!("PTRACE_SETOPTIONS: {e} (is ptrace permitted here?)")))?;
         let mem = File::options()
             .read(true)
