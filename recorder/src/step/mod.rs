@@ -23,6 +23,7 @@ pub(crate) use run_to::run_to;
 mod shebang;
 pub(crate) mod sideband;
 pub(crate) mod syscall_log;
+mod threads;
 pub(crate) mod tracee;
 mod vdso;
 
@@ -43,6 +44,7 @@ use crate::interrupt::Interrupt;
 use crate::model::{CpuState, Input, ModelError, ModelOptions, Retired, RtitConfig, UnitModel};
 use crate::outcome::{Outcome, Truth};
 use crate::sideband::{self as shared, nr, Images, Snapshot};
+use threads::{Held, Threads, Waiting};
 use tracee::Tracee;
 pub use tracee::{check_executable, privilege_warning, regs_map, resolve, Regs};
 
@@ -257,6 +259,42 @@ impl Recorder<'_> {
         Ok(())
     }
 
+    /// Thread `next` runs from here (issue 43, `threads`): the one stepped until now left
+    /// user mode, between two of its instructions as an interrupt takes it (`interrupted`),
+    /// or by a system call that does not return; the kernel returns to `next`'s next
+    /// instruction, where its registers are logged as a handler's entry's are (no frame).
+    /// Returns its registers, its pending signal, and its step that ended while it waited.
+    #[allow(clippy::type_complexity)]
+    fn switch_to(
+        &mut self,
+        next: Waiting,
+        interrupted: bool,
+    ) -> Result<(Regs, Option<Signal>, Option<(Insn, u64, WaitStatus)>), StepError> {
+        if interrupted {
+            self.model.apply(&Input::Interrupt {
+                handler: KERNEL,
+                cpl: 0,
+            });
+        }
+        let Waiting { held, flight } = next;
+        let rip = held.regs.rip;
+        let r = Retired::new(KERNEL + 0x40, 3, Cofi::Far(FarKind::Iret), rip).to_cpl(3);
+        self.model.apply(&Input::Retire(r));
+        let mut registers = regs_map(&held.regs);
+        registers.extend(held.tracee.vectors()?.0);
+        self.signals.push(SignalEntry {
+            position: self.model.traced(),
+            ip: rip,
+            registers,
+            frame: MemoryWrite::new(held.regs.rsp, &[]),
+            only_kernel: !self.untraced_since_traced,
+        });
+        self.sample_next = true;
+        self.tracee = held.tracee;
+        let resumed = flight.and_then(|(insn, nr, status)| Some((insn, nr, status?)));
+        Ok((held.regs, held.pending, resumed))
+    }
+
     /// The process a system call at `position` created, if it created one (its child runs
     /// untraced: rtit follows one process).
     fn child(&self, syscall: u64, position: u64, before: &Regs, after: &Regs) -> Option<ChildProcess> {
@@ -340,6 +378,11 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
     let mut entering_handler = false;
     let mut fault: Option<(Signal, u64, u64)> = None;
     let mut memory_end = Snapshot::default();
+    // The threads that wait for their turn, and the instructions the stepped one ran in its
+    // turn; a step that ended while its thread waited, taken as it resumes.
+    let mut threads = Threads::default();
+    let mut turn = 0u64;
+    let mut resumed: Option<(Insn, u64, WaitStatus)> = None;
     let end = loop {
         if opts.interrupted.is_set() {
             regs_end = regs;
@@ -348,45 +391,127 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
             let _ = waitpid(pid, None);
             break opts.interrupted.end_state();
         }
+        let tid = rec.tracee.pid;
         let ip = regs.rip;
-        let insn = decode(&rec.tracee, &mut rec.cache, ip);
-        let syscall_nr = if insn.cofi == Cofi::Far(FarKind::Syscall) {
-            regs.rax
+        let (insn, syscall_nr, status) = if let Some(r) = resumed.take() {
+            r
         } else {
-            u64::MAX
-        };
-        if pending.is_none() {
-            let unsupported = match syscall_nr {
-                nr::EXECVE | nr::EXECVEAT | nr::CLONE | nr::CLONE3 => {
-                    crate::unfollowed::at_syscall(syscall_nr, regs.rdi, |at| {
-                        let mut flags = [0u8; 8];
-                        (rec.tracee.read(at, &mut flags) == 8).then(|| u64::from_le_bytes(flags))
-                    })
-                }
-                nr::EXIT | nr::EXIT_GROUP => {
+            let insn = decode(&rec.tracee, &mut rec.cache, ip);
+            let syscall_nr = if insn.cofi == Cofi::Far(FarKind::Syscall) {
+                regs.rax
+            } else {
+                u64::MAX
+            };
+            if pending.is_none() {
+                let unsupported = match syscall_nr {
+                    nr::EXECVE | nr::EXECVEAT => Some(crate::unfollowed::EXECVE),
+                    nr::EXIT | nr::EXIT_GROUP => {
+                        regs_end = regs;
+                        memory_end = sideband::snapshot(&rec.tracee, &rec.current_map);
+                        None
+                    }
+                    _ => None,
+                };
+                if let Some(reason) = unsupported {
                     regs_end = regs;
                     memory_end = sideband::snapshot(&rec.tracee, &rec.current_map);
-                    None
+                    // execve ends every other thread; they are let go first.
+                    for t in threads.tids() {
+                        let _ = ptrace::detach(t, None);
+                    }
+                    break EndState::Unsupported {
+                        reason: reason.to_string(),
+                        afterwards: run_on(tid, &opts.interrupted).map(Box::new),
+                    };
                 }
-                _ => None,
-            };
-            if let Some(reason) = unsupported {
-                regs_end = regs;
-                memory_end = sideband::snapshot(&rec.tracee, &rec.current_map);
-                break EndState::Unsupported {
-                    reason: reason.to_string(),
-                    afterwards: run_on(pid, &opts.interrupted).map(Box::new),
-                };
+                // The turn is over: the next thread that can run gets one (not in the middle of a
+                // REP string instruction or a signal's delivery).
+                if turn >= threads::SLICE && rep_start.is_none() && !entering_handler {
+                    turn = 0;
+                    if let Some(next) = threads.take_ready()? {
+                        let held = Held {
+                            tracee: rec.tracee.thread(tid)?,
+                            regs,
+                            pending: None,
+                        };
+                        threads.wait(Waiting { held, flight: None });
+                        (regs, pending, resumed) = rec.switch_to(next, true)?;
+                        continue;
+                    }
+                }
             }
-        }
-        if rec.sample_due() {
-            rec.vectors_before = Some(rec.tracee.vectors()?.0);
-        }
-        ptrace::step(pid, pending.take()).map_err(|e| StepError::Ptrace(format!("PTRACE_SINGLESTEP: {e}")))?;
-        match waitpid(pid, None).map_err(|e| StepError::Ptrace(format!("waitpid: {e}")))? {
+            if rec.sample_due() {
+                rec.vectors_before = Some(rec.tracee.vectors()?.0);
+            }
+            ptrace::step(tid, pending.take()).map_err(|e| StepError::Ptrace(format!("PTRACE_SINGLESTEP: {e}")))?;
+            let status = loop {
+                match threads::wait_step(tid, threads.any())? {
+                    Some(status) => match threads::clone_event(tid, &status)? {
+                        Some(new) => {
+                            threads.created(&rec.tracee, new)?;
+                            if let Some(at) = threads::clear_tid(&rec.tracee, syscall_nr, &regs) {
+                                threads.clear_tids.insert(new, at);
+                            }
+                            ptrace::step(tid, None)
+                                .map_err(|e| StepError::Ptrace(format!("PTRACE_SINGLESTEP: {e}")))?;
+                        }
+                        None => break Some(status),
+                    },
+                    None => break None,
+                }
+            };
+            let Some(status) = status else {
+                // Blocked in the kernel (a system call waiting for another thread): it waits
+                // with its step under way, and the next thread that can run does.
+                let held = Held {
+                    tracee: rec.tracee.thread(tid)?,
+                    regs,
+                    pending: None,
+                };
+                threads.wait(Waiting {
+                    held,
+                    flight: Some((insn, syscall_nr, None)),
+                });
+                let next = threads
+                    .next(&opts.interrupted)?
+                    .expect("the blocked thread itself waits");
+                turn = 0;
+                if next.held.tracee.pid == tid {
+                    // Its own step ended first: nothing else ran.
+                    regs = next.held.regs;
+                    resumed = next.flight.and_then(|(i, n, s)| Some((i, n, s?)));
+                } else {
+                    (regs, pending, resumed) = rec.switch_to(next, true)?;
+                }
+                continue;
+            };
+            (insn, syscall_nr, status)
+        };
+        turn += 1;
+        match status {
             WaitStatus::Exited(_, code) => {
                 if syscall_nr == nr::EXIT || syscall_nr == nr::EXIT_GROUP {
                     rec.retire(ip, insn, KERNEL, &regs, syscall_nr)?;
+                }
+                if syscall_nr == nr::EXIT && threads.any() {
+                    // A thread ended; the others go on. The kernel cleared its id where it
+                    // was asked to (and woke a futex there): a write no return shows.
+                    let clear = threads.clear_tids.remove(&tid).filter(|&a| a != 0);
+                    rec.syscalls.push(SyscallRecord {
+                        position: rec.model.traced() - 1,
+                        ip,
+                        nr: nr::EXIT,
+                        before: Default::default(),
+                        after: Default::default(),
+                        writes: clear.map(|a| MemoryWrite::new(a, &[0; 4])).into_iter().collect(),
+                        complete: true,
+                        unlogged: Vec::new(),
+                    });
+                    if let Some(next) = threads.next(&opts.interrupted)? {
+                        turn = 0;
+                        (regs, pending, resumed) = rec.switch_to(next, false)?;
+                        continue;
+                    }
                 }
                 break EndState::Exited { code };
             }
@@ -453,7 +578,21 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
                         });
                     }
                     if syscall_nr != u64::MAX {
-                        let r = syscall_log::record(&rec.tracee, position, ip, syscall_nr, &regs, &new);
+                        let mut r = syscall_log::record(&rec.tracee, position, ip, syscall_nr, &regs, &new);
+                        if matches!(syscall_nr, nr::CLONE | nr::CLONE3) && (new.rax as i64) > 0 {
+                            match threads::clone_writes(&rec.tracee, syscall_nr, &regs) {
+                                // clone3's argument block names every word it writes.
+                                Some(w) if syscall_nr == nr::CLONE3 => {
+                                    r.writes.extend(w);
+                                    (r.complete, r.unlogged) = (true, Vec::new());
+                                }
+                                Some(w) => r.writes.extend(w),
+                                None => {}
+                            }
+                        }
+                        if syscall_nr == nr::SET_TID_ADDRESS {
+                            threads.clear_tids.insert(tid, regs.rdi);
+                        }
                         rec.syscalls.push(r);
                         if let Some(child) = rec.child(syscall_nr, position, &regs, &new) {
                             rec.children.push(child);
@@ -464,7 +603,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
             }
             WaitStatus::Stopped(_, sig) => {
                 let new = rec.tracee.regs()?;
-                let info = ptrace::getsiginfo(pid).map_err(|e| StepError::Ptrace(format!("PTRACE_GETSIGINFO: {e}")))?;
+                let info = ptrace::getsiginfo(tid).map_err(|e| StepError::Ptrace(format!("PTRACE_GETSIGINFO: {e}")))?;
                 let kernel_sent = info.si_code > 0;
                 let is_fault = kernel_sent
                     && matches!(sig, Signal::SIGSEGV | Signal::SIGBUS | Signal::SIGFPE | Signal::SIGILL)

@@ -29,8 +29,9 @@ pub struct Tracee {
 /// The general-purpose registers.
 pub type Regs = nix::libc::user_regs_struct;
 
-/// The ptrace options a tracee is given as it starts: it dies with rtit.
-pub const OPTIONS: ptrace::Options = ptrace::Options::PTRACE_O_EXITKILL;
+/// The ptrace options a tracee is given as it starts: it dies with rtit, and the threads it
+/// creates are tracees too (`super::threads`).
+pub const OPTIONS: ptrace::Options = ptrace::Options::PTRACE_O_EXITKILL.union(ptrace::Options::PTRACE_O_TRACECLONE);
 
 /// Finds `program` as execve would: a path with a slash as is, else along `PATH`.
 pub fn resolve(program: &Path) -> Result<PathBuf, StepError> {
@@ -117,6 +118,20 @@ pub fn privilege_warning(path: &Path, meta: &std::fs::Metadata) -> Option<String
     })
 }
 
+/// Keeps the calling process (the program, before execve) on the CPU it runs on. The kernel
+/// writes the CPU number into a thread's rseq area (glibc registers one for every thread)
+/// whenever the thread moves to another CPU, a write no system call makes and no log holds:
+/// a program that never moves sees one value, the one its memory snapshots hold. (rr binds
+/// its tracees to one CPU too.) The program sees one CPU in its affinity mask.
+fn pin_here() -> std::io::Result<()> {
+    // SAFETY: sched_getcpu reads the CPU number; no allocation, no lock.
+    #[allow(unsafe_code)]
+    let cpu = unsafe { nix::libc::sched_getcpu() };
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu.max(0) as usize).map_err(std::io::Error::from)?;
+    nix::sched::sched_setaffinity(Pid::from_raw(0), &set).map_err(std::io::Error::from)
+}
+
 impl super::vdso::Memory for Tracee {
     fn read(&self, at: u64, buf: &mut [u8]) -> usize {
         Tracee::read(self, at, buf)
@@ -144,6 +159,7 @@ impl Tracee {
         unsafe {
             cmd.pre_exec(move || {
                 ptrace::traceme().map_err(std::io::Error::from)?;
+                pin_here()?;
                 if !aslr {
                     let persona = personality::get().map_err(std::io::Error::from)?;
                     personality::set(persona | Persona::ADDR_NO_RANDOMIZE).map_err(std::io::Error::from)?;
@@ -177,6 +193,15 @@ impl Tracee {
         let tracee = Self { pid, mem };
         super::vdso::hide(&tracee, tracee.regs()?.rsp)?;
         Ok(tracee)
+    }
+
+    /// Thread `tid` of the same process (a tracee already), sharing its memory.
+    pub fn thread(&self, tid: Pid) -> Result<Self, StepError> {
+        let mem = self
+            .mem
+            .try_clone()
+            .map_err(|e| StepError::Ptrace(format!("/proc/{}/mem: {e}", self.pid)))?;
+        Ok(Self { pid: tid, mem })
     }
 
     /// Waits for the running program's next stop or end, as `waitpid` would, looking every
