@@ -167,43 +167,6 @@ fn a_crash_ends_the_recording_with_the_signal() {
     }
 }
 
-/// A thread stops the recording, named, before it is created, and the program runs on to its
-/// end unrecorded (issue 43): its output and its own exit status are intact, and the
-/// recording holds what ran until then.
-#[test]
-fn threads_stop_the_recording_and_the_program_runs_on() {
-    let dir = scratch("threads");
-    let exe = compile("threads", true, &dir);
-    let out = dir.join("rec");
-    let result = rtit(&[
-        "record",
-        "--backend",
-        "step",
-        "--start",
-        "main",
-        "--out",
-        s(&out),
-        "--",
-        s(&exe),
-    ]);
-    let stderr = String::from_utf8_lossy(&result.stderr);
-    assert_eq!(result.status.code(), Some(7), "the program's own status\n{stderr}");
-    assert_eq!(String::from_utf8_lossy(&result.stdout), "sum 500500\n");
-    assert!(
-        stderr.contains("the program creates a thread")
-            && stderr.contains("ran on unrecorded and exited with status 7"),
-        "{stderr}"
-    );
-    let rec = Recording::open(&out).expect("a valid recording");
-    assert!(
-        matches!(&rec.manifest.end, EndState::Unsupported { afterwards: Some(a), .. } if **a == EndState::Exited { code: 7 }),
-        "{:?}",
-        rec.manifest.end
-    );
-    let decoded = rtit(&["insns", "--json", s(&out)]);
-    assert!(decoded.status.success());
-}
-
 /// A thread created before the start point: the start is refused, naming why, and the
 /// program runs on unrecorded (its own thread reaching the breakpoint would have died of
 /// the SIGTRAP).

@@ -14,7 +14,8 @@
 //! - [`state`]: registers and memory at a position, known or unknown (forward and backward
 //!   semantics from the snapshots, checkpoints);
 //! - [`syscall`]: what system calls do to user state, and the recorders' log of them;
-//! - [`session`]: a replay session: positions, moves, values where known.
+//! - [`session`]: a replay session: positions, moves, values where known;
+//! - [`threads`]: which thread runs at each position, and a waiting thread's registers.
 //!
 //!
 //! The crate does no I/O beyond
@@ -32,4 +33,5 @@ pub mod regs;
 pub mod session;
 pub mod state;
 pub mod syscall;
+pub mod threads;
 pub mod timeline;

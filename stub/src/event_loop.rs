@@ -4,7 +4,7 @@
 use gdbstub::common::Signal;
 use gdbstub::conn::{Connection, ConnectionExt};
 use gdbstub::stub::run_blocking::{BlockingEventLoop, Event, WaitForStopReasonError};
-use gdbstub::stub::SingleThreadStopReason;
+use gdbstub::stub::MultiThreadStopReason;
 use gdbstub::target::ext::base::reverse_exec::ReplayLogPosition;
 use gdbstub::target::ext::catch_syscalls::CatchSyscallPosition;
 use gdbstub::target::Target;
@@ -12,12 +12,13 @@ use rtit_replay_core::session::Stop;
 use rtit_replay_core::state::watch::WatchKind;
 
 use crate::conn::{Conn, PACKET_SIZE};
-use crate::target::{Action, ReplayTarget};
+use crate::target::{gdb_tid, Action, ReplayTarget, ONE};
+use crate::thread_moves::{reverse_target, step_target};
 
 /// The event loop of [`ReplayTarget`] over a [`Conn`].
 pub enum ReplayEventLoop {}
 
-type StopReason = SingleThreadStopReason<u64>;
+type StopReason = MultiThreadStopReason<u64>;
 
 impl BlockingEventLoop for ReplayEventLoop {
     type Target = ReplayTarget;
@@ -34,16 +35,39 @@ impl BlockingEventLoop for ReplayEventLoop {
     > {
         let mut incoming = || conn.peek().map(|b| b.is_some()).unwrap_or(true);
         let (breakpoints, catch, watches) = (&target.breakpoints, &target.catch, &target.watches);
+        let schedule = target.schedule.as_ref();
         let session = &mut target.session;
+        // A step of one thread of several that is not the next (previous) position: there.
+        let to = |session: &mut rtit_replay_core::session::Session, at: Option<u64>, none: Stop| match at {
+            Some(p) => {
+                session.set_position(p);
+                Stop::Step
+            }
+            None => none,
+        };
         let stop = match target.pending.take() {
             Some(Action::Continue) => session.continue_forward_watching(breakpoints, catch, watches, &mut incoming),
             Some(Action::ReverseContinue) => {
                 session.continue_backward_watching(breakpoints, catch, watches, &mut incoming)
             }
-            Some(Action::Step) => session.step_forward_watching(watches),
-            Some(Action::ReverseStep) => session.step_backward_watching(watches),
+            Some(Action::Step(tid)) => {
+                match schedule.and_then(|s| step_target(s, tid.get() as i64, session.position())) {
+                    Some(at) => to(session, at, Stop::End),
+                    None => session.step_forward_watching(watches),
+                }
+            }
+            Some(Action::ReverseStep(tid)) => {
+                match schedule.and_then(|s| reverse_target(s, tid.get() as i64, session.position())) {
+                    Some(at) => to(session, at, Stop::Begin),
+                    None => session.step_backward_watching(watches),
+                }
+            }
             None => Stop::Step,
         };
+        // The thread that runs where it stopped: the one gdb is told of.
+        let tid = schedule.map_or(ONE, |s| gdb_tid(s.running(session.position())));
+        target.selected = tid;
+        let threads = schedule.is_some();
         // The stop's values first: what gdb reads at the stop is final when it hears of it
         // (gdb waits for a stop reply as long as it takes; a read after it would time out).
         let settled = matches!(stop, Stop::Interrupted | Stop::NoHistory) || session.settle(&mut incoming);
@@ -53,9 +77,13 @@ impl BlockingEventLoop for ReplayEventLoop {
                 let byte = conn.read().map_err(WaitForStopReasonError::Connection)?;
                 return Ok(Event::IncomingData(byte));
             }
+            Stop::Step if threads => StopReason::SignalWithThread {
+                tid,
+                signal: Signal::SIGTRAP,
+            },
             Stop::Step => StopReason::DoneStep,
             Stop::Watch { kind, address, .. } => StopReason::Watch {
-                tid: (),
+                tid,
                 kind: match kind {
                     WatchKind::Write => gdbstub::target::ext::breakpoints::WatchKind::Write,
                     WatchKind::Read => gdbstub::target::ext::breakpoints::WatchKind::Read,
@@ -73,18 +101,22 @@ impl BlockingEventLoop for ReplayEventLoop {
                 conn.console(&text).map_err(WaitForStopReasonError::Connection)?;
                 StopReason::Signal(Signal::SIGTRAP)
             }
-            Stop::Breakpoint => StopReason::SwBreak(()),
+            Stop::Breakpoint => StopReason::SwBreak(tid),
             Stop::Begin => StopReason::ReplayLog {
-                tid: None,
+                tid: threads.then_some(tid),
                 pos: ReplayLogPosition::Begin,
             },
             Stop::End => StopReason::ReplayLog {
-                tid: None,
+                tid: threads.then_some(tid),
                 pos: ReplayLogPosition::End,
+            },
+            Stop::Signal(s) if threads => StopReason::SignalWithThread {
+                tid,
+                signal: Signal(s as u8),
             },
             Stop::Signal(s) => StopReason::Signal(Signal(s as u8)),
             Stop::Syscall { nr, entry } => StopReason::CatchSyscall {
-                tid: None,
+                tid: threads.then_some(tid),
                 number: nr,
                 position: match entry {
                     true => CatchSyscallPosition::Entry,

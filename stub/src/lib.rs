@@ -23,6 +23,7 @@ pub mod monitor;
 mod proc_files;
 pub mod server;
 pub mod target;
+mod thread_moves;
 mod writes;
 
 pub use event_loop::serve_connection;

@@ -4,11 +4,12 @@
 
 use std::collections::HashSet;
 
-use gdbstub::common::Signal;
-use gdbstub::target::ext::base::reverse_exec::{ReverseCont, ReverseContOps, ReverseStep, ReverseStepOps};
-use gdbstub::target::ext::base::singlethread::{
-    SingleThreadBase, SingleThreadResume, SingleThreadResumeOps, SingleThreadSingleStep, SingleThreadSingleStepOps,
+use gdbstub::common::{Signal, Tid};
+use gdbstub::target::ext::base::multithread::{
+    MultiThreadBase, MultiThreadResume, MultiThreadResumeOps, MultiThreadSchedulerLocking,
+    MultiThreadSchedulerLockingOps, MultiThreadSingleStep, MultiThreadSingleStepOps,
 };
+use gdbstub::target::ext::base::reverse_exec::{ReverseCont, ReverseContOps, ReverseStep, ReverseStepOps};
 use gdbstub::target::ext::base::BaseOps;
 use gdbstub::target::ext::breakpoints::{
     Breakpoints, BreakpointsOps, HwBreakpoint, HwBreakpointOps, HwWatchpoint, HwWatchpointOps, SwBreakpoint,
@@ -19,6 +20,7 @@ use gdbstub::target::ext::monitor_cmd::MonitorCmdOps;
 use gdbstub::target::{Target, TargetError, TargetResult};
 use rtit_replay_core::session::{Catch, Session};
 use rtit_replay_core::state::watch::{Watch, WatchKind as Kind};
+use rtit_replay_core::threads::Schedule;
 
 use crate::arch::{ReplayRegs, X86_64Replay, GPR_NAMES, SEGMENT_NAMES};
 use crate::files::Files;
@@ -31,12 +33,23 @@ const AVX512: u64 = 0b111 << 5;
 pub enum Action {
     /// continue
     Continue,
-    /// stepi
-    Step,
+    /// stepi of a thread
+    Step(Tid),
     /// reverse-continue
     ReverseContinue,
-    /// reverse-stepi
-    ReverseStep,
+    /// reverse-stepi of a thread
+    ReverseStep(Tid),
+}
+
+/// The one thread of a recording without a schedule (gdbstub's single-thread id).
+pub const ONE: Tid = match Tid::new(1) {
+    Some(t) => t,
+    None => unreachable!(),
+};
+
+/// gdb's id of Linux thread `tid`.
+pub fn gdb_tid(tid: i64) -> Tid {
+    usize::try_from(tid).ok().and_then(Tid::new).unwrap_or(ONE)
 }
 
 /// A replay session served to gdb.
@@ -51,11 +64,16 @@ pub struct ReplayTarget {
     pub watches: Vec<Watch>,
     /// The resume request gdb made last.
     pub pending: Option<Action>,
+    /// The thread gdb has in mind: the one the last stop named, or gdb last stepped. gdb's
+    /// `bs` (reverse-stepi) names no thread (gdbstub then takes the first), so it is this one.
+    pub selected: Tid,
     /// The recording's files, as gdb asks for them.
     pub files: Files,
     /// The connected gdb flushes its caches after every monitor command (it said so with
     /// `monitor flushes-caches`, as the gdb `rtit replay` starts does).
     pub gdb_flushes: bool,
+    /// Which thread runs where, for a recording of several (the step backend's).
+    pub schedule: Option<Schedule>,
     /// The target description: with AVX-512's registers if the recording's XCR0 enabled them.
     description: String,
     pub(crate) avx512: bool,
@@ -71,6 +89,7 @@ impl ReplayTarget {
             .xcr0
             .is_some_and(|x| x & AVX512 == AVX512);
         Self {
+            schedule: schedule(session.recording()),
             files: Files::new(session.recording()),
             description: crate::arch::description(avx512),
             avx512,
@@ -80,7 +99,15 @@ impl ReplayTarget {
             catch: Catch::Nothing,
             watches: Vec::new(),
             pending: None,
+            selected: ONE,
         }
+    }
+
+    /// The thread that runs at the current position, as gdb names it.
+    pub fn running(&self) -> Tid {
+        self.schedule
+            .as_ref()
+            .map_or(ONE, |s| gdb_tid(s.running(self.session.position())))
     }
 
     /// Back to position 0 with no breakpoints and no open files, as a new gdb expects.
@@ -99,7 +126,7 @@ impl Target for ReplayTarget {
     type Error = &'static str;
 
     fn base_ops(&mut self) -> BaseOps<'_, Self::Arch, Self::Error> {
-        BaseOps::SingleThread(self)
+        BaseOps::MultiThread(self)
     }
 
     fn support_catch_syscalls(&mut self) -> Option<CatchSyscallsOps<'_, Self>> {
@@ -156,8 +183,50 @@ impl gdbstub::target::ext::target_description_xml_override::TargetDescriptionXml
     }
 }
 
-impl SingleThreadBase for ReplayTarget {
-    fn read_registers(&mut self, regs: &mut ReplayRegs) -> TargetResult<(), Self> {
+/// The schedule of `recording`'s threads, if it switched between several.
+fn schedule(recording: &rtit_replay_core::recording::Recording) -> Option<Schedule> {
+    let signals = recording.signals().ok()?;
+    if !signals.iter().any(|e| e.switch.is_some()) {
+        return None;
+    }
+    Schedule::new(&signals, &recording.syscalls().unwrap_or_default())
+}
+
+/// The registers of a thread that waits, as logged where it runs next (`map`): the general,
+/// segment and base registers; the vector registers stay unknown.
+fn waiting_registers(regs: &mut ReplayRegs, map: &std::collections::BTreeMap<String, String>) {
+    let get = |name: &str| {
+        map.get(name)
+            .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())
+    };
+    *regs = ReplayRegs::default();
+    for (slot, name) in regs.gprs.iter_mut().zip(GPR_NAMES) {
+        *slot = get(name);
+    }
+    regs.rip = get("rip").unwrap_or(0);
+    regs.eflags = get("eflags").map(|v| v as u32);
+    for (slot, name) in regs.segments.iter_mut().zip(SEGMENT_NAMES) {
+        *slot = get(name).map(|v| v as u32);
+    }
+    regs.bases = [get("fs_base"), get("gs_base")];
+}
+
+impl MultiThreadBase for ReplayTarget {
+    fn read_registers(&mut self, regs: &mut ReplayRegs, tid: Tid) -> TargetResult<(), Self> {
+        if tid != self.running() {
+            let p = self.session.position();
+            match self
+                .schedule
+                .as_ref()
+                .and_then(|s| s.waiting_registers(tid.get() as i64, p))
+            {
+                Some(map) => waiting_registers(regs, map),
+                // A thread that never runs again: nothing tells its registers.
+                None => *regs = ReplayRegs::default(),
+            }
+            regs.avx512 = self.avx512;
+            return Ok(());
+        }
         let s = &mut self.session;
         for (slot, name) in regs.gprs.iter_mut().zip(GPR_NAMES) {
             *slot = s.register(name);
@@ -182,14 +251,14 @@ impl SingleThreadBase for ReplayTarget {
         Ok(())
     }
 
-    fn write_registers(&mut self, _regs: &ReplayRegs) -> TargetResult<(), Self> {
+    fn write_registers(&mut self, _regs: &ReplayRegs, _tid: Tid) -> TargetResult<(), Self> {
         Err(TargetError::NonFatal)
     }
 
     /// The known prefix of the range; nothing known is an error (EFAULT). gdbstub calls this
     /// once per `m` packet because [`crate::conn`] keeps every request within one of its
     /// chunks, so a reply is the prefix or the error, never both.
-    fn read_addrs(&mut self, start: u64, data: &mut [u8]) -> TargetResult<usize, Self> {
+    fn read_addrs(&mut self, start: u64, data: &mut [u8], _tid: Tid) -> TargetResult<usize, Self> {
         let known = self.session.read_memory_prefix(start, data.len());
         if known.is_empty() && !data.is_empty() {
             return Err(TargetError::Errno(14));
@@ -198,51 +267,88 @@ impl SingleThreadBase for ReplayTarget {
         Ok(known.len())
     }
 
-    fn write_addrs(&mut self, _start: u64, _data: &[u8]) -> TargetResult<(), Self> {
+    fn write_addrs(&mut self, _start: u64, _data: &[u8], _tid: Tid) -> TargetResult<(), Self> {
         Err(TargetError::NonFatal)
     }
 
-    fn support_resume(&mut self) -> Option<SingleThreadResumeOps<'_, Self>> {
+    /// The threads that exist at the current position.
+    fn list_active_threads(&mut self, thread_is_active: &mut dyn FnMut(Tid)) -> Result<(), Self::Error> {
+        match &self.schedule {
+            Some(s) => s
+                .alive(self.session.position())
+                .into_iter()
+                .for_each(|t| thread_is_active(gdb_tid(t))),
+            None => thread_is_active(ONE),
+        }
+        Ok(())
+    }
+
+    fn support_resume(&mut self) -> Option<MultiThreadResumeOps<'_, Self>> {
         Some(self)
     }
 }
 
-impl SingleThreadResume for ReplayTarget {
-    fn resume(&mut self, _signal: Option<Signal>) -> Result<(), Self::Error> {
+impl MultiThreadResume for ReplayTarget {
+    fn resume(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// gdbstub's contract: every thread continues unless told otherwise (a `vCont;c` names
+    /// none of them). All-stop: the threads go on in the recorded order.
+    fn clear_resume_actions(&mut self) -> Result<(), Self::Error> {
         self.pending = Some(Action::Continue);
         Ok(())
     }
 
-    fn support_single_step(&mut self) -> Option<SingleThreadSingleStepOps<'_, Self>> {
+    /// A step asked for one thread at the same time takes precedence (`vCont;s:T;c`).
+    fn set_resume_action_continue(&mut self, _tid: Tid, _signal: Option<Signal>) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    fn support_single_step(&mut self) -> Option<MultiThreadSingleStepOps<'_, Self>> {
         Some(self)
     }
 
-    fn support_reverse_cont(&mut self) -> Option<ReverseContOps<'_, (), Self>> {
+    fn support_reverse_cont(&mut self) -> Option<ReverseContOps<'_, Tid, Self>> {
         Some(self)
     }
 
-    fn support_reverse_step(&mut self) -> Option<ReverseStepOps<'_, (), Self>> {
+    fn support_reverse_step(&mut self) -> Option<ReverseStepOps<'_, Tid, Self>> {
+        Some(self)
+    }
+
+    fn support_scheduler_locking(&mut self) -> Option<MultiThreadSchedulerLockingOps<'_, Self>> {
         Some(self)
     }
 }
 
-impl SingleThreadSingleStep for ReplayTarget {
-    fn step(&mut self, _signal: Option<Signal>) -> Result<(), Self::Error> {
-        self.pending = Some(Action::Step);
+/// gdb locks the scheduler while it steps a thread (its default in replay, and to step off a
+/// breakpoint): a step of one thread here runs the others' instructions in between as
+/// recorded, and stops at that thread's next one (`thread_moves`), which is what gdb expects
+/// to see of the stepped thread.
+impl MultiThreadSchedulerLocking for ReplayTarget {
+    fn set_resume_action_scheduler_lock(&mut self) -> Result<(), Self::Error> {
         Ok(())
     }
 }
 
-impl ReverseCont<()> for ReplayTarget {
+impl MultiThreadSingleStep for ReplayTarget {
+    fn set_resume_action_step(&mut self, tid: Tid, _signal: Option<Signal>) -> Result<(), Self::Error> {
+        self.pending = Some(Action::Step(tid));
+        Ok(())
+    }
+}
+
+impl ReverseCont<Tid> for ReplayTarget {
     fn reverse_cont(&mut self) -> Result<(), Self::Error> {
         self.pending = Some(Action::ReverseContinue);
         Ok(())
     }
 }
 
-impl ReverseStep<()> for ReplayTarget {
-    fn reverse_step(&mut self, _tid: ()) -> Result<(), Self::Error> {
-        self.pending = Some(Action::ReverseStep);
+impl ReverseStep<Tid> for ReplayTarget {
+    fn reverse_step(&mut self, _tid: Tid) -> Result<(), Self::Error> {
+        self.pending = Some(Action::ReverseStep(self.selected));
         Ok(())
     }
 }

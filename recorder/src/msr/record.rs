@@ -261,6 +261,7 @@ mod tests {
             registers: Default::default(),
             frame: MemoryWrite::new(0x7000, &[1]),
             only_kernel: true,
+            switch: None,
         }));
         let stops = [first, read.clone(), second, signal.clone(), read, third];
         let placed = place(Vec::new(), &stops, &[None, None, None, None, Some(33), Some(40)]);

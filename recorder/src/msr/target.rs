@@ -219,6 +219,7 @@ impl PtraceTarget {
             registers,
             frame: MemoryWrite::new(regs.rsp, &frame[..n]),
             only_kernel: !self.filtered,
+            switch: None,
         })))
     }
 

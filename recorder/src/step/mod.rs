@@ -36,7 +36,9 @@ use nix::sys::ptrace;
 use nix::sys::signal::Signal;
 use nix::sys::wait::{waitpid, WaitStatus};
 use rtit_replay_core::cofi::{classify, Cofi, FarKind};
-use rtit_replay_core::recording::{ChildProcess, EndState, InsnResult, Maps, SignalEntry, TraceEndRecord};
+use rtit_replay_core::recording::{
+    ChildProcess, EndState, InsnResult, Maps, SignalEntry, ThreadSwitch, TraceEndRecord,
+};
 use rtit_replay_core::regs::msr;
 use rtit_replay_core::syscall::{MemoryWrite, SyscallRecord};
 
@@ -288,6 +290,10 @@ impl Recorder<'_> {
             registers,
             frame: MemoryWrite::new(held.regs.rsp, &[]),
             only_kernel: !self.untraced_since_traced,
+            switch: Some(ThreadSwitch {
+                from: i64::from(self.tracee.pid.as_raw()),
+                to: i64::from(held.tracee.pid.as_raw()),
+            }),
         });
         self.sample_next = true;
         self.tracee = held.tracee;
@@ -547,6 +553,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
                         registers,
                         frame: MemoryWrite::new(new.rsp, &frame[..n]),
                         only_kernel: !rec.untraced_since_traced,
+                        switch: None,
                     });
                 } else if insn.rep && new.rip == ip {
                     // One iteration of a REP string instruction: the instruction retires

@@ -562,6 +562,19 @@ pub struct SignalEntry {
     /// as an IP filter leaves): then the kernel wrote nothing else the program can see.
     #[serde(default)]
     pub only_kernel: bool,
+    /// Set where the entry is a switch between threads (the step backend runs them one at a
+    /// time in one stream): the registers are the incoming thread's, and there is no frame.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switch: Option<ThreadSwitch>,
+}
+
+/// Which thread stopped running and which runs from a [`SignalEntry`] on (Linux thread ids).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadSwitch {
+    /// The thread that ran until here.
+    pub from: i64,
+    /// The thread that runs from here.
+    pub to: i64,
 }
 
 /// One line of `truth-regs.jsonl`: the registers before the instruction at a position.

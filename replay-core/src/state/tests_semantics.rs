@@ -527,6 +527,7 @@ fn a_logged_signal_delivery_keeps_memory_when_only_the_kernel_ran() {
                 .collect(),
             frame: crate::syscall::MemoryWrite::new(0x8f00, &[0xab; 8]),
             only_kernel,
+            switch: None,
         };
         Values::new(
             space.clone(),

@@ -172,6 +172,7 @@ fn the_writer_counts_the_instructions_and_places_the_map_changes_by_decoding() {
         registers: [("rsp".to_string(), "0x7ff0".to_string())].into(),
         frame: MemoryWrite::new(0x7ff0, &[1, 2]),
         only_kernel: true,
+        switch: None,
     };
     let outcome = Outcome {
         trace: t.trace.clone().into(),

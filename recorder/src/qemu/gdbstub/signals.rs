@@ -154,6 +154,7 @@ pub fn deliver(
                         frame: MemoryWrite::new(rsp, &frame),
                         registers: regs,
                         only_kernel,
+                        switch: None,
                     });
                 }
                 break false;
