@@ -113,3 +113,96 @@ fn a_breakpoint_in_a_worker_hits_once_per_thread_both_ways() {
     native_values.sort();
     assert_eq!(native_values, ["1", "2", "3", "4"], "{native_out}");
 }
+
+/// Where the producer thread starts, gdb lists it and the main thread, and `thread apply all
+/// bt` shows each one's own stack (the waiting main thread's from the registers logged where
+/// it resumes), as native gdb does at the same breakpoint.
+#[test]
+fn gdb_lists_the_threads_with_their_own_backtraces() {
+    let dir = common::scratch("threads", "listed");
+    let (rec, exe, _) = record_workers(&dir);
+    let server = Server::start(&rec);
+    let out = server.gdb(
+        Some(&exe),
+        &["break produce", "continue", "info threads", "thread apply all bt"],
+    );
+    assert!(out.contains("hit Breakpoint 1, produce"), "{out}");
+    let threads: Vec<&str> = out.lines().filter(|l| l.contains(" Thread 1.")).collect();
+    assert!(threads.len() >= 2, "the main thread and the producer at least\n{out}");
+    assert!(
+        threads.iter().any(|l| l.starts_with('*') && l.contains("produce")),
+        "{out}"
+    );
+    // The main thread waits (it created the producer a moment ago): its stack leads to main.
+    let backtraces: Vec<&str> = out.split("\nThread ").skip(1).collect();
+    assert!(backtraces.len() >= 2, "{out}");
+    assert!(
+        backtraces
+            .iter()
+            .any(|b| b.contains("produce (") && b.contains("start_thread")),
+        "{out}"
+    );
+    assert!(
+        backtraces
+            .iter()
+            .any(|b| !b.contains("produce (") && b.contains(" main () at ")),
+        "{out}"
+    );
+
+    let mut native = Command::new("gdb");
+    native.args(["-batch", "-nx"]).arg(&exe);
+    for c in ["break produce", "run", "info threads", "thread apply all bt"] {
+        native.arg("-ex").arg(c);
+    }
+    let native_out = interleaved(&mut native);
+    assert!(
+        native_out.contains(" main () at ") && native_out.contains("produce ("),
+        "{native_out}"
+    );
+}
+
+/// `stepi` in the thread that hit a breakpoint walks its own instructions (the other threads'
+/// run in between as recorded), as native gdb walks them, and `reverse-stepi` walks them
+/// back: the same addresses in the opposite order, the same thread throughout.
+#[test]
+fn stepi_and_reverse_stepi_move_the_thread_that_stopped() {
+    let dir = common::scratch("threads", "stepping");
+    let (rec, exe, _) = record_workers(&dir);
+    let server = Server::start(&rec);
+    let mut commands = vec!["break add", "continue", "p $pc"];
+    commands.extend(["stepi", "p $pc"].repeat(6));
+    commands.extend(["reverse-stepi", "p $pc"].repeat(6));
+    let out = server.gdb(Some(&exe), &commands);
+    let pcs = printed(&out);
+    assert_eq!(pcs.len(), 13, "{out}");
+    let (forward, backward) = pcs.split_at(7);
+    let mut back: Vec<String> = backward.to_vec();
+    back.reverse();
+    assert_eq!(&back[..], &forward[..6], "reverse-stepi retraces stepi\n{out}");
+    // gdb switched to the worker at the breakpoint, and to no other thread after it.
+    assert_eq!(out.matches("[Switching to").count(), 1, "{out}");
+
+    let mut native = Command::new("gdb");
+    native.args(["-batch", "-nx"]).arg(&exe);
+    // Natively the other workers run during a stepi and hit the breakpoint too, unless the
+    // scheduler is locked: this thread alone steps, as the replayed one does.
+    let mut native_commands = vec!["break add", "run", "set scheduler-locking step", "p $pc"];
+    native_commands.extend(["stepi", "p $pc"].repeat(6));
+    for c in native_commands {
+        native.arg("-ex").arg(c);
+    }
+    let native_out = interleaved(&mut native);
+    // The same function at the same offsets (the addresses are the same: no ASLR in either).
+    let offsets = |v: &[String]| -> Vec<String> {
+        v.iter()
+            .map(|p| {
+                p.split('<')
+                    .nth(1)
+                    .unwrap_or_default()
+                    .trim_end_matches('>')
+                    .to_string()
+            })
+            .collect()
+    };
+    assert_eq!(offsets(forward), offsets(&printed(&native_out)), "{native_out}");
+}

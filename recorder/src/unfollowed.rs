@@ -1,8 +1,9 @@
-//! What the backends cannot follow yet, in the words every backend ends a recording with
-//! (issue 43): the recording stops before the call, and the program runs on unrecorded.
+//! What the backends cannot follow yet, in the words they end a recording with (issue 43):
+//! the recording stops before the call, and the program runs on unrecorded.
 
-/// A `clone` or `clone3` that creates a thread.
-pub const THREAD: &str = "the program creates a thread, and threads are not recorded yet";
+/// A `clone` or `clone3` that creates a thread (under the qemu and msr backends; the step
+/// backend records threads).
+pub const THREAD: &str = "the program creates a thread, which this backend does not record yet (`--backend step` does)";
 
 /// An `execve` or `execveat`.
 pub const EXECVE: &str = "the program calls execve, and rtit does not follow execve yet";

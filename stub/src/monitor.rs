@@ -300,6 +300,16 @@ fn info(target: &ReplayTarget, out: &mut ConsoleOutput<'_>) {
         m.trace_bytes
     );
     outputln!(out, "ended     {}", m.end);
+    if let Some(t) = &target.schedule {
+        let here = t.running(s.position());
+        outputln!(
+            out,
+            "threads   {}, one at a time ({} switches); here thread {here} runs, {} exist",
+            t.threads().len(),
+            t.switches(),
+            t.alive(s.position()).len()
+        );
+    }
     if let Some(e) = s.failure() {
         return outputln!(out, "history   none: {e}");
     }
