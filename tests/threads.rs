@@ -206,3 +206,51 @@ fn stepi_and_reverse_stepi_move_the_thread_that_stopped() {
     };
     assert_eq!(offsets(forward), offsets(&printed(&native_out)), "{native_out}");
 }
+
+/// A worker that dereferences a null pointer: `continue` stops at the SIGSEGV naming that
+/// thread, with native gdb's backtrace of it; the main thread, which never runs again, has
+/// its own stack from the registers logged where the recording ends (where native gdb finds
+/// it depends on the timing of that run: in pthread_join, or still creating the worker).
+#[test]
+fn a_crash_in_a_worker_names_the_thread_and_every_stack_is_shown() {
+    let dir = common::scratch("threads", "crash");
+    let exe = common::gcc("examples/c/thread_crash.c", &["-pthread"], &dir);
+    let out = dir.join("rec");
+    let status = Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .args(["record", "--backend", "step", "--truth", "--start", "main", "--out"])
+        .arg(&out)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .expect("rtit record");
+    assert_eq!(
+        status.status.code(),
+        Some(128 + 11),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let rec = Recording::open(&out).expect("a recording");
+    common::assert_decode_is_truth(&rec, "thread_crash", 5_000);
+    let server = Server::start(&rec);
+    let replayed = server.gdb(Some(&exe), &["continue", "bt", "thread 1", "bt"]);
+    assert!(replayed.contains("received signal SIGSEGV"), "{replayed}");
+    let (crashed, main) = replayed
+        .split_once("[Switching to thread 1")
+        .expect("thread 1 selected");
+    assert!(crashed.contains("worker (arg=0x2)"), "the crashing worker\n{replayed}");
+    let main_frames = common::gdb::frame_functions(main);
+    assert!(main_frames.last().is_some_and(|f| f == "main"), "{replayed}");
+    assert!(!main.contains("?? ()"), "{replayed}");
+    let mut native = Command::new("gdb");
+    native.args(["-batch", "-nx"]).arg(&exe);
+    for c in ["run", "bt"] {
+        native.arg("-ex").arg(c);
+    }
+    let native_out = interleaved(&mut native);
+    assert!(native_out.contains("received signal SIGSEGV"), "{native_out}");
+    assert_eq!(
+        common::gdb::frame_functions(crashed),
+        common::gdb::frame_functions(&native_out),
+        "{replayed}\n---\n{native_out}"
+    );
+}

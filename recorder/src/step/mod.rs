@@ -655,6 +655,8 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
             other => return Err(StepError::Ptrace(format!("unexpected stop: {other:?}"))),
         }
     };
+    // The threads that wait where the recording ends never run again: their registers there.
+    threads.log_ends(&mut rec.signals, rec.model.traced());
     let Recorder {
         mut model,
         truth,

@@ -18,6 +18,7 @@ use nix::sys::signal::Signal;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
+use rtit_replay_core::recording::{SignalEntry, ThreadSwitch};
 use rtit_replay_core::syscall::MemoryWrite;
 
 use super::tracee::{Regs, Tracee};
@@ -133,6 +134,29 @@ impl Threads {
             std::thread::sleep(Duration::from_micros(100));
         }
         Ok(None)
+    }
+
+    /// Where the recording ends (`position`, one past its last instruction), the registers
+    /// of every thread that waits, as entries of `signals` from and to that thread: no later
+    /// switch tells them (`rtit_replay_core::threads`). A thread the program's end already
+    /// took keeps the registers it waited with, its vector registers unknown.
+    pub fn log_ends(&self, signals: &mut Vec<SignalEntry>, position: u64) {
+        for w in &self.waiting {
+            let regs = &w.held.regs;
+            let mut registers = super::regs_map(regs);
+            if let Ok((vectors, _)) = w.held.tracee.vectors() {
+                registers.extend(vectors);
+            }
+            let tid = i64::from(w.held.tracee.pid.as_raw());
+            signals.push(SignalEntry {
+                position,
+                ip: regs.rip,
+                registers,
+                frame: MemoryWrite::new(regs.rsp, &[]),
+                only_kernel: true,
+                switch: Some(ThreadSwitch { from: tid, to: tid }),
+            });
+        }
     }
 
     /// Every thread id that waits (for letting them go, or killing them).

@@ -28,6 +28,9 @@ pub struct Schedule {
     /// Every switch: its position (the incoming thread's first instruction there), the
     /// threads, and the incoming thread's registers there; by position.
     switches: Vec<(u64, ThreadSwitch, BTreeMap<String, String>)>,
+    /// The registers of each thread that waits where the recording ends (an entry from and
+    /// to the same thread, one past the last position).
+    ends: Vec<(i64, BTreeMap<String, String>)>,
     /// Each thread: from which position it exists, and the position of its `exit` (it exists
     /// there, not after), in the order they appear.
     lives: Vec<(i64, u64, Option<u64>)>,
@@ -41,11 +44,17 @@ impl Schedule {
             .iter()
             .filter_map(|e| e.switch.map(|s| (e.position, s, e.registers.clone())))
             .collect();
+        let ends = (switches.iter())
+            .filter(|s| s.1.from == s.1.to)
+            .map(|s| (s.1.to, s.2.clone()))
+            .collect();
+        switches.retain(|s| s.1.from != s.1.to);
         switches.sort_by_key(|s| s.0);
         let first = switches.first()?.1.from;
         let mut schedule = Self {
             first,
             switches,
+            ends,
             lives: vec![(first, 0, None)],
         };
         let hex = |v: &str| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok();
@@ -133,13 +142,17 @@ impl Schedule {
     }
 
     /// The registers of thread `tid` at position `p` where it does not run there: the ones
-    /// logged where it runs next; `None` if it runs at `p` or never again.
+    /// logged where it runs next, or where the recording ends if it waits then; `None` if it
+    /// runs at `p`, or never again and was not waiting at the end.
     pub fn waiting_registers(&self, tid: i64, p: u64) -> Option<&BTreeMap<String, String>> {
         if self.running(p) == tid {
             return None;
         }
         let from = self.switches.partition_point(|s| s.0 <= p);
-        self.switches[from..].iter().find(|s| s.1.to == tid).map(|s| &s.2)
+        (self.switches[from..].iter())
+            .find(|s| s.1.to == tid)
+            .map(|s| &s.2)
+            .or_else(|| self.ends.iter().find(|e| e.0 == tid).map(|e| &e.1))
     }
 }
 

@@ -87,3 +87,16 @@ fn a_waiting_threads_registers_are_those_where_it_resumes() {
     assert_eq!(rdi(10, 5), None, "it runs there: the values say");
     assert_eq!(rdi(11, 25), None, "it never runs again");
 }
+
+/// Where the recording ends, a thread that waits then has its registers in an entry from
+/// and to itself, which is no switch.
+#[test]
+fn a_thread_that_waits_at_the_end_has_its_registers_there() {
+    let signals = [switch(10, 10, 11, 0xb), switch(30, 10, 10, 0xc)];
+    let s = Schedule::new(&signals, &[call(5, CLONE3, 11)]).expect("a switch");
+    assert_eq!(s.switches(), 1);
+    assert_eq!(s.running(29), 11, "the end entry does not switch");
+    let rdi = s.waiting_registers(10, 20).and_then(|r| r.get("rdi").cloned());
+    assert_eq!(rdi.as_deref(), Some("0xc"));
+    assert_eq!(s.alive(29), [10, 11]);
+}
