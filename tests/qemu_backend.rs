@@ -176,6 +176,14 @@ fn a_crash_on_a_blocks_last_instruction_is_that_instructions_fault() {
     check_truth(&rec, "crash_call");
 }
 
+/// `rtit record --backend qemu --truth FLAGS --out OUT -- EXE`, as it went.
+fn record_output(exe: &Path, out: &Path, flags: &[&str]) -> Output {
+    let mut all = vec!["record", "--backend", "qemu", "--truth", "--out", s(out)];
+    all.extend_from_slice(flags);
+    all.extend(["--", s(exe)]);
+    rtit(&all)
+}
+
 /// A thread stops the recording before it is created; the program runs on under QEMU to its
 /// end unrecorded (issue 43), with its output and its own exit status; what was recorded
 /// decodes to the truth.
@@ -184,29 +192,21 @@ fn threads_stop_the_recording_and_the_program_runs_on() {
     let dir = common::scratch("qemu_backend", "threads");
     let exe = compile(&example("threads"), &["-static", "-pthread"], &dir);
     let out = dir.join("rec");
-    let result = rtit(&[
-        "record",
-        "--backend",
-        "qemu",
-        "--truth",
-        "--start",
-        "main",
-        "--out",
-        s(&out),
-        "--",
-        s(&exe),
-    ]);
-    let stderr = String::from_utf8_lossy(&result.stderr);
-    assert_eq!(result.status.code(), Some(7), "{stderr}");
-    assert_eq!(String::from_utf8_lossy(&result.stdout), "sum 500500\n");
-    assert!(stderr.contains("the program creates a thread"), "{stderr}");
-    let rec = Recording::open(&out).expect("a valid recording");
-    assert!(
-        matches!(&rec.manifest.end, EndState::Unsupported { afterwards: Some(a), .. } if **a == EndState::Exited { code: 7 }),
-        "{:?}",
-        rec.manifest.end
-    );
+    let result = record_output(&exe, &out, &["--start", "main"]);
+    let rec = common::assert_ran_on(&result, &out, 7, "sum 500500\n", "the program creates a thread");
     check_truth(&rec, "threads");
+    // A start point the thread reaches: nothing to record from there, and the program runs on.
+    let later = dir.join("later");
+    let result = record_output(&exe, &later, &["--start", "work"]);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert_eq!(String::from_utf8_lossy(&result.stdout), "sum 500500\n", "{stderr}");
+    assert!(
+        stderr.contains(
+            "--start work: the program created a thread before reaching it; it ran on unrecorded and exited with status 7"
+        ),
+        "{stderr}"
+    );
+    assert_ne!(result.status.code(), Some(0));
 }
 
 /// execve stops the recording before it; QEMU user mode runs the new program itself, and
@@ -221,26 +221,8 @@ fn execve_stops_the_recording_and_the_new_program_runs_on() {
     );
     let out = dir.join("rec");
     // From the entry: a run long enough to compare with the truth.
-    let result = rtit(&[
-        "record",
-        "--backend",
-        "qemu",
-        "--truth",
-        "--out",
-        s(&out),
-        "--",
-        s(&exe),
-    ]);
-    let stderr = String::from_utf8_lossy(&result.stderr);
-    assert_eq!(result.status.code(), Some(5), "{stderr}");
-    assert_eq!(String::from_utf8_lossy(&result.stdout), "ran\n");
-    let rec = Recording::open(&out).expect("a valid recording");
-    assert!(
-        matches!(&rec.manifest.end, EndState::Unsupported { reason, afterwards: Some(a) }
-            if reason.contains("execve") && **a == EndState::Exited { code: 5 }),
-        "{:?}",
-        rec.manifest.end
-    );
+    let result = record_output(&exe, &out, &[]);
+    let rec = common::assert_ran_on(&result, &out, 5, "ran\n", "execve");
     check_truth(&rec, "exec");
 }
 

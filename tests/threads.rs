@@ -15,21 +15,31 @@ use rtit_replay_core::recording::{EndState, Recording};
 
 use common::gdb::{interleaved, Server};
 
-/// Records workers.c (compiled into `dir`) from main with the step backend and the truth:
-/// the recording and the program's output.
-fn record_workers(dir: &Path) -> (Recording, PathBuf, String) {
-    let exe = common::gcc("examples/c/workers.c", &["-pthread"], dir);
+/// Records `exe` from main with the step backend and the truth into `dir`/rec.
+fn record_step(exe: &Path, dir: &Path) -> (Recording, std::process::Output) {
     let out = dir.join("rec");
     let result = Command::new(env!("CARGO_BIN_EXE_rtit"))
         .args(["record", "--backend", "step", "--truth", "--start", "main", "--out"])
         .arg(&out)
         .arg("--")
-        .arg(&exe)
+        .arg(exe)
         .output()
         .expect("rtit record");
-    let stderr = String::from_utf8_lossy(&result.stderr);
-    assert_eq!(result.status.code(), Some(0), "{stderr}");
-    let rec = Recording::open(&out).expect("a recording");
+    let rec = Recording::open(&out).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&result.stderr)));
+    (rec, result)
+}
+
+/// Records workers.c (compiled into `dir`): the recording, the executable and the
+/// program's output.
+fn record_workers(dir: &Path) -> (Recording, PathBuf, String) {
+    let exe = common::gcc("examples/c/workers.c", &["-pthread"], dir);
+    let (rec, result) = record_step(&exe, dir);
+    assert_eq!(
+        result.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
     (rec, exe, String::from_utf8_lossy(&result.stdout).into_owned())
 }
 
@@ -215,21 +225,13 @@ fn stepi_and_reverse_stepi_move_the_thread_that_stopped() {
 fn a_crash_in_a_worker_names_the_thread_and_every_stack_is_shown() {
     let dir = common::scratch("threads", "crash");
     let exe = common::gcc("examples/c/thread_crash.c", &["-pthread"], &dir);
-    let out = dir.join("rec");
-    let status = Command::new(env!("CARGO_BIN_EXE_rtit"))
-        .args(["record", "--backend", "step", "--truth", "--start", "main", "--out"])
-        .arg(&out)
-        .arg("--")
-        .arg(&exe)
-        .output()
-        .expect("rtit record");
+    let (rec, result) = record_step(&exe, &dir);
     assert_eq!(
-        status.status.code(),
+        result.status.code(),
         Some(128 + 11),
         "{}",
-        String::from_utf8_lossy(&status.stderr)
+        String::from_utf8_lossy(&result.stderr)
     );
-    let rec = Recording::open(&out).expect("a recording");
     common::assert_decode_is_truth(&rec, "thread_crash", 5_000);
     let server = Server::start(&rec);
     let replayed = server.gdb(Some(&exe), &["continue", "bt", "thread 1", "bt"]);

@@ -43,11 +43,21 @@ pub fn run(args: &InfoArgs) -> Result<()> {
     // What the recorder logged beside the trace. A signal shows in the decoded flow as the
     // trace leaving user mode and coming back, not as an interrupt (which is a handler the
     // trace holds), so its count is here.
+    let signals = rec.signals()?;
+    let switches = signals.iter().filter(|e| e.switch.is_some()).count();
     println!(
         "logged        {} system calls, {} signal deliveries to handlers",
         rec.syscalls()?.len(),
-        rec.signals()?.len()
+        signals.len() - switches
     );
+    if switches > 0 {
+        // The step backend's threads, one at a time (an entry from and to one thread is its
+        // registers where the recording ends, not a switch).
+        let all = signals.iter().filter_map(|e| e.switch);
+        let threads: std::collections::BTreeSet<i64> = all.clone().flat_map(|s| [s.from, s.to]).collect();
+        let real = all.filter(|s| s.from != s.to).count();
+        println!("threads       {}, one at a time, {real} switches", threads.len());
+    }
     for warning in &m.warnings {
         println!("warning       {warning}");
     }

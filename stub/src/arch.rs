@@ -19,8 +19,9 @@ pub const SEGMENT_NAMES: [&str; 6] = ["cs", "ss", "ds", "es", "fs", "gs"];
 pub struct ReplayRegs {
     /// rax … r15.
     pub gprs: [Option<u64>; 16],
-    /// The program counter, always known.
-    pub rip: u64,
+    /// The program counter: always known for the thread that runs at a position; unknown for
+    /// a thread nothing tells of there.
+    pub rip: Option<u64>,
     /// eflags.
     pub eflags: Option<u32>,
     /// cs, ss, ds, es, fs, gs.
@@ -41,7 +42,7 @@ impl Default for ReplayRegs {
     fn default() -> Self {
         Self {
             gprs: [None; 16],
-            rip: 0,
+            rip: None,
             eflags: None,
             segments: [None; 6],
             vectors: [[None; 64]; 32],
@@ -61,7 +62,7 @@ impl Registers for ReplayRegs {
     type ProgramCounter = u64;
 
     fn pc(&self) -> u64 {
-        self.rip
+        self.rip.unwrap_or(0)
     }
 
     fn gdb_serialize(&self, mut write_byte: impl FnMut(Option<u8>)) {
@@ -73,7 +74,7 @@ impl Registers for ReplayRegs {
         for r in self.gprs {
             value(r, 8, &mut bytes);
         }
-        value(Some(self.rip), 8, &mut bytes);
+        value(self.rip, 8, &mut bytes);
         value(self.eflags.map(u64::from), 4, &mut bytes);
         for s in self.segments {
             value(s.map(u64::from), 4, &mut bytes);
@@ -145,7 +146,7 @@ mod tests {
     #[test]
     fn unknown_registers_are_sent_as_unavailable_and_the_layout_matches_gdb() {
         let mut regs = ReplayRegs {
-            rip: 0x40_1000,
+            rip: Some(0x40_1000),
             ..ReplayRegs::default()
         };
         regs.gprs[7] = Some(0x7fff_ffff_e000); // rsp
@@ -157,6 +158,13 @@ mod tests {
             "core, sse, orig_rax, fs/gs_base, ymm0h–15h"
         );
         assert_eq!(bytes[0], None, "rax unknown");
+        let mut nothing = Vec::new();
+        ReplayRegs::default().gdb_serialize(|b| nothing.push(b));
+        assert_eq!(
+            &nothing[16 * 8..17 * 8],
+            [None; 8],
+            "a thread nothing tells of: rip unknown, never 0"
+        );
         assert_eq!(bytes[7 * 8], Some(0x00), "rsp low byte");
         assert_eq!(bytes[7 * 8 + 1], Some(0xe0));
         assert_eq!(bytes[16 * 8..16 * 8 + 3], [Some(0x00), Some(0x10), Some(0x40)], "rip");

@@ -203,7 +203,7 @@ fn waiting_registers(regs: &mut ReplayRegs, map: &std::collections::BTreeMap<Str
     for (slot, name) in regs.gprs.iter_mut().zip(GPR_NAMES) {
         *slot = get(name);
     }
-    regs.rip = get("rip").unwrap_or(0);
+    regs.rip = get("rip");
     regs.eflags = get("eflags").map(|v| v as u32);
     for (slot, name) in regs.segments.iter_mut().zip(SEGMENT_NAMES) {
         *slot = get(name).map(|v| v as u32);
@@ -221,7 +221,7 @@ impl MultiThreadBase for ReplayTarget {
                 .and_then(|s| s.waiting_registers(tid.get() as i64, p))
             {
                 Some(map) => waiting_registers(regs, map),
-                // A thread that never runs again: nothing tells its registers.
+                // A thread that never runs again: nothing tells its registers, rip included.
                 None => *regs = ReplayRegs::default(),
             }
             regs.avx512 = self.avx512;
@@ -231,7 +231,7 @@ impl MultiThreadBase for ReplayTarget {
         for (slot, name) in regs.gprs.iter_mut().zip(GPR_NAMES) {
             *slot = s.register(name);
         }
-        regs.rip = s.pc();
+        regs.rip = Some(s.pc());
         regs.eflags = s.register("eflags").map(|v| v as u32);
         for (slot, name) in regs.segments.iter_mut().zip(SEGMENT_NAMES) {
             *slot = s.register(name).map(|v| v as u32);

@@ -39,6 +39,26 @@ pub fn assert_decode_is_truth(rec: &Recording, what: &str, min: usize) {
     );
 }
 
+/// What `rtit record` (`result`, into `out`) shows where the recording stopped before
+/// something it cannot follow and the program ran on unrecorded (issue 43): rtit left with
+/// the program's status `code`, the program's output is `stdout` whole, and the recording
+/// ends unsupported, for a `reason` naming `what`, then the program's exit; the recording.
+pub fn assert_ran_on(result: &std::process::Output, out: &Path, code: i32, stdout: &str, what: &str) -> Recording {
+    use rtit_replay_core::recording::EndState;
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert_eq!(result.status.code(), Some(code), "the program's own status\n{stderr}");
+    assert_eq!(String::from_utf8_lossy(&result.stdout), stdout, "{stderr}");
+    assert!(stderr.contains(what), "{stderr}");
+    let rec = Recording::open(out).expect("a valid recording");
+    assert!(
+        matches!(&rec.manifest.end, EndState::Unsupported { reason, afterwards: Some(a) }
+            if reason.contains(what) && **a == EndState::Exited { code }),
+        "{:?}",
+        rec.manifest.end
+    );
+    rec
+}
+
 /// A fresh directory `SUITE/NAME` under cargo's temporary directory for tests.
 pub fn scratch(suite: &str, name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(suite).join(name);

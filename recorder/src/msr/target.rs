@@ -464,22 +464,7 @@ mod tests {
     /// frame are logged.
     #[test]
     fn a_caught_signal_is_logged_at_the_handlers_entry() {
-        let mut t = PtraceTarget::spawn(
-            Path::new("/bin/sh"),
-            &["-c".into(), "trap 'exit 3' USR1; kill -USR1 $$; sleep 5".into()],
-            false,
-            0,
-            &StartAt::Entry,
-            &crate::interrupt::Interrupt::new(),
-        )
-        .expect("spawn");
-        t.starting().expect("start state");
-        let end = loop {
-            match t.run(Duration::from_millis(5)).expect("run") {
-                Ran::Ended(end) => break end,
-                Ran::Sideband | Ran::Slice => {}
-            }
-        };
+        let (t, end) = run_to_end("/bin/sh", &["-c", "trap 'exit 3' USR1; kill -USR1 $$; sleep 5"]);
         assert_eq!(end, EndState::Exited { code: 3 }, "the handler ran");
         let entries: Vec<&SignalEntry> = t
             .stops

@@ -50,6 +50,17 @@ pub enum QemuError {
     /// The start point never ran.
     #[error("--start {0}: never executed")]
     StartNotReached(String),
+    /// Before the start point ran, the program did something the recording cannot follow
+    /// (a thread, execve): it ran on unrecorded, and nothing was recorded.
+    #[error("--start {at}: {reason} before reaching it; it ran on unrecorded and {then}")]
+    StoppedBeforeStart {
+        /// The start point.
+        at: String,
+        /// What it did.
+        reason: String,
+        /// How it ended then.
+        then: String,
+    },
     /// rtit record received a signal before there was a recording to keep.
     #[error(transparent)]
     Interrupted(#[from] Stopped),

@@ -243,13 +243,28 @@ fn run(
         }
     }
     // After a signal, `record` says so instead ("running the program to main").
-    let start_ip = report.start_ip.ok_or_else(|| {
-        QemuError::StartNotReached(match &opts.start {
-            StartAt::Entry => "the entry point".to_string(),
-            StartAt::Symbol(s) => s.clone(),
-            StartAt::Address(a) => format!("{a:#x}"),
-        })
-    })?;
+    let at = match &opts.start {
+        StartAt::Entry => "the entry point".to_string(),
+        StartAt::Symbol(s) => s.clone(),
+        StartAt::Address(a) => format!("{a:#x}"),
+    };
+    let start_ip = match (report.start_ip, &report.end) {
+        (Some(ip), _) => ip,
+        (None, PluginEnd::Stopped { reason }) => {
+            let then = end_state(&report.end, status, &opts.interrupted);
+            let then = match then {
+                EndState::Unsupported {
+                    afterwards: Some(a), ..
+                } => a.as_afterwards(),
+                _ => "its end is unknown".to_string(),
+            };
+            let reason = reason
+                .trim_end_matches(" before tracing started; not supported")
+                .to_string();
+            return Err(QemuError::StoppedBeforeStart { at, reason, then });
+        }
+        (None, _) => return Err(QemuError::StartNotReached(at)),
+    };
     let read = |name: &str| std::fs::read(dir.join(name)).map_err(io(Path::new(name)));
     let trace_path = dir.join(files::TRACE);
     let len = std::fs::metadata(&trace_path)

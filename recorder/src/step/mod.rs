@@ -16,6 +16,8 @@
 //!   `exit_group` ends the recording; `execve` and thread creation stop it, unsupported,
 //!   and the program runs on to its end untraced (`run_on`).
 
+mod insn;
+mod recorder;
 mod run_on;
 mod run_to;
 pub(crate) use run_on::run_on;
@@ -31,21 +33,20 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use iced_x86::{Decoder, DecoderOptions};
 use nix::sys::ptrace;
 use nix::sys::signal::Signal;
 use nix::sys::wait::{waitpid, WaitStatus};
-use rtit_replay_core::cofi::{classify, Cofi, FarKind};
-use rtit_replay_core::recording::{
-    ChildProcess, EndState, InsnResult, Maps, SignalEntry, ThreadSwitch, TraceEndRecord,
-};
+use rtit_replay_core::cofi::{Cofi, FarKind};
+use rtit_replay_core::recording::{EndState, InsnResult, Maps, SignalEntry, TraceEndRecord};
 use rtit_replay_core::regs::msr;
 use rtit_replay_core::syscall::{MemoryWrite, SyscallRecord};
 
 use crate::interrupt::Interrupt;
 use crate::model::{CpuState, Input, ModelError, ModelOptions, Retired, RtitConfig, UnitModel};
 use crate::outcome::{Outcome, Truth};
-use crate::sideband::{self as shared, nr, Images, Snapshot};
+use crate::sideband::{nr, Snapshot};
+use insn::{decode, Insn};
+use recorder::Recorder;
 use threads::{Held, Threads, Waiting};
 use tracee::Tracee;
 pub use tracee::{check_executable, privilege_warning, regs_map, resolve, Regs};
@@ -128,210 +129,12 @@ const TRUTH_SAMPLE_INTERVAL: u64 = 97;
 /// ucontext, and the XSAVE area, up to 11 KiB with AMX) and whatever lies above it.
 pub(crate) const SIGNAL_FRAME_BOUND: usize = 16 << 10;
 
-/// An instruction as the backend needs it.
-#[derive(Debug, Clone, Copy)]
-struct Insn {
-    len: u8,
-    cofi: Cofi,
-    rep: bool,
-    /// The registers it writes that the trace cannot tell (cpuid, rdtsc …), to log.
-    result: &'static [&'static str],
-    /// An XSAVEC, whose header (which components the CPU had in use) is logged.
-    xsavec: bool,
-}
-
-/// What an instruction writes that no semantics can compute: logged in `results.jsonl`.
-fn result_registers(insn: &iced_x86::Instruction) -> &'static [&'static str] {
-    use iced_x86::Mnemonic as M;
-    match insn.mnemonic() {
-        M::Cpuid => &["rax", "rbx", "rcx", "rdx"],
-        M::Rdtsc | M::Xgetbv => &["rax", "rdx"],
-        M::Rdtscp => &["rax", "rcx", "rdx"],
-        _ => &[],
-    }
-}
-
-fn decode(tracee: &Tracee, cache: &mut HashMap<u64, Insn>, ip: u64) -> Insn {
-    *cache.entry(ip).or_insert_with(|| {
-        let mut bytes = [0u8; 16];
-        let n = tracee.read(ip, &mut bytes);
-        let insn = Decoder::with_ip(64, &bytes[..n], ip, DecoderOptions::NONE).decode();
-        Insn {
-            len: insn.len() as u8,
-            cofi: if insn.is_invalid() {
-                Cofi::Exception
-            } else {
-                classify(&insn)
-            },
-            rep: insn.has_rep_prefix() || insn.has_repe_prefix() || insn.has_repne_prefix(),
-            result: result_registers(&insn),
-            xsavec: matches!(
-                insn.mnemonic(),
-                iced_x86::Mnemonic::Xsavec | iced_x86::Mnemonic::Xsavec64
-            ),
-        }
-    })
-}
-
 /// Signals whose default action is to do nothing.
 fn ignored_by_default(sig: Signal) -> bool {
     matches!(
         sig,
         Signal::SIGCHLD | Signal::SIGURG | Signal::SIGWINCH | Signal::SIGCONT
     )
-}
-
-struct Recorder<'a> {
-    tracee: Tracee,
-    model: UnitModel,
-    cache: HashMap<u64, Insn>,
-    /// Instructions retired, traced or not (for the progress line).
-    retired: u64,
-    truth: Option<Truth>,
-    maps: Maps,
-    current_map: Vec<rtit_replay_core::recording::Mapping>,
-    images: Images,
-    syscalls: Vec<SyscallRecord>,
-    results: Vec<InsnResult>,
-    signals: Vec<SignalEntry>,
-    children: Vec<ChildProcess>,
-    progress: Option<Box<dyn FnMut(u64) + 'a>>,
-    /// Whether an instruction retired untraced (outside an IP filter) since the last traced
-    /// one: a signal delivery logged then may follow user code the trace does not show.
-    untraced_since_traced: bool,
-    /// Sample the truth at the next instruction too: it follows a far transfer (a system
-    /// call, where the kernel may deliver a signal), where the state layer is most at risk.
-    sample_next: bool,
-    /// The vector registers and MXCSR before the instruction being stepped, when its
-    /// retirement is to be sampled (a REP string instruction's iterations do not change them).
-    vectors_before: Option<std::collections::BTreeMap<String, String>>,
-}
-
-impl Recorder<'_> {
-    /// The instruction at `ip` retired and execution went on at `next`.
-    /// Whether the next retirement is a truth sample.
-    fn sample_due(&self) -> bool {
-        self.truth.as_ref().is_some_and(|t| {
-            self.model.packet_en() && (t.ips.len() as u64 % TRUTH_SAMPLE_INTERVAL == 0 || self.sample_next)
-        })
-    }
-
-    fn retire(&mut self, ip: u64, insn: Insn, next: u64, regs: &Regs, syscall_nr: u64) -> Result<(), StepError> {
-        if let Some(t) = &mut self.truth {
-            if self.model.packet_en() {
-                if t.ips.len() as u64 % TRUTH_SAMPLE_INTERVAL == 0 || self.sample_next {
-                    let mut sample = regs_map(regs);
-                    sample.extend(self.vectors_before.take().unwrap_or_default());
-                    t.samples.push((t.ips.len() as u64, sample));
-                }
-                t.ips.push(ip);
-            }
-            self.sample_next = matches!(insn.cofi, Cofi::Far(_));
-        }
-        self.untraced_since_traced = !self.model.packet_en();
-        self.retired += 1;
-        if self.retired & 0xffff == 0 {
-            if let Some(p) = &mut self.progress {
-                p(self.retired);
-            }
-        }
-        let nlip = ip + u64::from(insn.len);
-        match insn.cofi {
-            Cofi::Far(kind) => {
-                self.model
-                    .apply(&Input::Retire(Retired::new(ip, insn.len, insn.cofi, KERNEL).to_cpl(0)));
-                // INT3 goes on to signal delivery; exit and exit_group do not come back.
-                let returns = kind != FarKind::Int3 && !matches!(syscall_nr, nr::EXIT | nr::EXIT_GROUP);
-                if returns {
-                    // The kernel returns to user mode.
-                    self.model.apply(&Input::Retire(
-                        Retired::new(KERNEL + 0x40, 3, Cofi::Far(FarKind::Sysret), next).to_cpl(3),
-                    ));
-                    if nr::changes_map(syscall_nr) {
-                        self.map_changed(syscall_nr, regs.rsi)?;
-                    }
-                }
-            }
-            Cofi::Conditional => {
-                let r = Retired::new(ip, insn.len, insn.cofi, next).taken(next != nlip);
-                self.model.apply(&Input::Retire(r));
-            }
-            cofi => self.model.apply(&Input::Retire(Retired::new(ip, insn.len, cofi, next))),
-        }
-        Ok(())
-    }
-
-    /// Thread `next` runs from here (issue 43, `threads`): the one stepped until now left
-    /// user mode, between two of its instructions as an interrupt takes it (`interrupted`),
-    /// or by a system call that does not return; the kernel returns to `next`'s next
-    /// instruction, where its registers are logged as a handler's entry's are (no frame).
-    /// Returns its registers, its pending signal, and its step that ended while it waited.
-    #[allow(clippy::type_complexity)]
-    fn switch_to(
-        &mut self,
-        next: Waiting,
-        interrupted: bool,
-    ) -> Result<(Regs, Option<Signal>, Option<(Insn, u64, WaitStatus)>), StepError> {
-        if interrupted {
-            self.model.apply(&Input::Interrupt {
-                handler: KERNEL,
-                cpl: 0,
-            });
-        }
-        let Waiting { held, flight } = next;
-        let rip = held.regs.rip;
-        let r = Retired::new(KERNEL + 0x40, 3, Cofi::Far(FarKind::Iret), rip).to_cpl(3);
-        self.model.apply(&Input::Retire(r));
-        let mut registers = regs_map(&held.regs);
-        registers.extend(held.tracee.vectors()?.0);
-        self.signals.push(SignalEntry {
-            position: self.model.traced(),
-            ip: rip,
-            registers,
-            frame: MemoryWrite::new(held.regs.rsp, &[]),
-            only_kernel: !self.untraced_since_traced,
-            switch: Some(ThreadSwitch {
-                from: i64::from(self.tracee.pid.as_raw()),
-                to: i64::from(held.tracee.pid.as_raw()),
-            }),
-        });
-        self.sample_next = true;
-        self.tracee = held.tracee;
-        let resumed = flight.and_then(|(insn, nr, status)| Some((insn, nr, status?)));
-        Ok((held.regs, held.pending, resumed))
-    }
-
-    /// The process a system call at `position` created, if it created one (its child runs
-    /// untraced: rtit follows one process).
-    fn child(&self, syscall: u64, position: u64, before: &Regs, after: &Regs) -> Option<ChildProcess> {
-        let flags = match syscall {
-            nr::CLONE3 => {
-                let mut b = [0u8; 8];
-                self.tracee.read(before.rdi, &mut b);
-                u64::from_le_bytes(b)
-            }
-            _ => before.rdi,
-        };
-        let name = nr::creates_process(syscall, flags)?;
-        let pid = after.rax as i64;
-        (pid > 0).then(|| ChildProcess {
-            position,
-            syscall: name.to_string(),
-            pid: Some(pid),
-        })
-    }
-
-    /// After system call `syscall` (its second argument `a1`), a change of the map.
-    fn map_changed(&mut self, syscall: u64, a1: u64) -> Result<(), StepError> {
-        let now = self.tracee.maps()?;
-        let mapped = shared::mapped(syscall, a1, self.tracee.regs()?.rax);
-        if let Some(change) = shared::diff(&self.current_map, &now, self.model.traced(), syscall, mapped) {
-            self.images.note(&change.added);
-            self.maps.changes.push(change);
-        }
-        self.current_map = now;
-        Ok(())
-    }
 }
 
 /// Records a program.

@@ -66,11 +66,12 @@ pub(crate) fn run_to(
                 let _ = waitpid(thread, Some(WaitPidFlag::__WALL));
                 let _ = ptrace::detach(thread, None);
                 let end = super::run_on(tracee.pid, interrupted);
-                let then = end.map_or_else(|| "its end is unknown".to_string(), |e| format!("then {e}"));
+                let then = end.map_or_else(|| "its end is unknown".to_string(), |e| e.as_afterwards());
                 return Err(StepError::Start {
                     at: label,
                     problem: format!(
-                        "the program created a thread before reaching it, and threads are not recorded yet; \
+                        "the program created a thread before reaching it (a thread that ran untraced \
+                         cannot be followed from there: record from an earlier point, such as main); \
                          it ran on unrecorded and {then}"
                     ),
                 });

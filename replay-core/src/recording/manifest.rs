@@ -216,10 +216,7 @@ impl std::fmt::Display for EndState {
             Self::Unsupported { reason, afterwards } => {
                 write!(f, "stopped: {reason}")?;
                 match afterwards {
-                    Some(end) if matches!(**end, Self::Signaled { .. }) => {
-                        write!(f, "; the program ran on unrecorded and was {end}")
-                    }
-                    Some(end) => write!(f, "; the program ran on unrecorded and {end}"),
+                    Some(end) => write!(f, "; the program ran on unrecorded and {}", end.as_afterwards()),
                     None => Ok(()),
                 }
             }
@@ -228,6 +225,15 @@ impl std::fmt::Display for EndState {
 }
 
 impl EndState {
+    /// How the program ended, to follow "it ran on unrecorded and": `exited with status 0`,
+    /// `was killed by SIGTERM`.
+    pub fn as_afterwards(&self) -> String {
+        match self {
+            Self::Signaled { .. } => format!("was {self}"),
+            _ => self.to_string(),
+        }
+    }
+
     /// The exit status a shell would show for the program (its exit code, or 128 + the
     /// signal that killed it), where known: `rtit record` leaves with it.
     pub fn program_status(&self) -> Option<u8> {

@@ -111,9 +111,9 @@ impl Plugin {
             SyscallAction::Continue if creates_thread || matches!(number, nr::EXECVE | nr::EXECVEAT) => {
                 // Before tracing started: the recording cannot follow these either.
                 let what = if creates_thread {
-                    "creates a thread"
+                    "created a thread"
                 } else {
-                    "calls execve"
+                    "called execve"
                 };
                 self.stop_and_run_on(
                     counts,
