@@ -63,7 +63,7 @@ fn threads_are_recorded_one_at_a_time_and_replayed_with_their_values() {
         .signals()
         .expect("entries")
         .iter()
-        .filter(|e| e.frame.data().is_some_and(|d| d.is_empty()))
+        .filter(|e| e.switch.is_some_and(|s| s.from != s.to))
         .count();
     assert!(switches >= 5, "{switches} switches");
     common::assert_decode_is_truth(&rec, "workers", 20_000);

@@ -127,7 +127,11 @@ impl Recorder<'_> {
         let r = Retired::new(KERNEL + 0x40, 3, Cofi::Far(FarKind::Iret), rip).to_cpl(3);
         self.model.apply(&Input::Retire(r));
         let mut registers = regs_map(&held.regs);
-        registers.extend(held.tracee.vectors()?.0);
+        // A thread whose step under way ended it (its `exit`, slow enough to look blocked)
+        // is gone: its vector registers are not there to read, and stay unknown.
+        if let Ok((vectors, _)) = held.tracee.vectors() {
+            registers.extend(vectors);
+        }
         self.signals.push(SignalEntry {
             position: self.model.traced(),
             ip: rip,
@@ -140,6 +144,9 @@ impl Recorder<'_> {
             }),
         });
         self.sample_next = true;
+        // What was read for a truth sample of the outgoing thread is not the incoming one's
+        // (a resumed system call retires next, with no read before it).
+        self.vectors_before = None;
         self.tracee = held.tracee;
         let resumed = flight.and_then(|(insn, nr, status)| Some((insn, nr, status?)));
         Ok((held.regs, held.pending, resumed))

@@ -50,20 +50,35 @@ pub(super) struct Waiting {
     pub flight: Option<(Insn, u64, Option<WaitStatus>)>,
 }
 
+/// How a waiting thread stands.
+enum Standing {
+    /// It can run: stopped before an instruction, or its step has ended.
+    Ready,
+    /// Its step is still under way.
+    Busy,
+    /// Its step (a `clone`) stopped at the new thread's creation (PTRACE_EVENT_CLONE): the
+    /// new thread's id; its own step goes on.
+    Cloned(Pid),
+}
+
 impl Waiting {
-    /// Whether it can run now: stopped before an instruction, or its step has ended. Looks
-    /// whether a step under way ended (without waiting).
-    fn ready(&mut self) -> Result<bool, StepError> {
+    /// How it stands now; looks whether a step under way ended (without waiting).
+    fn standing(&mut self) -> Result<Standing, StepError> {
+        let tid = self.held.tracee.pid;
         match &mut self.flight {
-            None | Some((_, _, Some(_))) => Ok(true),
+            None | Some((_, _, Some(_))) => Ok(Standing::Ready),
             Some((_, _, ended)) => {
-                let status = waitpid(self.held.tracee.pid, Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL))
+                let status = waitpid(tid, Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL))
                     .map_err(|e| StepError::Ptrace(format!("waitpid: {e}")))?;
                 if status == WaitStatus::StillAlive {
-                    return Ok(false);
+                    return Ok(Standing::Busy);
+                }
+                if let Some(new) = clone_event(tid, &status)? {
+                    ptrace::step(tid, None).map_err(|e| StepError::Ptrace(format!("PTRACE_SINGLESTEP: {e}")))?;
+                    return Ok(Standing::Cloned(new));
                 }
                 *ended = Some(status);
-                Ok(true)
+                Ok(Standing::Ready)
             }
         }
     }
@@ -114,10 +129,24 @@ impl Threads {
     }
 
     /// The first waiting thread that can run now, taken out.
+    /// A `clone` that blocked long enough for its thread to wait may make the new thread
+    /// meanwhile: that one waits too (the clone's own step goes on).
     pub fn take_ready(&mut self) -> Result<Option<Waiting>, StepError> {
-        for i in 0..self.waiting.len() {
-            if self.waiting[i].ready()? {
-                return Ok(self.waiting.remove(i));
+        let mut i = 0;
+        while i < self.waiting.len() {
+            match self.waiting[i].standing()? {
+                Standing::Ready => return Ok(self.waiting.remove(i)),
+                Standing::Busy => i += 1,
+                Standing::Cloned(new) => {
+                    let w = &self.waiting[i];
+                    let nr = w.flight.as_ref().map_or(u64::MAX, |f| f.1);
+                    let clear = clear_tid(&w.held.tracee, nr, &w.held.regs);
+                    let parent = w.held.tracee.thread(w.held.tracee.pid)?;
+                    self.created(&parent, new)?;
+                    if let Some(at) = clear {
+                        self.clear_tids.insert(new, at);
+                    }
+                }
             }
         }
         Ok(None)
