@@ -256,3 +256,35 @@ fn a_crash_in_a_worker_names_the_thread_and_every_stack_is_shown() {
         "{replayed}\n---\n{native_out}"
     );
 }
+
+/// Signals sent to a worker that waits on a condition variable interrupt its futex wait and
+/// are each handled there, as natively (the sender sleeps until the handler counted it: the
+/// worker runs while it sleeps), with the handler's entries logged and the values right.
+#[test]
+fn signals_to_a_waiting_thread_are_each_handled_as_natively() {
+    let dir = common::scratch("threads", "signals");
+    let exe = common::gcc("tests/programs/thread_signals.c", &["-pthread"], &dir);
+    let native = Command::new(&exe).output().expect("natively");
+    assert_eq!(String::from_utf8_lossy(&native.stdout), "hits 3\n");
+    let (rec, result) = record_step(&exe, &dir);
+    assert_eq!(
+        String::from_utf8_lossy(&result.stdout),
+        "hits 3\n",
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    common::assert_decode_is_truth(&rec, "thread_signals", 5_000);
+    let handlers = rec
+        .signals()
+        .expect("entries")
+        .iter()
+        .filter(|e| e.switch.is_none())
+        .count();
+    assert_eq!(handlers, 3, "three handler entries");
+    let check = Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .arg("check-values")
+        .arg(&rec.dir)
+        .output()
+        .expect("check-values");
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+}

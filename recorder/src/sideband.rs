@@ -29,6 +29,8 @@ pub mod nr {
     pub const EXECVE: u64 = 59;
     /// exit.
     pub const EXIT: u64 = 60;
+    /// sched_yield.
+    pub const SCHED_YIELD: u64 = 24;
     /// set_tid_address: where the kernel clears the thread's id when it ends.
     pub const SET_TID_ADDRESS: u64 = 218;
     /// exit_group.

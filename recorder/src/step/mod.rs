@@ -252,9 +252,13 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
             if rec.sample_due() {
                 rec.vectors_before = Some(rec.tracee.vectors()?.0);
             }
+            // sched_yield: the thread lets the others run, so its turn ends after it.
+            if syscall_nr == nr::SCHED_YIELD {
+                turn = threads::SLICE;
+            }
             ptrace::step(tid, pending.take()).map_err(|e| StepError::Ptrace(format!("PTRACE_SINGLESTEP: {e}")))?;
             let status = loop {
-                match threads::wait_step(tid, threads.any())? {
+                match threads::wait_step(tid, threads.any(), threads::patience(syscall_nr, &regs))? {
                     Some(status) => match threads::clone_event(tid, &status)? {
                         Some(new) => {
                             threads.created(&rec.tracee, new)?;

@@ -32,6 +32,32 @@ pub(super) const SLICE: u64 = 1_000;
 /// in it, and another runs meanwhile.
 const BLOCKED_AFTER: Duration = Duration::from_millis(2);
 
+/// The same for a call that waits by its nature (a futex wait, a sleep, a poll, `wait4`,
+/// `sched_yield` …): the others run as they would natively while it waits. Waiting the full
+/// 2 ms there changed what programs did: a signal sent to a thread during another one's
+/// `usleep(1000)` was not handled before the next one came, and the two merged.
+const WAITS_AFTER: Duration = Duration::from_micros(20);
+
+/// How long the step of the instruction about to run (system call `nr`, or `u64::MAX` for
+/// none, with `regs`) may take before its thread counts as blocked.
+pub(super) fn patience(nr: u64, regs: &Regs) -> Duration {
+    const FUTEX_WAITS: [u64; 4] = [0, 9, 6, 11]; // WAIT, WAIT_BITSET, LOCK_PI, WAIT_REQUEUE_PI
+    let waits = match nr {
+        // futex: the waiting operations (the private flag and the clock bit aside).
+        202 => FUTEX_WAITS.contains(&(regs.rsi & 0x7f)),
+        // sched_yield, pause, nanosleep, wait4, rt_sigtimedwait, rt_sigsuspend,
+        // epoll_wait, clock_nanosleep, waitid, pselect6, ppoll, epoll_pwait, select, poll,
+        // epoll_pwait2, futex_waitv
+        24 | 34 | 35 | 61 | 128 | 130 | 232 | 230 | 247 | 270 | 271 | 281 | 23 | 7 | 441 | 449 => true,
+        _ => false,
+    };
+    if waits {
+        WAITS_AFTER
+    } else {
+        BLOCKED_AFTER
+    }
+}
+
 /// What the thread being stepped holds that a waiting one keeps here.
 pub(super) struct Held {
     /// The thread (the process's memory is the same for all).
@@ -195,9 +221,9 @@ impl Threads {
 }
 
 /// Waits for the single step of thread `tid`; with other threads about, gives up after
-/// [`BLOCKED_AFTER`] (`None`: the step is under way, blocked in the kernel). A PTRACE_EVENT
-/// stop is returned as it comes.
-pub(super) fn wait_step(tid: Pid, others: bool) -> Result<Option<WaitStatus>, StepError> {
+/// `patience` ([`patience`]; `None`: the step is under way, blocked in the kernel). A
+/// PTRACE_EVENT stop is returned as it comes.
+pub(super) fn wait_step(tid: Pid, others: bool, patience: Duration) -> Result<Option<WaitStatus>, StepError> {
     let flags = WaitPidFlag::__WALL;
     if !others {
         return waitpid(tid, Some(flags))
@@ -209,7 +235,7 @@ pub(super) fn wait_step(tid: Pid, others: bool) -> Result<Option<WaitStatus>, St
         match waitpid(tid, Some(flags | WaitPidFlag::WNOHANG))
             .map_err(|e| StepError::Ptrace(format!("waitpid: {e}")))?
         {
-            WaitStatus::StillAlive if since.elapsed() < BLOCKED_AFTER => std::thread::yield_now(),
+            WaitStatus::StillAlive if since.elapsed() < patience => std::thread::yield_now(),
             WaitStatus::StillAlive => return Ok(None),
             status => return Ok(Some(status)),
         }

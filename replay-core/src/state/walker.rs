@@ -329,6 +329,18 @@ impl Walker {
                 why::insist(Cause::Signal);
                 st.forget_all();
             }
+            // A logged entry at the next position (a handler's, or another thread's where the
+            // threads switch) set every register there: none of them tells the registers
+            // before it. A switch after `rt_sigreturn` is one no `signal` above catches (the
+            // call changes the context), and the other thread's registers went back into
+            // the handler (a conflict check-values found).
+            if self.shared.signals.get(&(p + 1)).is_some_and(|e| next == Some(e.ip)) {
+                why::insist(Cause::Signal);
+                st.regs.forget_all();
+                st.flags.forget(super::flags::ALL);
+                st.vec.forget_all();
+                st.mxcsr = Default::default();
+            }
             // What the instruction wrote is known after it (and unknown before it).
             if let Some(r) = self.shared.logged_result(p, ip, between) {
                 transition::set_named(st, &r.after);
