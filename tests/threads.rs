@@ -288,3 +288,47 @@ fn signals_to_a_waiting_thread_are_each_handled_as_natively() {
         .expect("check-values");
     assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
 }
+
+/// SIGINT to `rtit record` while every thread is blocked in a system call ends the
+/// recording at once, written and marked interrupted (it hung, waiting for the killed
+/// process's leader before its traced threads were reaped).
+#[test]
+fn an_interrupt_while_every_thread_blocks_ends_the_recording() {
+    let dir = common::scratch("threads", "blocked");
+    let exe = common::gcc("tests/programs/threads_blocked.c", &["-pthread"], &dir);
+    let out = dir.join("rec");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .args(["record", "--backend", "step", "--start", "main", "--out"])
+        .arg(&out)
+        .arg("--")
+        .arg(&exe)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("rtit record");
+    // Until both threads block (the worker in its sleep, main in pthread_join).
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("SIGINT");
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if started.elapsed().as_secs() > 20 {
+            let _ = child.kill();
+            panic!("rtit record did not end after SIGINT");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(130));
+    let rec = Recording::open(&out).expect("the recording is written");
+    assert!(
+        matches!(rec.manifest.end, EndState::Interrupted { .. }),
+        "{:?}",
+        rec.manifest.end
+    );
+}

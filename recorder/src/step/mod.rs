@@ -197,7 +197,12 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
             regs_end = regs;
             memory_end = sideband::snapshot(&rec.tracee, &rec.current_map);
             let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
-            let _ = waitpid(pid, None);
+            // The traced threads are reaped first: the kernel reports the leader's end only
+            // once they are (waiting for it alone hung after a ^C with threads blocked).
+            for t in threads.tids().into_iter().chain([rec.tracee.pid]) {
+                let _ = waitpid(t, Some(nix::sys::wait::WaitPidFlag::__WALL));
+            }
+            let _ = waitpid(pid, Some(nix::sys::wait::WaitPidFlag::__WALL));
             break opts.interrupted.end_state();
         }
         let tid = rec.tracee.pid;
@@ -285,9 +290,11 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
                     held,
                     flight: Some((insn, syscall_nr, None)),
                 });
-                let next = threads
-                    .next(&opts.interrupted)?
-                    .expect("the blocked thread itself waits");
+                // `None` only when rtit was asked to stop meanwhile (the blocked thread
+                // itself waits): the top of the loop ends the recording.
+                let Some(next) = threads.next(&opts.interrupted)? else {
+                    continue;
+                };
                 turn = 0;
                 if next.held.tracee.pid == tid {
                     // Its own step ended first: nothing else ran.
