@@ -46,7 +46,8 @@ fn recording() -> Recording {
         interrupted: rtit_recorder::interrupt::Interrupt::new(),
         progress: None,
     })
-    .expect("record");
+    .expect("record")
+    .outcome;
     let out = dir.join("rec");
     let meta = Meta {
         command: vec![exe.display().to_string()],

@@ -15,6 +15,7 @@
 //! - [`unfollowed`]: what the backends stop the recording before (threads, execve).
 
 pub mod complete;
+pub mod exec;
 pub mod interrupt;
 pub mod leftovers;
 pub mod model;

@@ -5,8 +5,12 @@
 /// backend records threads).
 pub const THREAD: &str = "the program creates a thread, which this backend does not record yet (`--backend step` does)";
 
-/// An `execve` or `execveat`.
-pub const EXECVE: &str = "the program calls execve, and rtit does not follow execve yet";
+/// An `execve` or `execveat` (under the msr backend, which does not follow it yet).
+pub const EXECVE: &str =
+    "the program calls execve, and this backend does not follow execve yet (`--backend qemu` and `--backend step` do)";
+
+/// An `execve` made while other threads run (it ends them).
+pub const EXECVE_THREADS: &str = "the program calls execve while other threads run, which rtit does not follow yet";
 
 use crate::sideband::nr;
 

@@ -42,6 +42,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WriteError + '_ {
 }
 
 /// What the writer needs besides the outcome.
+#[derive(Debug, Clone)]
 pub struct Meta {
     /// The command line recorded.
     pub command: Vec<String>,

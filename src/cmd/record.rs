@@ -17,6 +17,8 @@ use rtit_replay_core::recording::{default_root, ChildProcess, EndState};
 use rtit_replay_core::regs::{ctl, events, EventId};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
+mod parts;
+
 /// Trace backends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Backend {
@@ -375,7 +377,7 @@ fn record(args: &RecordArgs, interrupted: &Interrupt) -> Result<u8> {
     } else {
         None
     };
-    let mut outcome = match backend {
+    let (mut outcome, next) = match backend {
         Backend::Msr => {
             let module = module().transpose()?;
             let mut sections = vec![".text"];
@@ -408,7 +410,7 @@ fn record(args: &RecordArgs, interrupted: &Interrupt) -> Result<u8> {
                 interrupted: interrupted.clone(),
             };
             match rtit_recorder::msr::record::record(opts) {
-                Ok(outcome) => outcome,
+                Ok(outcome) => (outcome, None),
                 Err(line) => bail!("{line}"),
             }
         }
@@ -430,7 +432,8 @@ fn record(args: &RecordArgs, interrupted: &Interrupt) -> Result<u8> {
                     let _ = std::io::stderr().flush();
                 }) as Box<dyn FnMut(u64, u64)>
             }),
-        })?,
+        })
+        .map(|outcome| (outcome, None))?,
         _ if args.check_fast_path => {
             bail!(
                 "--check-fast-path checks the qemu backend's plugin; the {} backend has no fast path",
@@ -447,11 +450,9 @@ fn record(args: &RecordArgs, interrupted: &Interrupt) -> Result<u8> {
             truth: args.truth,
             interrupted: interrupted.clone(),
             progress,
-        })?,
+        })
+        .map(|part| (part.outcome, part.next.map(parts::Next::Step)))?,
     };
-    if std::io::stderr().is_terminal() {
-        eprintln!();
-    }
     if backend != Backend::Msr {
         // The program loaded the object itself: its sections are listed by now.
         outcome.modules.extend(module().transpose()?);
@@ -472,16 +473,40 @@ fn record(args: &RecordArgs, interrupted: &Interrupt) -> Result<u8> {
         .to_string(),
         aslr: args.aslr,
     };
-    let manifest = writer::write(&out, &outcome, &meta)?;
-    if let Some(root) = root {
-        writer::set_latest(&root, &out)?;
+    // A program that ran execve: the next one's recording, and so on (`parts`).
+    let recorded = parts::record_all(outcome, next, meta);
+    if std::io::stderr().is_terminal() {
+        eprintln!();
     }
-    for warning in &manifest.warnings {
-        eprintln!("rtit: warning: {warning}");
+    let mut manifest = None;
+    for (k, (outcome, meta)) in recorded.iter().enumerate() {
+        let dir = parts::dir(&out, k);
+        let written = writer::write(&dir, outcome, meta)?;
+        if k == 0 {
+            if let Some(root) = &root {
+                writer::set_latest(root, &out)?;
+            }
+        }
+        for warning in &written.warnings {
+            eprintln!("rtit: warning: {warning}");
+        }
+        if let Some(line) = children_warning(&written.children) {
+            eprintln!("rtit: warning: {line}");
+        }
+        eprintln!(
+            "rtit: {} instructions, {} bytes of trace in {}",
+            written.instructions,
+            written.trace_bytes,
+            dir.display()
+        );
+        if let EndState::Exec { program, .. } = &written.end {
+            eprintln!("rtit: the program ran execve of {program}");
+        }
+        manifest = Some(written);
     }
-    if let Some(line) = children_warning(&manifest.children) {
-        eprintln!("rtit: warning: {line}");
-    }
+    drop(recorded);
+    // The last program's end is the run's.
+    let manifest = manifest.context("no recording was made")?;
     let late = match (&manifest.end, interrupted.name()) {
         (EndState::Interrupted { .. }, _) => {
             eprintln!("rtit: {}; the recording holds what ran until then", manifest.end);
@@ -494,12 +519,6 @@ fn record(args: &RecordArgs, interrupted: &Interrupt) -> Result<u8> {
         }
         (_, None) => None,
     };
-    eprintln!(
-        "rtit: {} instructions, {} bytes of trace in {}",
-        manifest.instructions,
-        manifest.trace_bytes,
-        out.display()
-    );
     if let EndState::Signaled { .. } = manifest.end {
         // What to look at first: `rtit replay`, then `continue`, stops there.
         eprintln!("rtit: the program was {}", manifest.end);
@@ -512,6 +531,8 @@ fn record(args: &RecordArgs, interrupted: &Interrupt) -> Result<u8> {
         EndState::Exited { code } => *code as u8,
         EndState::Signaled { signal, .. } => 128 + *signal as u8,
         EndState::Interrupted { .. } => 128 + interrupted.signal().unwrap_or(SIGINT) as u8,
+        // The next program's recording failed (said above).
+        EndState::Exec { .. } => 1,
         EndState::Unsupported { .. } => {
             // The recording ends there; the program's own status is what scripts see, as
             // when it is recorded whole (1 if it is not known).

@@ -2,9 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use rtit_replay_core::recording::RecordingError;
-use rtit_replay_core::recording::{default_root, Recording};
+use rtit_replay_core::recording::{default_root, EndState, Recording};
 
 /// The recording at `arg` (a directory, or the name of one under the default root as `rtit
 /// ls` lists them), or the latest under the default root; a warning on stderr if it
@@ -33,6 +33,44 @@ pub fn open(arg: Option<&Path>) -> Result<Recording> {
         eprintln!(
             "rtit: warning: {} was made by an rtit that did not seal its files: damage to them since cannot be told",
             dir.display()
+        );
+    }
+    Ok(rec)
+}
+
+/// The recording of the last program `rec`'s run became through execve (`rec` itself if it
+/// ran none), said on stderr when it is another: a wrapper's recording is mostly of the
+/// program it runs. Each program's recording lies in its own directory, served by naming it.
+pub fn last_program(rec: Recording) -> Result<Recording> {
+    let first = rec.dir.clone();
+    let mut rec = rec;
+    let mut chain = Vec::new();
+    while let EndState::Exec {
+        program,
+        next: Some(next),
+    } = &rec.manifest.end
+    {
+        let dir = rec.dir.join(next);
+        if chain.len() > 64 {
+            bail!(
+                "{}: more than 64 programs follow each other through execve",
+                first.display()
+            );
+        }
+        chain.push(program.clone());
+        rec = Recording::open(&dir).with_context(|| {
+            format!(
+                "{}: the recording of {program}, which its execve ran",
+                rec.dir.display()
+            )
+        })?;
+    }
+    if !chain.is_empty() {
+        eprintln!(
+            "rtit: the program ran execve ({}); replaying the last one's recording, {} (`--no-follow` replays {} itself)",
+            chain.join(", then "),
+            rec.dir.display(),
+            first.display()
         );
     }
     Ok(rec)

@@ -57,6 +57,10 @@ pub struct ReplayArgs {
     /// without anchors (the tests' and benchmarks' way to compare the two).
     #[arg(long, hide = true)]
     ignore_anchors: bool,
+    /// Replay REC itself, not the recording of the program its execve ran (by default the
+    /// last program of the run is replayed: what a wrapper or a script ends in).
+    #[arg(long)]
+    no_follow: bool,
 }
 
 /// gdb's `remotetimeout` for the gdb started here (gdb's default is 2 s): the stub answers
@@ -79,6 +83,9 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     // However `run` returns, the history being stored beside the recording goes with it.
     let _abandon = ending::AbandonOnDrop;
     let mut rec = recordings::open(args.recording.as_deref())?;
+    if !args.no_follow {
+        rec = recordings::last_program(rec)?;
+    }
     if args.ignore_anchors {
         rec = rec.ignoring_anchors();
     }

@@ -13,16 +13,18 @@
 //! - delivering a caught signal stops again at the handler having retired nothing: the kernel
 //!   entered user mode there (FUP.PGE); an ignored signal changes nothing; a fatal one ends it;
 //! - a system call is a far transfer into the kernel and, when it returns, out of it;
-//!   `exit_group` ends the recording; `execve` and thread creation stop it, unsupported,
-//!   and the program runs on to its end untraced (`run_on`).
+//!   `exit_group` ends the recording; an `execve` that runs an x86-64 program ends it too, and
+//!   the new program's recording starts at its first instruction (`exec`); an `execve` of
+//!   what rtit cannot record, or with threads running, stops it, unsupported, and the program
+//!   runs on to its end untraced (`run_on`).
 
+mod exec;
 mod insn;
 mod recorder;
 mod run_on;
 mod run_to;
 pub(crate) use run_on::run_on;
 pub(crate) use run_to::run_to;
-mod shebang;
 pub(crate) mod sideband;
 pub(crate) mod syscall_log;
 mod threads;
@@ -31,6 +33,7 @@ mod vdso;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use nix::sys::ptrace;
@@ -41,10 +44,12 @@ use rtit_replay_core::recording::{EndState, InsnResult, Maps, SignalEntry, Trace
 use rtit_replay_core::regs::msr;
 use rtit_replay_core::syscall::{MemoryWrite, SyscallRecord};
 
+use crate::exec::Target;
 use crate::interrupt::Interrupt;
 use crate::model::{CpuState, Input, ModelError, ModelOptions, Retired, RtitConfig, UnitModel};
 use crate::outcome::{Outcome, Truth};
 use crate::sideband::{nr, Snapshot};
+pub use exec::{Next, Part};
 use insn::{decode, Insn};
 use recorder::Recorder;
 use threads::{Held, Threads, Waiting};
@@ -65,10 +70,6 @@ pub enum StepError {
         /// What is wrong.
         problem: String,
     },
-    /// The program is a script, which rtit cannot record until it follows execve: what to
-    /// record instead.
-    #[error("{0}")]
-    Script(Box<shebang::ScriptAdvice>),
     /// A ptrace or /proc operation failed.
     #[error("ptrace: {0}")]
     Ptrace(String),
@@ -137,13 +138,18 @@ fn ignored_by_default(sig: Signal) -> bool {
     )
 }
 
-/// Records a program.
-pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
+/// Records a program; if it runs execve, the part returned holds the next program to record.
+pub fn record(opts: StepOptions) -> Result<Part, StepError> {
     let program = resolve(&opts.program)?;
     let warnings = check_executable(&program, &opts.args)?;
     opts.interrupted.check(|| "starting the program".into())?;
     let tracee = Tracee::spawn(&program, &opts.args, opts.aslr)?;
     let regs_start = run_to(&tracee, &opts.start, tracee::OPTIONS, &opts.interrupted)?;
+    record_from(tracee, regs_start, opts, warnings)
+}
+
+/// Records the program `tracee` stands in, from `regs_start`.
+fn record_from(tracee: Tracee, regs_start: Regs, opts: StepOptions, warnings: Vec<String>) -> Result<Part, StepError> {
     let (vectors_start, xcr0) = tracee.vectors()?;
     let start_ip = regs_start.rip;
     let cr3 = (u64::from(tracee.pid.as_raw() as u32) << 12) & ((1 << 36) - 1);
@@ -192,6 +198,8 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
     let mut threads = Threads::default();
     let mut turn = 0u64;
     let mut resumed: Option<(Insn, u64, WaitStatus)> = None;
+    // The new program's command line, once execve ran one.
+    let mut exec_argv: Option<Vec<OsString>> = None;
     let end = loop {
         if opts.interrupted.is_set() {
             regs_end = regs;
@@ -218,7 +226,18 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
             };
             if pending.is_none() {
                 let unsupported = match syscall_nr {
-                    nr::EXECVE | nr::EXECVEAT => Some(crate::unfollowed::EXECVE),
+                    nr::EXECVE | nr::EXECVEAT => match exec::target(&rec.tracee, syscall_nr, &regs) {
+                        Target::Unsupported(why) => Some(format!("the program calls execve, which {why}")),
+                        // execve ends every other thread; rtit does not follow that yet.
+                        Target::Follow(_) if threads.any() => Some(crate::unfollowed::EXECVE_THREADS.to_string()),
+                        // The old program's last look, in case the call succeeds (a failing
+                        // one goes on, and its end is looked at again).
+                        Target::Follow(_) | Target::Fails => {
+                            regs_end = regs;
+                            memory_end = sideband::snapshot(&rec.tracee, &rec.current_map);
+                            None
+                        }
+                    },
                     nr::EXIT | nr::EXIT_GROUP => {
                         regs_end = regs;
                         memory_end = sideband::snapshot(&rec.tracee, &rec.current_map);
@@ -234,7 +253,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
                         let _ = ptrace::detach(t, None);
                     }
                     break EndState::Unsupported {
-                        reason: reason.to_string(),
+                        reason,
                         afterwards: run_on(tid, &opts.interrupted).map(Box::new),
                     };
                 }
@@ -334,6 +353,23 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
                     }
                 }
                 break EndState::Exited { code };
+            }
+            WaitStatus::PtraceEvent(_, _, event) if event == ptrace::Event::PTRACE_EVENT_EXEC as i32 => {
+                // The call succeeded: the old program's last instruction was the syscall, and
+                // the new one stands at its first (`exec`).
+                rec.retire(ip, insn, KERNEL, &regs, syscall_nr)?;
+                let argv = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                exec_argv = Some(
+                    argv.split(|&b| b == 0)
+                        .filter(|a| !a.is_empty())
+                        .map(|a| std::ffi::OsStr::from_bytes(a).to_os_string())
+                        .collect(),
+                );
+                let program = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+                break EndState::Exec {
+                    program: program.display().to_string(),
+                    next: None,
+                };
             }
             WaitStatus::Signaled(_, sig, _) => {
                 let (address, at) = match fault {
@@ -472,6 +508,7 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
     // The threads that wait where the recording ends never run again: their registers there.
     threads.log_ends(&mut rec.signals, rec.model.traced());
     let Recorder {
+        tracee,
         mut model,
         truth,
         maps,
@@ -480,12 +517,23 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
         results,
         signals,
         children,
+        progress,
         ..
     } = rec;
     // What the unit still holds: tracing stops here without a FUP.PGD when the program did
     // not end by itself (§4.2.8), so the last branches' bits are only in RTIT_TNT_BUFF.
     let tnt_buff = model.rdmsr(msr::TNT_BUFF)?;
-    Ok(Outcome {
+    let next = exec_argv.map(|argv| {
+        let opts = StepOptions {
+            progress,
+            interrupted: opts.interrupted.clone(),
+            program: opts.program.clone(),
+            args: Vec::new(),
+            ..opts
+        };
+        Next::new(tracee, opts, argv)
+    });
+    let outcome = Outcome {
         syscalls,
         results,
         syscalls_file: None,
@@ -519,5 +567,6 @@ pub fn record(opts: StepOptions) -> Result<Outcome, StepError> {
         cr3,
         end,
         config,
-    })
+    };
+    Ok(Part { outcome, next })
 }

@@ -84,8 +84,10 @@ impl Recorder<'_> {
             Cofi::Far(kind) => {
                 self.model
                     .apply(&Input::Retire(Retired::new(ip, insn.len, insn.cofi, KERNEL).to_cpl(0)));
-                // INT3 goes on to signal delivery; exit and exit_group do not come back.
-                let returns = kind != FarKind::Int3 && !matches!(syscall_nr, nr::EXIT | nr::EXIT_GROUP);
+                // INT3 goes on to signal delivery; exit and exit_group do not come back, nor
+                // does an execve that ran a program (its `next` is the kernel: `exec`).
+                let returns =
+                    kind != FarKind::Int3 && !matches!(syscall_nr, nr::EXIT | nr::EXIT_GROUP) && next != KERNEL;
                 if returns {
                     // The kernel returns to user mode.
                     self.model.apply(&Input::Retire(

@@ -29,9 +29,12 @@ pub struct Tracee {
 /// The general-purpose registers.
 pub type Regs = nix::libc::user_regs_struct;
 
-/// The ptrace options a tracee is given as it starts: it dies with rtit, and the threads it
-/// creates are tracees too (`super::threads`).
-pub const OPTIONS: ptrace::Options = ptrace::Options::PTRACE_O_EXITKILL.union(ptrace::Options::PTRACE_O_TRACECLONE);
+/// The ptrace options a tracee is given as it starts: it dies with rtit, the threads it
+/// creates are tracees too (`super::threads`), and a successful execve stops it at the new
+/// program's first instruction (`super::exec`).
+pub const OPTIONS: ptrace::Options = ptrace::Options::PTRACE_O_EXITKILL
+    .union(ptrace::Options::PTRACE_O_TRACECLONE)
+    .union(ptrace::Options::PTRACE_O_TRACEEXEC);
 
 /// Finds `program` as execve would: a path with a slash as is, else along `PATH`.
 pub fn resolve(program: &Path) -> Result<PathBuf, StepError> {
@@ -48,9 +51,9 @@ pub fn resolve(program: &Path) -> Result<PathBuf, StepError> {
         })
 }
 
-/// Checks that `path` is a 64-bit x86 ELF executable before running it; returns what the
-/// user should be warned about (see [`privilege_warning`]). A script is refused with what to
-/// record instead, for which it takes the `args` the user gave.
+/// Checks that `path` is a 64-bit x86 ELF executable, or a script whose interpreter is one,
+/// before running it with `args`; returns what the user should be warned about (see
+/// [`privilege_warning`]).
 pub fn check_executable(path: &Path, args: &[OsString]) -> Result<Vec<String>, StepError> {
     let problem = |problem: &str| StepError::Program {
         program: path.display().to_string(),
@@ -61,9 +64,17 @@ pub fn check_executable(path: &Path, args: &[OsString]) -> Result<Vec<String>, S
     file.read_at(&mut header, 0)
         .map_err(|e| problem(&format!("cannot read it: {e}")))?;
     if header.starts_with(b"#!") {
-        return Err(StepError::Script(Box::new(super::shebang::ScriptAdvice::new(
-            path, args,
-        ))));
+        // The kernel runs its interpreter, and rtit records that (and follows its execve).
+        let mut argv = vec![path.as_os_str().to_os_string()];
+        argv.extend(args.iter().cloned());
+        let cwd = std::env::current_dir().unwrap_or_default();
+        let run = crate::exec::interpreters(path, &argv, &cwd).map_err(|e| problem(&format!("cannot be run: {e}")))?;
+        return check_executable(&cwd.join(&run.file), &[]).map_err(|e| match e {
+            StepError::Program { program, problem: p } => {
+                problem(&format!("is a script whose interpreter {program} {p}"))
+            }
+            e => e,
+        });
     }
     if &header[..4] != b"\x7fELF" {
         // A text file without `#!`: a shell that cannot exec it runs it with /bin/sh.
@@ -193,6 +204,19 @@ impl Tracee {
         let tracee = Self { pid, mem };
         super::vdso::hide(&tracee, tracee.regs()?.rsp)?;
         Ok(tracee)
+    }
+
+    /// The same process after execve, stopped at the new program's first instruction: its
+    /// memory is the new program's (the old `/proc/PID/mem` still names the old one), and its
+    /// vDSO is hidden as at the start.
+    pub fn after_exec(&mut self) -> Result<(), StepError> {
+        self.mem = File::options()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/{}/mem", self.pid))
+            .map_err(|e| StepError::Ptrace(format!("cannot open /proc/{}/mem: {e}", self.pid)))?;
+        super::vdso::hide(self, self.regs()?.rsp)?;
+        Ok(())
     }
 
     /// Thread `tid` of the same process (a tracee already), sharing its memory.
@@ -341,8 +365,13 @@ mod tests {
         let dir = std::env::temp_dir();
         let script = dir.join(format!("rtit-script-{}", std::process::id()));
         std::fs::write(&script, "#!/bin/sh\necho hi\n").expect("write");
-        let err = check_executable(&script, &[]).expect_err("a script");
-        assert!(err.to_string().contains("is a script"), "{err}");
+        check_executable(&script, &[]).expect("a script run by an x86-64 interpreter");
+        std::fs::write(&script, "#!/no/such/shell\necho hi\n").expect("write");
+        let err = check_executable(&script, &[]).expect_err("no interpreter");
+        assert!(
+            err.to_string().contains("cannot be run: /no/such/shell: No such file"),
+            "{err}"
+        );
         std::fs::write(
             &script,
             [0x7f, b'E', b'L', b'F', 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 3, 0],

@@ -191,6 +191,17 @@ pub enum EndState {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         afterwards: Option<Box<EndState>>,
     },
+    /// It called `execve`, which replaced it with another program: the recording of that
+    /// program goes on in `next` (issue 43: execve is followed). The history ends with the
+    /// `syscall` instruction, as at `exit_group`.
+    Exec {
+        /// The program it ran, as the kernel found it (a script's is the script's path).
+        program: String,
+        /// The recording of the program it ran, relative to this recording's directory;
+        /// absent if that program was not recorded (rtit was stopped first).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        next: Option<String>,
+    },
 }
 
 impl std::fmt::Display for EndState {
@@ -220,6 +231,13 @@ impl std::fmt::Display for EndState {
                     None => Ok(()),
                 }
             }
+            Self::Exec { program, next } => {
+                write!(f, "ran execve of {program}")?;
+                match next {
+                    Some(next) => write!(f, ", recorded in {next}"),
+                    None => write!(f, ", which was not recorded"),
+                }
+            }
         }
     }
 }
@@ -242,6 +260,8 @@ impl EndState {
             Self::Signaled { signal, .. } => Some(128u8.wrapping_add(*signal as u8)),
             Self::Interrupted { .. } => None,
             Self::Unsupported { afterwards, .. } => afterwards.as_ref().and_then(|a| a.program_status()),
+            // The program it ran ends the process: its recording's end says how.
+            Self::Exec { .. } => None,
         }
     }
 }

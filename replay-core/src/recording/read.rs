@@ -175,7 +175,12 @@ impl Recording {
         let images: Vec<&str> = self.manifest.images.iter().map(|i| i.file.as_str()).collect();
         let mut foreign = Vec::new();
         for name in listed(&self.dir) {
-            let ours = name == files::MANIFEST
+            // The recordings of the programs an execve ran (`exec-1`, `exec-2`, …: the first
+            // program's directory holds them all).
+            let later_program = matches!(self.manifest.end, super::EndState::Exec { next: Some(_), .. })
+                && name.strip_prefix("exec-").is_some_and(|n| n.parse::<u32>().is_ok());
+            let ours = later_program
+                || name == files::MANIFEST
                 || name == files::IMAGES
                 || seal.files.contains_key(&name)
                 || name.starts_with(crate::timeline::cache::FILE);

@@ -121,12 +121,14 @@ pub(super) fn prepare(recording: &Recording, space: &AddressSpace) -> Result<Pre
     let trusted = |map: &BTreeMap<String, String>| trusted_registers(map, &m.backend, cpu);
     let start_memory = recording.snapshot(false)?;
     let end = match m.end {
-        EndState::Exited { .. } | EndState::Signaled { .. } => recording.snapshot(true).map(|memory| {
-            Some(State {
-                cpu,
-                ..snapshot_state(&trusted(&m.registers_end), &[], &memory)
+        EndState::Exited { .. } | EndState::Signaled { .. } | EndState::Exec { .. } => {
+            recording.snapshot(true).map(|memory| {
+                Some(State {
+                    cpu,
+                    ..snapshot_state(&trusted(&m.registers_end), &[], &memory)
+                })
             })
-        }),
+        }
         _ => Ok(None),
     };
     let mut signals = recording.signals()?;

@@ -84,7 +84,7 @@ impl Source {
         let total = rec.manifest.instructions;
         let anchors = self.anchor_positions();
         let (anchor, next) = (anchors[k], anchors.get(k + 1).copied());
-        if next.is_none() && !matches!(rec.manifest.end, EndState::Exited { .. }) {
+        if next.is_none() && !matches!(rec.manifest.end, EndState::Exited { .. } | EndState::Exec { .. }) {
             return None;
         }
         // Far enough before the anchor for its completing walk ([`state::LOOKBACK`]) to be

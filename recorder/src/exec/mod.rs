@@ -1,0 +1,18 @@
+//! Following `execve` (issue 43): what a call would run, decided before it is made, the same
+//! way for every backend. A call the kernel would refuse returns its error and the recording
+//! goes on; one that runs an x86-64 program (directly, or a script through its interpreters)
+//! ends this program's recording and starts the next one's; one that runs something rtit
+//! cannot record (a 32-bit program) stops the recording before the call, and the program
+//! runs on unrecorded.
+//!
+//! Under ptrace the kernel runs the program itself, and its exec event confirms the choice;
+//! under QEMU user mode the host's execve would run the new program natively, so the plugin
+//! starts QEMU again on the program this module names (`qemu::relaunch`).
+
+mod call;
+mod script;
+mod target;
+
+pub use call::{read as read_call, Call};
+pub use script::{interpreters, Interpreted};
+pub use target::{classify, Target};
