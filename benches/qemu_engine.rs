@@ -16,7 +16,7 @@ use std::time::Instant;
 use rtit_recorder::model::{ModelOptions, RtitConfig};
 use rtit_recorder::qemu::block::Block;
 use rtit_recorder::qemu::capture::{self, Entry, Translation};
-use rtit_recorder::qemu::engine::{Engine, Start};
+use rtit_recorder::qemu::engine::{Call, Engine, Start};
 
 /// Feeds of the captured stream timed.
 const RUNS: usize = 5;
@@ -58,7 +58,7 @@ fn feed(e: &mut Engine, entries: &[Entry], batch: usize) -> (Vec<u8>, u64) {
             }));
         }
         if let Some(Entry::Syscall(nr, counts)) = rest.get(end) {
-            let _ = e.syscall(*nr, false, *counts);
+            let _ = e.syscall(*nr, Call::Returns, *counts);
             rest = &rest[end + 1..];
         } else {
             rest = &rest[end..];

@@ -15,6 +15,7 @@ use rtit_replay_core::recording::{EndState, Recording};
 fn rtit(args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_rtit"))
         .args(args)
+        .env("RTIT_QEMU_PLUGIN", common::plugin())
         .envs(env.iter().copied())
         .output()
         .expect("rtit")
@@ -143,18 +144,24 @@ fn a_wrapper_script_is_followed_to_its_program_step() {
     a_wrapper_is_followed_to_its_program("step");
 }
 
-/// A failing execve (no such file) returns its error and the recording goes on; the next one
-/// runs `sh -c 'echo ran; exit 5'`, recorded in its own directory, with its output and status.
 #[test]
-fn a_failing_execve_goes_on_and_a_working_one_is_followed() {
-    let dir = common::scratch("exec", "failing");
+fn a_wrapper_script_is_followed_to_its_program_qemu() {
+    a_wrapper_is_followed_to_its_program("qemu");
+}
+
+/// A failing execve (no such file) returns its error and the recording goes on; the next one
+/// runs `sh -c 'echo ran; exit 5'`, recorded in its own directory, with its output and status;
+/// both programs decode exactly.
+fn a_failing_execve_goes_on_and_a_working_one_is_followed(backend: &str) {
+    let dir = common::scratch("exec", &format!("failing-{backend}"));
     let exe = common::gcc("tests/programs/exec.c", &[], &dir);
     let out = dir.join("rec");
     let result = rtit(
         &[
             "record",
             "--backend",
-            "step",
+            backend,
+            "--truth",
             "--start",
             "main",
             "--out",
@@ -170,15 +177,67 @@ fn a_failing_execve_goes_on_and_a_working_one_is_followed() {
     let parts = chain(&out);
     assert_eq!(parts.len(), 2, "{stderr}");
     // The failed call is logged as an ordinary one, with its error.
-    let failed: Vec<_> = (parts[0].syscalls().expect("syscalls").into_iter())
-        .filter(|c| c.nr == 59)
-        .collect();
+    let calls = parts[0].syscalls().expect("syscalls");
+    let failed: Vec<_> = calls.iter().filter(|c| c.nr == 59).collect();
     assert_eq!(failed.len(), 1, "one execve returned: {failed:?}");
     assert_eq!(
         failed[0].after.get("rax").map(String::as_str),
         Some("0xfffffffffffffffe"),
         "ENOENT"
     );
+    assert!(
+        matches!(&parts[0].manifest.end, EndState::Exec { program, .. } if program == "/bin/sh"),
+        "{:?}",
+        parts[0].manifest.end
+    );
     assert_eq!(parts[1].manifest.end, EndState::Exited { code: 5 });
     assert_eq!(parts[1].manifest.command, ["/bin/sh", "-c", "echo ran; exit 5"]);
+    common::assert_decode_is_truth(&parts[0], &format!("{backend}: the program to its execve"), 20);
+    common::assert_decode_is_truth(&parts[1], &format!("{backend}: sh"), 10_000);
+}
+
+#[test]
+fn a_failing_execve_goes_on_and_a_working_one_is_followed_step() {
+    a_failing_execve_goes_on_and_a_working_one_is_followed("step");
+}
+
+#[test]
+fn a_failing_execve_goes_on_and_a_working_one_is_followed_qemu() {
+    a_failing_execve_goes_on_and_a_working_one_is_followed("qemu");
+}
+
+/// A real pyenv shim, where the machine has one on PATH (a user's `rtit record -- python3`):
+/// bash and pyenv's scripts, then python; the replay serves python, where a breakpoint in
+/// the interpreter shows the command it was given, as native gdb shows it.
+#[test]
+fn a_pyenv_shim_is_followed_to_python() {
+    let shim = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|d| d.join("python3"))
+        .find(|p| p.is_file())
+        .filter(|p| std::fs::read_to_string(p).is_ok_and(|t| t.starts_with("#!") && t.contains("pyenv")));
+    let Some(shim) = shim else {
+        eprintln!("skipped: python3 on PATH is not a pyenv shim here");
+        return;
+    };
+    let dir = common::scratch("exec", "pyenv");
+    let out = dir.join("rec");
+    let script = "import sys; print('hi', len(sys.argv))";
+    // Without site (-S): the same path through pyenv, a fifth of the instructions.
+    let result = rtit(&["record", "--out", s(&out), "--", s(&shim), "-S", "-c", script], &[]);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert_eq!(result.status.code(), Some(0), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&result.stdout), "hi 1\n", "{stderr}");
+    let parts = chain(&out);
+    let last = parts.last().expect("one");
+    assert!(parts.len() >= 3, "env, pyenv's scripts, python: {stderr}");
+    assert!(
+        last.manifest.command.ends_with(&["-c".to_string(), script.to_string()]),
+        "{:?}",
+        last.manifest.command
+    );
+    assert_eq!(last.manifest.end, EndState::Exited { code: 0 });
+    let server = Server::start(&parts[0]);
+    let replayed = server.gdb(None, &["break PyRun_SimpleStringFlags", "continue", "p command"]);
+    assert!(replayed.contains("Breakpoint 1, PyRun_SimpleStringFlags"), "{replayed}");
+    assert!(replayed.contains(&format!("\"{script}\\n\"")), "{replayed}");
 }

@@ -231,3 +231,26 @@ fn python3s_crash_replays_as_native_gdb_shows_it() {
     let native = common::gdb::native_python3_crash(script);
     common::gdb::assert_same_python3_crash(&replayed, &native);
 }
+
+/// execve is followed under this QEMU too: the plugin starts it again on the program a
+/// wrapper script runs, and both programs decode to the plugin's log.
+#[test]
+fn a_wrapper_script_is_followed_to_its_program() {
+    use rtit_replay_core::recording::EndState;
+    let Some(qemu) = newer_qemu() else { return };
+    let dir = common::scratch("newer_qemu", "exec");
+    let exe = common::gcc("tests/programs/exec_target.c", &["-O0"], &dir);
+    let wrapper = dir.join("wrapper");
+    std::fs::write(&wrapper, format!("#!/bin/sh\nexec {} \"$@\"\n", exe.display())).expect("write");
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let out = dir.join("rec");
+    let (first, code, stderr) = record(&qemu, s(&wrapper), &["one"], &["--truth"], &out);
+    assert_eq!(code, 4, "the target's status: {stderr}");
+    let EndState::Exec { next: Some(next), .. } = &first.manifest.end else {
+        panic!("{:?}\n{stderr}", first.manifest.end)
+    };
+    let target = Recording::open(&first.dir.join(next)).expect("the target's recording");
+    assert_eq!(target.manifest.end, EndState::Exited { code: 4 });
+    check_truth(&first, "sh to its execve");
+    check_truth(&target, "the target");
+}

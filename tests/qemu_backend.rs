@@ -209,23 +209,6 @@ fn threads_stop_the_recording_and_the_program_runs_on() {
     assert_ne!(result.status.code(), Some(0));
 }
 
-/// execve stops the recording before it; QEMU user mode runs the new program itself, and
-/// it goes on to its end with its output and status.
-#[test]
-fn execve_stops_the_recording_and_the_new_program_runs_on() {
-    let dir = common::scratch("qemu_backend", "exec");
-    let exe = compile(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/exec.c"),
-        &["-static"],
-        &dir,
-    );
-    let out = dir.join("rec");
-    // From the entry: a run long enough to compare with the truth.
-    let result = record_output(&exe, &out, &[]);
-    let rec = common::assert_ran_on(&result, &out, 5, "ran\n", "execve");
-    check_truth(&rec, "exec");
-}
-
 /// GNU sort sorts 300,000 lines on two threads: the recording stops at the first, and the
 /// sorted output is the same as sort's without rtit (issue 43: it was left empty when the
 /// program was killed there).

@@ -63,6 +63,12 @@ impl ScratchDir {
         Ok(Self(dir))
     }
 
+    /// `dir` as it is (made by someone else, such as a directory inside another scratch
+    /// directory), removed when dropped.
+    pub fn adopt(dir: PathBuf) -> Self {
+        Self(dir)
+    }
+
     /// Its path.
     pub fn path(&self) -> &Path {
         &self.0

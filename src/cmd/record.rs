@@ -433,7 +433,7 @@ fn record(args: &RecordArgs, interrupted: &Interrupt) -> Result<u8> {
                 }) as Box<dyn FnMut(u64, u64)>
             }),
         })
-        .map(|outcome| (outcome, None))?,
+        .map(|part| (part.outcome, part.next.map(parts::Next::Qemu)))?,
         _ if args.check_fast_path => {
             bail!(
                 "--check-fast-path checks the qemu backend's plugin; the {} backend has no fast path",

@@ -50,7 +50,7 @@ pub fn last_program(rec: Recording) -> Result<Recording> {
         next: Some(next),
     } = &rec.manifest.end
     {
-        let dir = rec.dir.join(next);
+        let dir = lexical(&rec.dir.join(next));
         if chain.len() > 64 {
             bail!(
                 "{}: more than 64 programs follow each other through execve",
@@ -65,15 +65,31 @@ pub fn last_program(rec: Recording) -> Result<Recording> {
             )
         })?;
     }
-    if !chain.is_empty() {
-        eprintln!(
-            "rtit: the program ran execve ({}); replaying the last one's recording, {} (`--no-follow` replays {} itself)",
-            chain.join(", then "),
-            rec.dir.display(),
-            first.display()
-        );
-    }
+    let ran = match chain.as_slice() {
+        [] => return Ok(rec),
+        [one] => format!("ran execve of {one}"),
+        [.., last] => format!("ran execve {} times, the last of {last}", chain.len()),
+    };
+    eprintln!(
+        "rtit: the program {ran}; replaying that program's recording, {} (`--no-follow` replays {} itself)",
+        rec.dir.display(),
+        first.display()
+    );
     Ok(rec)
+}
+
+/// `path` with its `..` parts taken off lexically (`r/exec-1/../exec-2` is `r/exec-2`).
+fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            std::path::Component::ParentDir if out.file_name().is_some() => {
+                out.pop();
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// Whether `rec`'s trace (`trace_len` bytes, `decoded` instructions) holds everything the

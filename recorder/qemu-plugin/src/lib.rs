@@ -8,8 +8,9 @@
 //!
 //! With `floor=on` alone it only measures what the API costs (`floor`).
 //!
-//! Threads and execve are not followed yet: the plugin stops recording before the first
-//! `clone` that creates a thread, or `execve`, and the program runs on unrecorded.
+//! Threads are not followed yet: the plugin stops recording before the first `clone` that
+//! creates a thread, and the program runs on unrecorded. An execve of an x86-64 program ends
+//! the recording, and the plugin starts QEMU again on that program (`state::exec`).
 //! A process the program forks is a copy of QEMU with this plugin in it: it goes inert and
 //! runs unrecorded; the parent notes it. When `rtit record` is asked to stop it tells the
 //! plugin through a pipe, and the plugin ends the recording where the program is.
@@ -186,10 +187,21 @@ extern "C" fn syscall(
             before: counts,
         }),
         Some(false) => {
-            with_plugin(|p| {
+            let relaunch = with_plugin(|p| {
                 p.take_blocks(usize::MAX);
-                p.syscall(number, args, counts)
-            });
+                p.syscall(number, args, counts);
+                p.take_relaunch()
+            })
+            .flatten();
+            if let Some(r) = relaunch {
+                // An execve rtit follows: this program's recording is written, and QEMU starts
+                // again on the program it runs, in this process (`state::exec`).
+                shared::retire();
+                say(&state::exec::start(&r));
+                // QEMU could not start again: the program makes its call, unrecorded.
+                published::go_inert();
+                return;
+            }
             if inert() {
                 // The recording stopped before this call; the program makes it, unrecorded.
                 shared::retire();

@@ -16,3 +16,9 @@ mod target;
 pub use call::{read as read_call, Call};
 pub use script::{interpreters, Interpreted};
 pub use target::{classify, Target};
+
+/// `path` made absolute from `cwd`, without its `.` parts: how a recording names the program
+/// an execve ran (the script's path for a script, as the caller named it).
+pub fn absolute(path: &std::path::Path, cwd: &std::path::Path) -> std::path::PathBuf {
+    cwd.join(path).components().collect()
+}

@@ -26,11 +26,10 @@ use crate::trace_bytes::{ScratchDir, TraceBytes};
 /// What [`record`] calls while QEMU runs: after the first second, every half second, the
 /// plugin's position (read from QEMU's memory, where `counters.json` says) and the size of
 /// the trace it has written so far, handed to `progress`.
-fn progress_tick(dir: &Path, pid: u32, progress: Option<Box<dyn FnMut(u64, u64)>>) -> impl FnMut() + '_ {
+fn progress_tick<'a>(dir: &'a Path, pid: u32, progress: &'a mut Option<Box<dyn FnMut(u64, u64)>>) -> impl FnMut() + 'a {
     let started = std::time::Instant::now();
     let mut last = started;
     let mut counters: Option<super::report::Counters> = None;
-    let mut progress = progress;
     move || {
         let Some(report) = progress.as_mut() else { return };
         let now = std::time::Instant::now();
@@ -85,52 +84,110 @@ pub struct QemuOptions {
     pub anchors: Option<u64>,
 }
 
+/// A program's recording, and the next program's to make if it ran execve (issue 43).
+pub struct Part {
+    /// This program's recording.
+    pub outcome: Outcome,
+    /// The program its execve ran, which QEMU runs now, waiting for rtit at its first
+    /// instruction.
+    pub next: Option<Next>,
+}
+
+/// A program that execve started under QEMU again (`super::relaunch`), not recorded yet.
+pub struct Next {
+    session: Session,
+    dir: PathBuf,
+    program: PathBuf,
+    /// Its command line.
+    pub argv: Vec<OsString>,
+}
+
+impl Next {
+    /// Records it, from its first instruction.
+    pub fn record(self) -> Result<Part, QemuError> {
+        let Self {
+            session, dir, program, ..
+        } = self;
+        let mut phase = Phase::Connecting;
+        let scratch = ScratchDir::adopt(dir.clone());
+        let interrupted = session.interrupted.clone();
+        let result = session.part(scratch, &StartAt::Entry, &program, &mut phase);
+        result.map_err(|e| interrupted.explain(e, || phase.during(&StartAt::Entry)))
+    }
+}
+
+/// What every program of a run shares: QEMU's process (the same through every execve), the
+/// pipe that asks the plugin to stop, QEMU's CPUID table, and how to record.
+struct Session {
+    child: std::process::Child,
+    pipe: StopPipe,
+    cpuid: Option<super::cpuid::Probe>,
+    table: Option<Result<Vec<rtit_replay_core::recording::cpuid::CpuidLeaf>, String>>,
+    progress: Option<Box<dyn FnMut(u64, u64)>>,
+    interrupted: crate::interrupt::Interrupt,
+    config: RtitConfig,
+    cr3: u64,
+    truth: bool,
+    check: bool,
+    anchors: Option<u64>,
+}
+
 /// Records a program under QEMU with the plugin. After SIGINT, SIGTERM or SIGHUP (in
 /// `opts.interrupted`), the outcome is a recording marked interrupted, or an error naming the
 /// signal and what rtit was doing, with QEMU ended and the scratch directory removed.
-pub fn record(mut opts: QemuOptions) -> Result<Outcome, QemuError> {
+pub fn record(mut opts: QemuOptions) -> Result<Part, QemuError> {
     let mut phase = Phase::Launching;
     let result = launch(&mut opts, &mut phase);
     result.map_err(|e| opts.interrupted.explain(e, || phase.during(&opts.start)))
 }
 
-fn launch(opts: &mut QemuOptions, phase: &mut Phase) -> Result<Outcome, QemuError> {
+fn launch(opts: &mut QemuOptions, phase: &mut Phase) -> Result<Part, QemuError> {
     let qemu = find_qemu(opts.qemu.as_deref())?;
     let plugin = find_plugin().ok_or(QemuError::NoPlugin)?;
     let program = resolve(&opts.program)?;
     let warnings = check_executable(&program, &opts.args)?;
+    // A script runs as the kernel runs it: its interpreter, with its path and arguments.
+    let mut argv = vec![program.clone().into_os_string()];
+    argv.extend(opts.args.iter().cloned());
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let run = crate::exec::interpreters(&program, &argv, &cwd).map_err(|problem| crate::step::StepError::Program {
+        program: program.display().to_string(),
+        problem,
+    })?;
+    let program = cwd.join(&run.file);
     // What runs killed before left (their drop never ran); then this run's.
     let tmp = std::env::temp_dir();
     super::scratch::remove_left_by_ended_runs(&tmp);
     let dir = super::scratch::path(&tmp, std::process::id());
     let scratch = ScratchDir::create(dir.clone()).map_err(io(&dir))?;
-    let progress = opts.progress.take();
+    let session = spawn(&qemu, &plugin, &program, &run.argv[1..], opts, scratch.path(), phase)?;
+    *phase = Phase::Connecting;
     // The trace file stays in the scratch directory, which the outcome owns from here: the
     // writer moves it into the recording.
-    run(&qemu, &plugin, &program, opts, scratch, progress, phase).map(|mut outcome| {
+    session.part(scratch, &opts.start, &program, phase).map(|mut part| {
         // The program's warnings first, then the recording's (they were dropped).
-        outcome.warnings.splice(0..0, warnings);
-        outcome
+        part.outcome.warnings.splice(0..0, warnings);
+        part
     })
 }
 
-fn run(
+/// Starts QEMU on `program` with `args` under the plugin, recording into `dir`.
+fn spawn(
     qemu: &Path,
     plugin: &Path,
     program: &Path,
-    opts: &QemuOptions,
-    scratch: ScratchDir,
-    progress: Option<Box<dyn FnMut(u64, u64)>>,
-    phase: &mut Phase,
-) -> Result<Outcome, QemuError> {
-    let dir = scratch.path();
+    args: &[OsString],
+    opts: &mut QemuOptions,
+    dir: &Path,
+    phase: &Phase,
+) -> Result<Session, QemuError> {
     let cr3 = (u64::from(std::process::id()) << 12) & ((1 << 36) - 1);
     let pipe = StopPipe::new()?;
     let config = RtitConfig {
         cr3_match: cr3,
         ..opts.config
     };
-    let args = Args {
+    let plugin_args = Args {
         out: dir.display().to_string(),
         ctl: config.ctl,
         events: config.events,
@@ -144,54 +201,19 @@ fn run(
         },
         exe: Some(std::fs::canonicalize(program).unwrap_or_else(|_| program.to_path_buf())),
         truth: opts.truth,
-        argc: opts.args.len() as u64 + 1,
+        argc: args.len() as u64 + 1,
         stop: Some(pipe.fd()),
         check: opts.check,
         anchors: opts.anchors.is_some(),
+        plugin: Some(plugin.to_path_buf()),
     };
-    let option = format!("{},{}", plugin.display(), args.to_option());
+    // QEMU's gdbstub waits on a socket before the first instruction: rtit reads there the
+    // registers the plugin cannot read, where tracing starts, at signal handlers' entries,
+    // and samples for `--truth` (see `super::gdbstub`).
+    let theirs = std::env::var_os("LD_PRELOAD");
+    let (qemu_args, preload) = super::relaunch::arguments(plugin, &plugin_args, None, program, args, theirs.as_deref());
     let mut cmd = Command::new(qemu);
-    // The plugin is also preloaded into QEMU to see a fatal signal's end (its `kill`); the
-    // guest gets the environment it would have had.
-    let mut preload = plugin.as_os_str().to_os_string();
-    match std::env::var_os("LD_PRELOAD") {
-        Some(theirs) => {
-            let mut guest = OsString::from("LD_PRELOAD=");
-            guest.push(&theirs);
-            cmd.arg("-E").arg(guest);
-            preload.push(":");
-            preload.push(&theirs);
-        }
-        None => {
-            cmd.arg("-U").arg("LD_PRELOAD");
-        }
-    }
-    cmd.env("LD_PRELOAD", preload);
-    cmd.arg("-plugin").arg(option);
-    // QEMU's gdbstub waits on this socket before the first instruction: rtit reads there
-    // the registers the plugin cannot read, where tracing starts, at signal handlers'
-    // entries, and samples for `--truth` (see `super::gdbstub`).
-    let socket = dir.join("gdbstub.sock");
-    let plan = super::gdbstub::Plan {
-        sample: opts.truth,
-        sample_entry: matches!(opts.start, StartAt::Entry),
-        start: match &opts.start {
-            StartAt::Entry => None,
-            StartAt::Symbol(name) => Some(StartPoint::Symbol {
-                program: program.to_path_buf(),
-                name: name.clone(),
-            }),
-            StartAt::Address(a) => Some(StartPoint::Address(*a)),
-        },
-        // Under an IP filter user code outside it runs untraced.
-        only_kernel: config.events & 0b111 == rtit_replay_core::regs::EventId::AlwaysOn.bits(),
-        anchors: opts.anchors.map(|every| super::gdbstub::AnchorPlan {
-            every,
-            dir: dir.to_path_buf(),
-        }),
-    };
-    cmd.arg("-g").arg(&socket);
-    cmd.arg(program).args(&opts.args);
+    cmd.args(qemu_args).env("LD_PRELOAD", preload);
     // QEMU writes a core file of the guest into the working directory when it dies of a
     // signal, unless the core size limit is 0. QEMU stays in rtit's process group, so an
     // interactive program keeps the terminal.
@@ -205,210 +227,288 @@ fn run(
             StopPipe::inherit(stop_fd)
         });
     }
-    // QEMU dies with rtit, even of SIGKILL. This thread waits for it below (`pipe.wait`), so
-    // it outlives QEMU, as the tie needs.
+    // QEMU dies with rtit, even of SIGKILL. This thread waits for it (`pipe.wait`), so it
+    // outlives QEMU, as the tie needs.
     crate::tether::die_with_this_thread(&mut cmd);
     // A signal already: QEMU would only be started to be stopped.
     opts.interrupted.check(|| phase.during(&opts.start))?;
-    let mut child = cmd.spawn().map_err(io(qemu))?;
-    *phase = Phase::Connecting;
-    let watch = match super::gdbstub::Watch::start(&socket, dir, child.id(), plan, &opts.interrupted) {
-        Ok(w) => w,
-        Err(e) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(e.into());
-        }
-    };
-    *phase = Phase::Starting;
+    let child = cmd.spawn().map_err(io(qemu))?;
     // QEMU's CPUID table, found while the program runs. In a process group of its own, so
     // that a Ctrl-C at the terminal does not end it.
-    let cpuid = super::cpuid::Probe::start(qemu, dir);
-    let mut tick = progress_tick(dir, child.id(), progress);
-    let status = pipe.wait(&mut child, &opts.interrupted, super::stop::GRACE, &mut tick)?;
-    drop(tick);
-    let watched = watch.finish();
-    let report = read_report(dir, status);
-    if report.as_ref().is_ok_and(|r| r.start_ip.is_some()) {
-        *phase = Phase::Recording;
-    }
-    let watched = watched?;
-    let samples = watched.samples;
-    let report = report?;
-    if opts.check {
-        match &report.check {
-            Some(Checked { mismatch: Some(m), .. }) => return Err(QemuError::FastPathDiffers(m.clone())),
-            Some(_) => {}
-            None => return Err(QemuError::NotChecked(dir.display().to_string())),
-        }
-    }
-    // After a signal, `record` says so instead ("running the program to main").
-    let at = match &opts.start {
-        StartAt::Entry => "the entry point".to_string(),
-        StartAt::Symbol(s) => s.clone(),
-        StartAt::Address(a) => format!("{a:#x}"),
-    };
-    let start_ip = match (report.start_ip, &report.end) {
-        (Some(ip), _) => ip,
-        (None, PluginEnd::Stopped { reason }) => {
-            let then = end_state(&report.end, status, &opts.interrupted);
-            let then = match then {
-                EndState::Unsupported {
-                    afterwards: Some(a), ..
-                } => a.as_afterwards(),
-                _ => "its end is unknown".to_string(),
-            };
-            let reason = reason
-                .trim_end_matches(" before tracing started; not supported")
-                .to_string();
-            return Err(QemuError::StoppedBeforeStart { at, reason, then });
-        }
-        (None, _) => return Err(QemuError::StartNotReached(at)),
-    };
-    let read = |name: &str| std::fs::read(dir.join(name)).map_err(io(Path::new(name)));
-    let trace_path = dir.join(files::TRACE);
-    let len = std::fs::metadata(&trace_path)
-        .map_err(io(Path::new(files::TRACE)))?
-        .len();
-    let mut warnings = Vec::new();
-    let cpuid = cpuid.table().unwrap_or_else(|e| {
-        warnings.push(format!("{e}: CPUID's results stay unknown in replay"));
-        Vec::new()
-    });
-    let truth = opts.truth.then(|| -> Result<Truth, QemuError> {
-        let bytes = read(files::TRUTH)?;
-        let ips = truth::decode(&bytes).map_err(|problem| QemuError::BadReport {
-            path: dir.join(files::TRUTH).display().to_string(),
-            problem,
-        })?;
-        let taken = samples.len();
-        let samples = placed(samples, &ips);
-        if samples.len() < taken {
-            warnings.push(format!(
-                "{} of {taken} register samples were left out: the trace has another instruction at their position",
-                taken - samples.len()
-            ));
-        }
-        Ok(Truth { ips, samples })
-    });
-    let truth = truth.transpose()?;
-    let snapshot = |name: &str, regions: &[MemoryRegion], truncated: bool| -> Result<Snapshot, QemuError> {
-        let bytes = read(name)?;
-        let mut snap = Snapshot {
-            truncated,
-            ..Snapshot::default()
+    let cpuid = Some(super::cpuid::Probe::start(qemu, dir));
+    Ok(Session {
+        child,
+        pipe,
+        cpuid,
+        table: None,
+        progress: opts.progress.take(),
+        interrupted: opts.interrupted.clone(),
+        config,
+        cr3,
+        truth: opts.truth,
+        check: opts.check,
+        anchors: opts.anchors,
+    })
+}
+
+impl Session {
+    /// Records the program QEMU runs now, `program`, into `scratch`, from `start`, until it
+    /// ends or runs another through execve.
+    fn part(
+        mut self,
+        scratch: ScratchDir,
+        start: &StartAt,
+        program: &Path,
+        phase: &mut Phase,
+    ) -> Result<Part, QemuError> {
+        let dir = scratch.path().to_path_buf();
+        let dir = dir.as_path();
+        let config = self.config;
+        let cr3 = self.cr3;
+        let socket = super::relaunch::socket(dir);
+        let plan = super::gdbstub::Plan {
+            sample: self.truth,
+            sample_entry: matches!(start, StartAt::Entry),
+            start: match start {
+                StartAt::Entry => None,
+                StartAt::Symbol(name) => Some(StartPoint::Symbol {
+                    program: program.to_path_buf(),
+                    name: name.clone(),
+                }),
+                StartAt::Address(a) => Some(StartPoint::Address(*a)),
+            },
+            // Under an IP filter user code outside it runs untraced.
+            only_kernel: config.events & 0b111 == rtit_replay_core::regs::EventId::AlwaysOn.bits(),
+            anchors: self.anchors.map(|every| super::gdbstub::AnchorPlan {
+                every,
+                dir: dir.to_path_buf(),
+            }),
         };
-        for r in regions {
-            if r.zero {
-                snap.zero.push(r.mapping.clone());
-                continue;
+        let child = &mut self.child;
+        let watch = match super::gdbstub::Watch::start(&socket, dir, child.id(), plan, &self.interrupted) {
+            Ok(w) => w,
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e.into());
             }
-            let len = (r.mapping.end - r.mapping.start) as usize;
-            let from = r.file_offset as usize;
-            let chunk = bytes.get(from..from + len).ok_or_else(|| QemuError::BadReport {
-                path: dir.join(name).display().to_string(),
-                problem: format!("region at {:#x} runs past the file's end", r.mapping.start),
-            })?;
-            snap.regions.push((r.mapping.clone(), chunk.to_vec()));
+        };
+        *phase = Phase::Starting;
+        let mut tick = progress_tick(dir, child.id(), &mut self.progress);
+        // The part ends with QEMU, or where the plugin says it ran execve and QEMU goes on.
+        let execed = || {
+            let report = std::fs::read(dir.join(files::REPORT)).ok();
+            let report = report.and_then(|t| serde_json::from_slice::<Report>(&t).ok());
+            report.is_some_and(|r| matches!(r.end, PluginEnd::Exec { .. }))
+        };
+        let status = self.pipe.wait(child, &self.interrupted, super::stop::GRACE, &mut || {
+            tick();
+            execed()
+        })?;
+        drop(tick);
+        let watched = watch.finish();
+        let report = read_report(dir, status);
+        if report.as_ref().is_ok_and(|r| r.start_ip.is_some()) {
+            *phase = Phase::Recording;
         }
-        Ok(snap)
-    };
-    let memory_start = snapshot(files::MEMORY_START, &report.memory_start, report.memory_start_truncated)?;
-    let memory_end = snapshot(files::MEMORY_END, &report.memory_end, report.memory_end_truncated)?;
-    let mut images = Images::default();
-    if let Some(at) = report.vdso {
-        let path = dir.join(files::VDSO);
-        images.set_vdso(at, std::fs::read(&path).map_err(io(&path))?);
-    }
-    for (path, load) in &report.images {
-        images.add(path, *load);
-    }
-    let end = end_state(&report.end, status, &opts.interrupted);
-    let registers_start = match watched.start {
-        None => report.registers_start,
-        Some(Ok(regs)) if regs.get("rip") == Some(&format!("{start_ip:#x}")) => regs,
-        Some(Ok(regs)) => {
-            warnings.push(format!(
+        let watched = watched?;
+        let samples = watched.samples;
+        let report = report?;
+        if self.check {
+            match &report.check {
+                Some(Checked { mismatch: Some(m), .. }) => return Err(QemuError::FastPathDiffers(m.clone())),
+                Some(_) => {}
+                None => return Err(QemuError::NotChecked(dir.display().to_string())),
+            }
+        }
+        // After a signal, `record` says so instead ("running the program to main").
+        let at = match start {
+            StartAt::Entry => "the entry point".to_string(),
+            StartAt::Symbol(s) => s.clone(),
+            StartAt::Address(a) => format!("{a:#x}"),
+        };
+        let start_ip = match (report.start_ip, &report.end) {
+            (Some(ip), _) => ip,
+            (None, PluginEnd::Stopped { reason }) => {
+                let then = end_state(&report.end, status, &self.interrupted);
+                let then = match then {
+                    EndState::Unsupported {
+                        afterwards: Some(a), ..
+                    } => a.as_afterwards(),
+                    _ => "its end is unknown".to_string(),
+                };
+                let reason = reason
+                    .trim_end_matches(" before tracing started; not supported")
+                    .to_string();
+                return Err(QemuError::StoppedBeforeStart { at, reason, then });
+            }
+            (None, _) => return Err(QemuError::StartNotReached(at)),
+        };
+        let read = |name: &str| std::fs::read(dir.join(name)).map_err(io(Path::new(name)));
+        let trace_path = dir.join(files::TRACE);
+        let len = std::fs::metadata(&trace_path)
+            .map_err(io(Path::new(files::TRACE)))?
+            .len();
+        let mut warnings = Vec::new();
+        // The same QEMU runs every program of the run: its table is probed once.
+        if let Some(probe) = self.cpuid.take() {
+            self.table = Some(probe.table());
+        }
+        let cpuid = match self.table.clone().unwrap_or_else(|| Err("no CPUID probe".into())) {
+            Ok(table) => table,
+            Err(e) => {
+                warnings.push(format!("{e}: CPUID's results stay unknown in replay"));
+                Vec::new()
+            }
+        };
+        let truth = self.truth.then(|| -> Result<Truth, QemuError> {
+            let bytes = read(files::TRUTH)?;
+            let ips = truth::decode(&bytes).map_err(|problem| QemuError::BadReport {
+                path: dir.join(files::TRUTH).display().to_string(),
+                problem,
+            })?;
+            let taken = samples.len();
+            let samples = placed(samples, &ips);
+            if samples.len() < taken {
+                warnings.push(format!(
+                    "{} of {taken} register samples were left out: the trace has another instruction at their position",
+                    taken - samples.len()
+                ));
+            }
+            Ok(Truth { ips, samples })
+        });
+        let truth = truth.transpose()?;
+        let snapshot = |name: &str, regions: &[MemoryRegion], truncated: bool| -> Result<Snapshot, QemuError> {
+            let bytes = read(name)?;
+            let mut snap = Snapshot {
+                truncated,
+                ..Snapshot::default()
+            };
+            for r in regions {
+                if r.zero {
+                    snap.zero.push(r.mapping.clone());
+                    continue;
+                }
+                let len = (r.mapping.end - r.mapping.start) as usize;
+                let from = r.file_offset as usize;
+                let chunk = bytes.get(from..from + len).ok_or_else(|| QemuError::BadReport {
+                    path: dir.join(name).display().to_string(),
+                    problem: format!("region at {:#x} runs past the file's end", r.mapping.start),
+                })?;
+                snap.regions.push((r.mapping.clone(), chunk.to_vec()));
+            }
+            Ok(snap)
+        };
+        let memory_start = snapshot(files::MEMORY_START, &report.memory_start, report.memory_start_truncated)?;
+        let memory_end = snapshot(files::MEMORY_END, &report.memory_end, report.memory_end_truncated)?;
+        let mut images = Images::default();
+        if let Some(at) = report.vdso {
+            let path = dir.join(files::VDSO);
+            images.set_vdso(at, std::fs::read(&path).map_err(io(&path))?);
+        }
+        for (path, load) in &report.images {
+            images.add(path, *load);
+        }
+        let end = end_state(&report.end, status, &self.interrupted);
+        let registers_start = match watched.start {
+            None => report.registers_start,
+            Some(Ok(regs)) if regs.get("rip") == Some(&format!("{start_ip:#x}")) => regs,
+            Some(Ok(regs)) => {
+                warnings.push(format!(
                 "QEMU's gdbstub stopped at rip {} but tracing started at {start_ip:#x}: the registers there are unknown",
                 regs.get("rip").map_or("?", String::as_str)
             ));
-            report.registers_start
-        }
-        Some(Err(why)) => {
-            warnings.push(format!("{why}: the registers where tracing starts are unknown"));
-            report.registers_start
-        }
-    };
-    // A fatal signal's stop is at the faulting instruction, the end of the history: what
-    // the gdbstub read there are the end's registers, where the plugin knows rip alone.
-    let hex = |r: &RegisterMap| {
-        r.get("rip")
-            .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())
-    };
-    let registers_end = match (watched.unhandled, hex(&report.registers_end)) {
-        (Some(regs), Some(fault)) if hex(&regs) == Some(fault) => regs,
-        _ => report.registers_end.clone(),
-    };
-    let mut signals = watched.signals;
-    exact_positions(&mut signals, &watched.told, &report.deliveries);
-    // Anchors, where the plugin tracked the written pages (its notes say why not).
-    warnings.extend(
-        report
-            .notes
-            .iter()
-            .filter(|n| n.starts_with("no anchors") || n.starts_with("anchors end"))
-            .cloned(),
-    );
-    let anchor_files = match watched.anchors {
-        Some(ended) => {
-            if let Some(why) = ended {
-                warnings.push(format!(
-                    "anchors stop before the end ({why}): values after the last come from the passes alone"
-                ));
+                report.registers_start
             }
-            let names = [
-                rtit_replay_core::recording::files::ANCHORS,
-                rtit_replay_core::recording::files::ANCHOR_PAGES,
-            ];
-            Some(names.map(|n| dir.join(n)))
-        }
-        None => None,
-    };
-    Ok(Outcome {
-        trace_end: report.tnt_buff.map(|tnt_buff| TraceEndRecord { tnt_buff }),
-        children: report.children,
-        warnings,
-        syscalls: report.syscalls,
-        syscalls_file: Some(dir.join(files::SYSCALLS)).filter(|p| p.is_file()),
-        anchor_files,
-        code_file: Some(dir.join(files::CODE_RAN)).filter(|p| p.is_file()),
-        sync_file: Some(dir.join(files::SYNC_POINTS)).filter(|p| p.is_file()),
-        results: read_results(&dir.join(files::RESULTS))?,
-        signals,
-        cpuid,
-        xcr0: None,
-        modules: Vec::new(),
-        gaps: Vec::new(),
-        from_trace: None,
-        kernel_text: None,
-        trace: TraceBytes::File {
-            path: trace_path,
-            len,
-            scratch,
-        },
-        instructions: report.instructions,
-        truth,
-        memory_start,
-        memory_end,
-        maps: report.maps,
-        images,
-        registers_start,
-        registers_end,
-        start_ip,
-        cr3,
-        end,
-        config,
-    })
+            Some(Err(why)) => {
+                warnings.push(format!("{why}: the registers where tracing starts are unknown"));
+                report.registers_start
+            }
+        };
+        // A fatal signal's stop is at the faulting instruction, the end of the history: what
+        // the gdbstub read there are the end's registers, where the plugin knows rip alone.
+        let hex = |r: &RegisterMap| {
+            r.get("rip")
+                .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())
+        };
+        let registers_end = match (watched.unhandled, hex(&report.registers_end)) {
+            (Some(regs), Some(fault)) if hex(&regs) == Some(fault) => regs,
+            _ => report.registers_end.clone(),
+        };
+        let mut signals = watched.signals;
+        exact_positions(&mut signals, &watched.told, &report.deliveries);
+        // Anchors, where the plugin tracked the written pages (its notes say why not).
+        warnings.extend(
+            report
+                .notes
+                .iter()
+                .filter(|n| n.starts_with("no anchors") || n.starts_with("anchors end"))
+                .cloned(),
+        );
+        let anchor_files = match watched.anchors {
+            Some(ended) => {
+                if let Some(why) = ended {
+                    warnings.push(format!(
+                        "anchors stop before the end ({why}): values after the last come from the passes alone"
+                    ));
+                }
+                let names = [
+                    rtit_replay_core::recording::files::ANCHORS,
+                    rtit_replay_core::recording::files::ANCHOR_PAGES,
+                ];
+                Some(names.map(|n| dir.join(n)))
+            }
+            None => None,
+        };
+        let next = match &report.end {
+            PluginEnd::Exec { program, argv } => {
+                Some((PathBuf::from(program), argv.iter().map(OsString::from).collect()))
+            }
+            _ => None,
+        };
+        let outcome = Outcome {
+            trace_end: report.tnt_buff.map(|tnt_buff| TraceEndRecord { tnt_buff }),
+            children: report.children,
+            warnings,
+            syscalls: report.syscalls,
+            syscalls_file: Some(dir.join(files::SYSCALLS)).filter(|p| p.is_file()),
+            anchor_files,
+            code_file: Some(dir.join(files::CODE_RAN)).filter(|p| p.is_file()),
+            sync_file: Some(dir.join(files::SYNC_POINTS)).filter(|p| p.is_file()),
+            results: read_results(&dir.join(files::RESULTS))?,
+            signals,
+            cpuid,
+            xcr0: None,
+            modules: Vec::new(),
+            gaps: Vec::new(),
+            from_trace: None,
+            kernel_text: None,
+            trace: TraceBytes::File {
+                path: trace_path,
+                len,
+                scratch,
+            },
+            instructions: report.instructions,
+            truth,
+            memory_start,
+            memory_end,
+            maps: report.maps,
+            images,
+            registers_start,
+            registers_end,
+            start_ip,
+            cr3,
+            end,
+            config,
+        };
+        let next = next.map(|(program, argv)| Next {
+            dir: dir.join(super::relaunch::NEXT),
+            session: self,
+            program,
+            argv,
+        });
+        Ok(Part { outcome, next })
+    }
 }
 
 /// What the plugin logged of RDTSC, RDTSCP and RDPID (no file: nothing).
@@ -427,10 +527,10 @@ fn read_results(path: &Path) -> Result<Vec<rtit_replay_core::recording::InsnResu
 }
 
 /// The plugin's report, once QEMU has ended (with `status`).
-fn read_report(dir: &Path, status: std::process::ExitStatus) -> Result<Report, QemuError> {
+fn read_report(dir: &Path, status: Option<std::process::ExitStatus>) -> Result<Report, QemuError> {
     let path = dir.join(files::REPORT);
     let text = std::fs::read(&path).map_err(|_| QemuError::NoReport {
-        status: status.to_string(),
+        status: status.map_or_else(|| "still running".to_string(), |s| s.to_string()),
         dir: dir.display().to_string(),
     })?;
     serde_json::from_slice(&text).map_err(|e| QemuError::BadReport {
@@ -455,13 +555,22 @@ fn placed(samples: Vec<(u64, RegisterMap)>, ips: &[u64]) -> Vec<(u64, RegisterMa
 }
 
 /// How the run ended, from the plugin's view and QEMU's exit status.
-fn end_state(end: &PluginEnd, status: std::process::ExitStatus, interrupted: &crate::interrupt::Interrupt) -> EndState {
+fn end_state(
+    end: &PluginEnd,
+    status: Option<std::process::ExitStatus>,
+    interrupted: &crate::interrupt::Interrupt,
+) -> EndState {
     match end {
+        // QEMU goes on, on the program execve ran (`super::relaunch`).
+        PluginEnd::Exec { program, .. } => EndState::Exec {
+            program: program.clone(),
+            next: None,
+        },
         // The program ran on unrecorded after the plugin stopped (a signal to rtit then went
         // to it): QEMU's status is the program's.
         PluginEnd::Stopped { reason } => EndState::Unsupported {
             reason: reason.clone(),
-            afterwards: match (status.code(), status.signal()) {
+            afterwards: match (status.and_then(|s| s.code()), status.and_then(|s| s.signal())) {
                 (Some(code), _) => Some(Box::new(EndState::Exited { code })),
                 (None, Some(signal)) => Some(Box::new(EndState::Signaled {
                     signal,
@@ -480,7 +589,7 @@ fn end_state(end: &PluginEnd, status: std::process::ExitStatus, interrupted: &cr
             i.end_state()
         }
         PluginEnd::Died { fault_ip } => {
-            let signal = status.signal().unwrap_or(0);
+            let signal = status.and_then(|s| s.signal()).unwrap_or(0);
             EndState::Signaled {
                 signal,
                 name: signal_name(signal),

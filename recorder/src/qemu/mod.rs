@@ -20,6 +20,7 @@ pub mod guest_maps;
 pub mod hex;
 pub mod initial;
 pub mod launch;
+pub mod relaunch;
 pub mod report;
 pub mod scratch;
 pub mod stop;

@@ -140,6 +140,9 @@ pub struct Args {
     /// Track the pages the program writes, for the anchors `rtit record` takes
     /// (`anchors=on`; see `crate::qemu::written`).
     pub anchors: bool,
+    /// The plugin library's own path (`plugin=`, hex), for starting QEMU again with it on
+    /// the program an execve runs (`crate::qemu::relaunch`).
+    pub plugin: Option<std::path::PathBuf>,
 }
 
 impl Args {
@@ -162,6 +165,7 @@ impl Args {
                 "lip0" | "lip1" | "lip2" | "lip3" => out.lip[usize::from(key.as_bytes()[3] - b'0')] = hex()?,
                 "start" => out.start = Some(value.to_string()),
                 "exe" => out.exe = Some(unhex_path(value).ok_or_else(|| bad("not a path in hex"))?),
+                "plugin" => out.plugin = Some(unhex_path(value).ok_or_else(|| bad("not a path in hex"))?),
                 "truth" => out.truth = value == "on",
                 "check" => out.check = value == "on",
                 "anchors" => out.anchors = value == "on",
@@ -206,6 +210,9 @@ impl Args {
         if self.anchors {
             s.push_str(",anchors=on");
         }
+        if let Some(plugin) = &self.plugin {
+            s.push_str(&format!(",plugin={}", hex_path(plugin)));
+        }
         s
     }
 }
@@ -241,6 +248,14 @@ pub enum PluginEnd {
     Stopped {
         /// What.
         reason: String,
+    },
+    /// It called execve, which ran `program`: the plugin started QEMU again on it, recording
+    /// into the directory `exec` inside this one (`crate::qemu::relaunch`).
+    Exec {
+        /// The program's file (a script's interpreter).
+        program: String,
+        /// Its command line.
+        argv: Vec<String>,
     },
     /// `rtit record` asked the plugin to stop (it received this signal): the trace ends
     /// where the program was (between two blocks, or inside a system call).
@@ -322,6 +337,7 @@ mod tests {
             stop: Some(1001),
             check: true,
             anchors: true,
+            plugin: Some("/lib, with commas/plugin.so".into()),
         };
         let option = args.to_option();
         assert_eq!(Args::parse(option.split(',')), Ok(args));

@@ -40,7 +40,8 @@ pub enum StopError {
 /// number ([`HIGH_FD`] or above), so the program's own descriptors are numbered as without
 /// rtit; only QEMU inherits it.
 pub struct StopPipe {
-    read: OwnedFd,
+    /// Closed here once QEMU has it.
+    read: Option<OwnedFd>,
     write: OwnedFd,
 }
 
@@ -52,12 +53,15 @@ impl StopPipe {
         // SAFETY: `fd` is a new descriptor that nothing else owns.
         #[allow(unsafe_code)]
         let read = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-        Ok(Self { read, write })
+        Ok(Self {
+            read: Some(read),
+            write,
+        })
     }
 
     /// The descriptor number QEMU finds the read end at (`stop=` of the plugin).
     pub fn fd(&self) -> RawFd {
-        self.read.as_raw_fd()
+        self.read.as_ref().map_or(-1, |r| r.as_raw_fd())
     }
 
     /// Between fork and exec of QEMU: keeps the read end open across exec. Only a plain
@@ -69,23 +73,26 @@ impl StopPipe {
     }
 
     /// Waits for QEMU to end, calling `tick` every few milliseconds meanwhile (a progress
-    /// line). When `interrupted` is raised, writes the signal's number to the plugin once (a
-    /// second signal asks nothing more, so the recording under way is not lost), and kills
-    /// QEMU if it is still running `grace` later ([`GRACE`]).
+    /// line; it returns true when the recording under way ended while QEMU goes on, on the
+    /// program an execve ran: then `None`). When `interrupted` is raised, writes the signal's
+    /// number to the plugin once (a second signal asks nothing more, so the recording under
+    /// way is not lost), and kills QEMU if it is still running `grace` later ([`GRACE`]).
     pub fn wait(
-        self,
+        &mut self,
         child: &mut Child,
         interrupted: &Interrupt,
         grace: Duration,
-        tick: &mut dyn FnMut(),
-    ) -> Result<ExitStatus, StopError> {
-        drop(self.read);
+        tick: &mut dyn FnMut() -> bool,
+    ) -> Result<Option<ExitStatus>, StopError> {
+        drop(self.read.take());
         let mut asked: Option<(Instant, i32)> = None;
         loop {
             if let Some(status) = child.try_wait()? {
-                return Ok(status);
+                return Ok(Some(status));
             }
-            tick();
+            if tick() {
+                return Ok(None);
+            }
             match (asked, interrupted.signal()) {
                 (None, Some(signal)) => {
                     // A plugin that has gone already closed its end: EPIPE, nothing to do.
@@ -134,14 +141,15 @@ mod tests {
     /// descriptors, and reads the signal's number from it.
     #[test]
     fn the_signal_number_reaches_the_child_at_a_high_descriptor() {
-        let pipe = StopPipe::new().expect("pipe");
+        let mut pipe = StopPipe::new().expect("pipe");
         assert!(pipe.fd() >= HIGH_FD);
         let mut child = spawn(&pipe, "exec od -An -tu1 -N1 /proc/self/fd/FD");
         let interrupted = Interrupt::new();
         interrupted.raise(15);
         let status = pipe
-            .wait(&mut child, &interrupted, Duration::from_secs(30), &mut || {})
-            .expect("the child ends by itself");
+            .wait(&mut child, &interrupted, Duration::from_secs(30), &mut || false)
+            .expect("the child ends by itself")
+            .expect("QEMU's end, not an execve's");
         assert!(status.success(), "{status}");
         let mut out = String::new();
         child
@@ -156,12 +164,12 @@ mod tests {
     /// A child that does not answer is killed once the grace is over, and rtit says so.
     #[test]
     fn a_child_that_does_not_stop_is_killed_after_the_grace() {
-        let pipe = StopPipe::new().expect("pipe");
+        let mut pipe = StopPipe::new().expect("pipe");
         let mut child = spawn(&pipe, "exec sleep 100");
         let interrupted = Interrupt::new();
         interrupted.raise(2);
         let err = pipe
-            .wait(&mut child, &interrupted, Duration::from_millis(200), &mut || {})
+            .wait(&mut child, &interrupted, Duration::from_millis(200), &mut || false)
             .expect_err("it never stops by itself");
         assert!(
             matches!(&err, StopError::Killed { signal, .. } if signal == "SIGINT"),
@@ -174,11 +182,31 @@ mod tests {
     /// Without a signal, waiting is plain waiting; nothing is written to the pipe.
     #[test]
     fn without_a_signal_the_child_runs_to_its_end() {
-        let pipe = StopPipe::new().expect("pipe");
+        let mut pipe = StopPipe::new().expect("pipe");
         let mut child = spawn(&pipe, "exit 7");
         let status = pipe
-            .wait(&mut child, &Interrupt::new(), Duration::from_millis(1), &mut || {})
+            .wait(&mut child, &Interrupt::new(), Duration::from_millis(1), &mut || false)
             .expect("ends");
-        assert_eq!(status.code(), Some(7));
+        assert_eq!(status.map(|s| s.code()), Some(Some(7)));
+    }
+
+    /// A part that ends while the process goes on (an execve the plugin followed): the wait
+    /// returns without a status, and the process is waited for again later.
+    #[test]
+    fn a_tick_that_says_the_part_ended_returns_with_the_child_running() {
+        let mut pipe = StopPipe::new().expect("pipe");
+        let mut child = spawn(&pipe, "sleep 0.3; exit 3");
+        let mut ticks = 0;
+        let status = pipe
+            .wait(&mut child, &Interrupt::new(), Duration::from_millis(1), &mut || {
+                ticks += 1;
+                ticks == 3
+            })
+            .expect("waited");
+        assert_eq!(status, None, "returned at the third tick");
+        let status = pipe
+            .wait(&mut child, &Interrupt::new(), Duration::from_millis(1), &mut || false)
+            .expect("ends");
+        assert_eq!(status.map(|s| s.code()), Some(Some(3)));
     }
 }

@@ -12,7 +12,7 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 
 use super::tracee::{Regs, Tracee};
 use super::{StartAt, StepError, StepOptions};
-use crate::exec::{classify, read_call, Target};
+use crate::exec::{absolute, classify, read_call, Target};
 use crate::outcome::Outcome;
 
 /// One program's recording, and the next program's to make if it ran execve.
@@ -70,13 +70,14 @@ impl Next {
 }
 
 /// What the execve or execveat (`nr`) the tracee is about to make with registers `regs`
-/// runs.
-pub(super) fn target(tracee: &Tracee, nr: u64, regs: &Regs) -> Target {
+/// runs, and the file it names (absolute).
+pub(super) fn target(tracee: &Tracee, nr: u64, regs: &Regs) -> (Target, Option<PathBuf>) {
     let args = [regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9];
     let call = match read_call(nr, args, |at, buf| tracee.read(at, buf)) {
         Ok(call) => call,
-        Err(target) => return target,
+        Err(target) => return (target, None),
     };
     let cwd = std::fs::read_link(format!("/proc/{}/cwd", tracee.pid)).unwrap_or_else(|_| PathBuf::from("/"));
-    classify(Path::new(&call.path), &call.argv, &cwd)
+    let path = absolute(&call.path, &cwd);
+    (classify(Path::new(&call.path), &call.argv, &cwd), Some(path))
 }

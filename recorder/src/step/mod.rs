@@ -200,6 +200,8 @@ fn record_from(tracee: Tracee, regs_start: Regs, opts: StepOptions, warnings: Ve
     let mut resumed: Option<(Insn, u64, WaitStatus)> = None;
     // The new program's command line, once execve ran one.
     let mut exec_argv: Option<Vec<OsString>> = None;
+    // The file the last execve named (absolute), which the recording names if it ran.
+    let mut exec_path: Option<PathBuf> = None;
     let end = loop {
         if opts.interrupted.is_set() {
             regs_end = regs;
@@ -227,12 +229,13 @@ fn record_from(tracee: Tracee, regs_start: Regs, opts: StepOptions, warnings: Ve
             if pending.is_none() {
                 let unsupported = match syscall_nr {
                     nr::EXECVE | nr::EXECVEAT => match exec::target(&rec.tracee, syscall_nr, &regs) {
-                        Target::Unsupported(why) => Some(format!("the program calls execve, which {why}")),
+                        (Target::Unsupported(why), _) => Some(format!("the program calls execve, which {why}")),
                         // execve ends every other thread; rtit does not follow that yet.
-                        Target::Follow(_) if threads.any() => Some(crate::unfollowed::EXECVE_THREADS.to_string()),
+                        (Target::Follow(_), _) if threads.any() => Some(crate::unfollowed::EXECVE_THREADS.to_string()),
                         // The old program's last look, in case the call succeeds (a failing
                         // one goes on, and its end is looked at again).
-                        Target::Follow(_) | Target::Fails => {
+                        (Target::Follow(_) | Target::Fails, path) => {
+                            exec_path = path;
                             regs_end = regs;
                             memory_end = sideband::snapshot(&rec.tracee, &rec.current_map);
                             None
@@ -365,7 +368,9 @@ fn record_from(tracee: Tracee, regs_start: Regs, opts: StepOptions, warnings: Ve
                         .map(|a| std::ffi::OsStr::from_bytes(a).to_os_string())
                         .collect(),
                 );
-                let program = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+                let program = exec_path
+                    .take()
+                    .unwrap_or_else(|| std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default());
                 break EndState::Exec {
                     program: program.display().to_string(),
                     next: None,

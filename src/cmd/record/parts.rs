@@ -7,14 +7,16 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use rtit_recorder::outcome::Outcome;
-use rtit_recorder::step;
 use rtit_recorder::writer::Meta;
+use rtit_recorder::{qemu, step};
 use rtit_replay_core::recording::EndState;
 
 /// A program that execve started, not recorded yet.
 pub enum Next {
     /// Under ptrace, stopped at its first instruction.
     Step(step::Next),
+    /// Under QEMU started again, waiting for rtit at its first instruction.
+    Qemu(qemu::launch::Next),
 }
 
 impl Next {
@@ -22,6 +24,7 @@ impl Next {
     fn argv(&self) -> Vec<OsString> {
         match self {
             Self::Step(n) => n.argv.clone(),
+            Self::Qemu(n) => n.argv.clone(),
         }
     }
 
@@ -31,6 +34,10 @@ impl Next {
             Self::Step(n) => {
                 let part = n.record()?;
                 Ok((part.outcome, part.next.map(Self::Step)))
+            }
+            Self::Qemu(n) => {
+                let part = n.record()?;
+                Ok((part.outcome, part.next.map(Self::Qemu)))
             }
         }
     }

@@ -4,6 +4,7 @@
 
 mod deferred;
 mod entry;
+pub mod exec;
 mod outputs;
 mod start;
 mod syscalls;
@@ -90,6 +91,10 @@ pub struct Plugin {
     start_ip: Option<u64>,
     exit_code: Option<i32>,
     stop: Option<String>,
+    /// The program an execve ran, which the recording follows (`exec`).
+    exec: Option<(String, Vec<String>)>,
+    /// What starts QEMU again on it, once this recording is written.
+    relaunch: Option<exec::Relaunch>,
     /// The signal `rtit record` received, when it asked the recording to end.
     interrupted: Option<i32>,
     /// Processes the program created.
@@ -150,6 +155,8 @@ impl Plugin {
             entry_registers: RegisterMap::new(),
             start_ip: None,
             exit_code: None,
+            exec: None,
+            relaunch: None,
             stop: None,
             interrupted: None,
             children: Vec::new(),
@@ -473,6 +480,10 @@ impl Plugin {
         }
         let end = match (self.interrupted, &self.stop, self.exit_code) {
             (Some(signal), _, _) => PluginEnd::Interrupted { signal },
+            (None, None, _) if self.exec.is_some() => {
+                let (program, argv) = self.exec.clone().unwrap_or_default();
+                PluginEnd::Exec { program, argv }
+            }
             (None, Some(reason), _) => PluginEnd::Stopped { reason: reason.clone() },
             (None, None, Some(code)) if self.engine.ended() || self.start_ip.is_none() => PluginEnd::Exited { code },
             _ => PluginEnd::Died { fault_ip: fault },

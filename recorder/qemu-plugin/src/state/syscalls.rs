@@ -5,8 +5,9 @@ use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 
+use rtit_recorder::exec::Target;
 use rtit_recorder::outcome::RegisterMap;
-use rtit_recorder::qemu::engine::{Counts, SyscallAction};
+use rtit_recorder::qemu::engine::{Call, Counts, SyscallAction};
 use rtit_recorder::sideband::{diff, nr};
 use rtit_replay_core::recording::ChildProcess;
 use rtit_replay_core::syscall::{effect, logged_writes, SyscallRecord};
@@ -92,12 +93,14 @@ impl Plugin {
             self.engine.note_handler(h);
         }
         // Not a call that stops the recording (those are not deferred).
-        let _ = self.engine.syscall(call.number, false, counts);
+        let _ = self.engine.syscall(call.number, Call::Returns, counts);
         let placed = self.engine.take_last_syscall();
         self.deferred.placed(placed, self.engine.position());
     }
 
-    /// A system call starts; the engine is up to date.
+    /// A system call starts; the engine is up to date. An execve that runs a program rtit
+    /// follows ends the recording here, and what starts QEMU again on that program is kept
+    /// for [`Self::take_relaunch`].
     pub fn syscall(&mut self, number: u64, a: [u64; 6], counts: Counts) {
         if let Some(h) = self.entering(number, a) {
             self.engine.note_handler(h);
@@ -106,9 +109,23 @@ impl Plugin {
         if matches!(number, nr::EXIT | nr::EXIT_GROUP) {
             self.exit_code = Some(a[0] as i32);
         }
-        match self.engine.syscall(number, creates_thread, counts) {
+        let (exec, relaunch) = match number {
+            nr::EXECVE | nr::EXECVEAT => {
+                let (target, relaunch) = self.exec_target(number, a);
+                (Some(target), relaunch)
+            }
+            _ => (None, None),
+        };
+        let call = match &exec {
+            _ if creates_thread => Call::Stops(rtit_recorder::unfollowed::THREAD.into()),
+            Some(Target::Unsupported(why)) => Call::Stops(format!("the program calls execve, which {why}")),
+            Some(Target::Follow(_)) => Call::Ends,
+            _ => Call::Returns,
+        };
+        let tracing = self.engine.tracing() && !self.engine.ended();
+        match self.engine.syscall(number, call.clone(), counts) {
             SyscallAction::Stop(reason) => self.stop_and_run_on(counts, reason),
-            SyscallAction::Continue if creates_thread || matches!(number, nr::EXECVE | nr::EXECVEAT) => {
+            SyscallAction::Continue if !tracing && call != Call::Returns => {
                 // Before tracing started: the recording cannot follow these either.
                 let what = if creates_thread {
                     "created a thread"
@@ -120,11 +137,22 @@ impl Plugin {
                     format!("the program {what} before tracing started; not supported"),
                 );
             }
+            SyscallAction::Continue if call == Call::Ends && exec.is_some() => {
+                self.exec = relaunch.as_ref().map(|r| (r.program.clone(), r.command.clone()));
+                self.relaunch = relaunch;
+                self.finish(counts, None);
+            }
             SyscallAction::Continue => {}
         }
         if let Some((position, ip)) = self.engine.take_last_syscall() {
             self.syscall_record = Some(record(number, a, position, ip));
         }
+    }
+
+    /// What starts QEMU again on the program an execve ran, once this one's recording is
+    /// written (`crate::relaunch`).
+    pub fn take_relaunch(&mut self) -> Option<super::exec::Relaunch> {
+        self.relaunch.take()
     }
 
     /// A system call returned `ret`: completes its log entry, notes a process it created,

@@ -73,6 +73,19 @@ pub enum Start {
     At(u64),
 }
 
+/// What a system call does to the recording.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    /// It returns to the program (or fails), which goes on, recorded.
+    Returns,
+    /// It does not return: the program ends there (exit, exit_group, an execve that ran
+    /// another program), and so does its trace, after the call.
+    Ends,
+    /// The recording cannot follow it (a thread, an execve of what rtit does not record):
+    /// the trace ends before it, for this reason.
+    Stops(String),
+}
+
 /// What the plugin does after a system call's entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SyscallAction {
@@ -430,8 +443,9 @@ impl Engine {
         Ok(Some(ip))
     }
 
-    /// A system call starts: the last instruction of the running block.
-    pub fn syscall(&mut self, number: u64, creates_thread: bool, counts: Counts) -> SyscallAction {
+    /// A system call starts: the last instruction of the running block. What it does to the
+    /// recording (`call`) is the caller's to say; exit and exit_group end it whatever is said.
+    pub fn syscall(&mut self, number: u64, call: Call, counts: Counts) -> SyscallAction {
         if self.ended || self.model.is_none() {
             return SyscallAction::Continue;
         }
@@ -451,16 +465,11 @@ impl Engine {
             self.stats.anomalies += 1;
         }
         self.retire_part(p.id, p.first.min(kept - 1), kept - 1);
-        let stop = match number {
-            nr::EXECVE | nr::EXECVEAT => Some(crate::unfollowed::EXECVE),
-            nr::CLONE | nr::CLONE3 if creates_thread => Some(crate::unfollowed::THREAD),
-            _ => None,
-        };
-        if let Some(reason) = stop {
+        if let Call::Stops(reason) = call {
             // The trace ends before the call, as if interrupted there (FUP.PGD at it).
             self.ended = true;
             self.interrupt();
-            return SyscallAction::Stop(reason.to_string());
+            return SyscallAction::Stop(reason);
         }
         let before = self.position();
         self.retire(last, KERNEL, Some(0));
@@ -468,7 +477,7 @@ impl Engine {
         if self.position() > before {
             self.last_syscall = Some((before, last.ip));
         }
-        if matches!(number, nr::EXIT | nr::EXIT_GROUP) {
+        if matches!(number, nr::EXIT | nr::EXIT_GROUP) || call == Call::Ends {
             self.ended = true;
         } else {
             self.kernel = Kernel::Syscall {

@@ -244,7 +244,7 @@ fn a_stop_inside_a_system_call_counts_the_call_and_adds_nothing() {
     let mut e = engine();
     let a = e.add_block(block(&[(0x1000, NOP), (0x1001, &[0x0f, 0x05])]));
     e.executed(a, Counts::default()).expect("starts");
-    assert_eq!(e.syscall(35, false, full(2)), SyscallAction::Continue);
+    assert_eq!(e.syscall(35, Call::Returns, full(2)), SyscallAction::Continue);
     let before = e.take_trace();
     e.stop();
     assert!(e.ended());
@@ -389,11 +389,11 @@ fn the_base_after_a_system_call_is_its_blocks() {
     let b = e.add_block(block(&[(0x1004, NOP), (0x1005, SYSCALL)]));
     e.executed(a, Counts::default()).expect("starts");
     assert_eq!(e.block_base(), Some(0));
-    assert_eq!(e.syscall(39, false, full(3)), SyscallAction::Continue);
+    assert_eq!(e.syscall(39, Call::Returns, full(3)), SyscallAction::Continue);
     assert_eq!((e.position(), e.block_base()), (3, Some(0)));
     e.executed(b, full(3)).expect("after the call");
     assert_eq!(e.block_base(), Some(3));
-    assert_eq!(e.syscall(39, false, full(2)), SyscallAction::Continue);
+    assert_eq!(e.syscall(39, Call::Returns, full(2)), SyscallAction::Continue);
     assert_eq!((e.position(), e.block_base()), (5, Some(3)));
 }
 
