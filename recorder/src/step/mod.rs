@@ -38,7 +38,7 @@ use std::path::PathBuf;
 
 use nix::sys::ptrace;
 use nix::sys::signal::Signal;
-use nix::sys::wait::{waitpid, WaitStatus};
+use nix::sys::wait::WaitStatus;
 use rtit_replay_core::cofi::{Cofi, FarKind};
 use rtit_replay_core::recording::{EndState, InsnResult, Maps, SignalEntry, TraceEndRecord};
 use rtit_replay_core::regs::msr;
@@ -207,12 +207,7 @@ fn record_from(tracee: Tracee, regs_start: Regs, opts: StepOptions, warnings: Ve
             regs_end = regs;
             memory_end = sideband::snapshot(&rec.tracee, &rec.current_map);
             let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
-            // The traced threads are reaped first: the kernel reports the leader's end only
-            // once they are (waiting for it alone hung after a ^C with threads blocked).
-            for t in threads.tids().into_iter().chain([rec.tracee.pid]) {
-                let _ = waitpid(t, Some(nix::sys::wait::WaitPidFlag::__WALL));
-            }
-            let _ = waitpid(pid, Some(nix::sys::wait::WaitPidFlag::__WALL));
+            threads::reap(threads.tids().into_iter().chain([rec.tracee.pid]), pid);
             break opts.interrupted.end_state();
         }
         let tid = rec.tracee.pid;

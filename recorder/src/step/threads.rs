@@ -220,6 +220,25 @@ impl Threads {
     }
 }
 
+/// Reaps the killed program's threads `tids`, then its leader `pid`. The kernel reports the
+/// leader's end only once every other thread's is reaped (waiting for the leader alone hung
+/// after a ^C with threads blocked), and a thread whose step had ended reports that stop
+/// first, before its end (waiting once for it hung the same way, under load).
+pub(super) fn reap(tids: impl IntoIterator<Item = Pid>, pid: Pid) {
+    let mut all: Vec<Pid> = tids.into_iter().filter(|&t| t != pid).collect();
+    all.sort();
+    all.dedup();
+    all.push(pid);
+    for t in all {
+        loop {
+            match waitpid(t, Some(WaitPidFlag::__WALL)) {
+                Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    }
+}
+
 /// Waits for the single step of thread `tid`; with other threads about, gives up after
 /// `patience` ([`patience`]; `None`: the step is under way, blocked in the kernel). A
 /// PTRACE_EVENT stop is returned as it comes.
