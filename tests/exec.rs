@@ -21,6 +21,15 @@ fn rtit(args: &[&str], env: &[(&str, &str)]) -> Output {
         .expect("rtit")
 }
 
+/// `rtit record --backend BACKEND --truth FLAGS --out OUT -- COMMAND` with `env`.
+fn record(backend: &str, flags: &[&str], out: &Path, command: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut args = vec!["record", "--backend", backend, "--truth", "--out", s(out)];
+    args.extend_from_slice(flags);
+    args.push("--");
+    args.extend_from_slice(command);
+    rtit(&args, env)
+}
+
 fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
@@ -80,20 +89,7 @@ fn a_wrapper_is_followed_to_its_program(backend: &str) {
     let exe = common::gcc("tests/programs/exec_target.c", &["-O0"], &dir);
     let wrapper = wrapper(&dir, &exe);
     let out = dir.join("rec");
-    let result = rtit(
-        &[
-            "record",
-            "--backend",
-            backend,
-            "--truth",
-            "--out",
-            s(&out),
-            "--",
-            s(&wrapper),
-            "one",
-        ],
-        &[("SAID", "hi")],
-    );
+    let result = record(backend, &[], &out, &[s(&wrapper), "one"], &[("SAID", "hi")]);
     let stderr = String::from_utf8_lossy(&result.stderr);
     // twice(2 + 20) = 44, and 44 & 7 = 4.
     assert_eq!(result.status.code(), Some(4), "the target's status\n{stderr}");
@@ -156,21 +152,7 @@ fn a_failing_execve_goes_on_and_a_working_one_is_followed(backend: &str) {
     let dir = common::scratch("exec", &format!("failing-{backend}"));
     let exe = common::gcc("tests/programs/exec.c", &[], &dir);
     let out = dir.join("rec");
-    let result = rtit(
-        &[
-            "record",
-            "--backend",
-            backend,
-            "--truth",
-            "--start",
-            "main",
-            "--out",
-            s(&out),
-            "--",
-            s(&exe),
-        ],
-        &[],
-    );
+    let result = record(backend, &["--start", "main"], &out, &[s(&exe)], &[]);
     let stderr = String::from_utf8_lossy(&result.stderr);
     assert_eq!(result.status.code(), Some(5), "sh's status\n{stderr}");
     assert_eq!(String::from_utf8_lossy(&result.stdout), "ran\n", "{stderr}");
