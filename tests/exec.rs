@@ -223,3 +223,49 @@ fn a_pyenv_shim_is_followed_to_python() {
     assert!(replayed.contains("Breakpoint 1, PyRun_SimpleStringFlags"), "{replayed}");
     assert!(replayed.contains(&format!("\"{script}\\n\"")), "{replayed}");
 }
+
+/// `--start SYMBOL` applies to every program of the run that defines it: the wrapper's shell
+/// (no `twice`) is recorded whole, the target from `twice`.
+#[test]
+fn start_applies_to_each_program_that_defines_it() {
+    let dir = common::scratch("exec", "start");
+    let exe = common::gcc("tests/programs/exec_target.c", &["-O0"], &dir);
+    let wrapper = wrapper(&dir, &exe);
+    let out = dir.join("rec");
+    let result = record(
+        "qemu",
+        &["--start", "twice"],
+        &out,
+        &[s(&wrapper), "one"],
+        &[("SAID", "hi")],
+    );
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert_eq!(result.status.code(), Some(4), "{stderr}");
+    let parts = chain(&out);
+    assert_eq!(parts.len(), 2, "{stderr}");
+    let insns = Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .args(["insns"])
+        .arg(&parts[1].dir)
+        .output()
+        .expect("rtit insns");
+    let text = String::from_utf8_lossy(&insns.stdout);
+    let first = text
+        .lines()
+        .find(|l| l.trim_start().starts_with('0'))
+        .unwrap_or_default();
+    assert!(
+        first.contains("twice"),
+        "the target's first instruction is twice's: {first}\n{text}"
+    );
+    assert!(
+        parts[1].manifest.instructions < 20_000,
+        "twice to the exit, not the loader: {}",
+        parts[1].manifest.instructions
+    );
+    assert!(
+        parts[0].manifest.instructions > 10_000,
+        "the shell, whole: {}",
+        parts[0].manifest.instructions
+    );
+    common::assert_decode_is_truth(&parts[1], "the target from twice", 20);
+}

@@ -22,3 +22,11 @@ pub use target::{classify, Target};
 pub fn absolute(path: &std::path::Path, cwd: &std::path::Path) -> std::path::PathBuf {
     cwd.join(path).components().collect()
 }
+
+/// Whether the program `file` defines `symbol` (`main` found from the entry point's code in a
+/// stripped program): `--start SYMBOL` applies to every program of a run that has it, and a
+/// program without it (a wrapper) is recorded whole.
+pub fn defines(file: &std::path::Path, symbol: &str) -> bool {
+    std::fs::read(file)
+        .is_ok_and(|bytes| rtit_replay_core::image::defined_symbol(&file.display().to_string(), &bytes, symbol).is_ok())
+}

@@ -50,6 +50,15 @@ pub enum QemuError {
     /// The start point never ran.
     #[error("--start {0}: never executed")]
     StartNotReached(String),
+    /// The start symbol is in no program of the run (the first does not define it, and it
+    /// ran no other).
+    #[error("--start {at}: {program} does not define it")]
+    StartNotDefined {
+        /// The symbol.
+        at: String,
+        /// The program.
+        program: String,
+    },
     /// Before the start point ran, the program did something the recording cannot follow
     /// (a thread, execve): it ran on unrecorded, and nothing was recorded.
     #[error("--start {at}: {reason} before reaching it; it ran on unrecorded and {then}")]

@@ -97,22 +97,30 @@ pub struct Part {
 pub struct Next {
     session: Session,
     dir: PathBuf,
+    /// Its file (a script's interpreter).
     program: PathBuf,
     /// Its command line.
     pub argv: Vec<OsString>,
+    /// Where its recording starts.
+    start: StartAt,
 }
 
 impl Next {
-    /// Records it, from its first instruction.
+    /// Records it, from its first instruction, or from `--start`'s symbol where it defines
+    /// it (`super::relaunch::next_args`).
     pub fn record(self) -> Result<Part, QemuError> {
         let Self {
-            session, dir, program, ..
+            session,
+            dir,
+            program,
+            start,
+            ..
         } = self;
         let mut phase = Phase::Connecting;
         let scratch = ScratchDir::adopt(dir.clone());
         let interrupted = session.interrupted.clone();
-        let result = session.part(scratch, &StartAt::Entry, &program, &mut phase);
-        result.map_err(|e| interrupted.explain(e, || phase.during(&StartAt::Entry)))
+        let result = session.part(scratch, &start, &program, &mut phase);
+        result.map_err(|e| interrupted.explain(e, || phase.during(&start)))
     }
 }
 
@@ -154,21 +162,55 @@ fn launch(opts: &mut QemuOptions, phase: &mut Phase) -> Result<Part, QemuError> 
         program: program.display().to_string(),
         problem,
     })?;
-    let program = cwd.join(&run.file);
+    let program = crate::exec::absolute(&run.file, &cwd);
     // What runs killed before left (their drop never ran); then this run's.
     let tmp = std::env::temp_dir();
     super::scratch::remove_left_by_ended_runs(&tmp);
     let dir = super::scratch::path(&tmp, std::process::id());
     let scratch = ScratchDir::create(dir.clone()).map_err(io(&dir))?;
+    // `--start SYMBOL` applies to every program of the run that defines it: a script's
+    // interpreter that does not is recorded whole (as the plugin records it), if it runs
+    // another program; a program given directly must define it (a misspelt symbol, said at
+    // once).
+    let undefined = match &opts.start {
+        StartAt::Symbol(name) if !crate::exec::defines(&program, name) => Some(name.clone()),
+        _ => None,
+    };
+    if let (Some(name), 1) = (&undefined, run.argv.len() - opts.args.len()) {
+        return Err(QemuError::StartNotDefined {
+            at: name.clone(),
+            program: program.display().to_string(),
+        });
+    }
+    let first = if undefined.is_some() {
+        StartAt::Entry
+    } else {
+        opts.start.clone()
+    };
     let session = spawn(&qemu, &plugin, &program, &run.argv[1..], opts, scratch.path(), phase)?;
     *phase = Phase::Connecting;
     // The trace file stays in the scratch directory, which the outcome owns from here: the
     // writer moves it into the recording.
-    session.part(scratch, &opts.start, &program, phase).map(|mut part| {
-        // The program's warnings first, then the recording's (they were dropped).
-        part.outcome.warnings.splice(0..0, warnings);
-        part
-    })
+    let mut part = session.part(scratch, &first, &program, phase)?;
+    // The program's warnings first, then the recording's (they were dropped).
+    part.outcome.warnings.splice(0..0, warnings);
+    if let Some(name) = undefined {
+        let named = program.display().to_string();
+        if part.next.is_none() {
+            return Err(QemuError::StartNotDefined {
+                at: name,
+                program: named,
+            });
+        }
+        part.outcome.warnings.push(start_warning(&name, &named));
+    }
+    Ok(part)
+}
+
+/// What a recording of `program`, which does not define `--start`'s `symbol` but ran another
+/// program, says.
+pub fn start_warning(symbol: &str, program: &str) -> String {
+    format!("--start {symbol}: {program} does not define it, so it is recorded whole; each program it runs through execve is recorded from {symbol} where that program defines it")
 }
 
 /// Starts QEMU on `program` with `args` under the plugin, recording into `dir`.
@@ -461,9 +503,11 @@ impl Session {
             None => None,
         };
         let next = match &report.end {
-            PluginEnd::Exec { program, argv } => {
-                Some((PathBuf::from(program), argv.iter().map(OsString::from).collect()))
-            }
+            PluginEnd::Exec { file, argv, start, .. } => Some((
+                PathBuf::from(file),
+                argv.iter().map(OsString::from).collect(),
+                start.clone().map_or(StartAt::Entry, StartAt::Symbol),
+            )),
             _ => None,
         };
         let outcome = Outcome {
@@ -501,11 +545,12 @@ impl Session {
             end,
             config,
         };
-        let next = next.map(|(program, argv)| Next {
+        let next = next.map(|(program, argv, start)| Next {
             dir: dir.join(super::relaunch::NEXT),
             session: self,
             program,
             argv,
+            start,
         });
         Ok(Part { outcome, next })
     }

@@ -58,12 +58,14 @@ pub fn arguments(
 }
 
 /// The plugin arguments for the program an execve runs, `program` with `argc` arguments,
-/// after the one with `args`: the same configuration, recording from its first instruction
-/// into [`NEXT`] inside `args.out`.
+/// after the one with `args`: the same configuration, recording into [`NEXT`] inside
+/// `args.out`, from the same start symbol where `program` defines it, else from its first
+/// instruction (an address names a place in the first program only).
 pub fn next_args(args: &Args, program: &Path, argc: u64) -> Args {
+    let start = (args.start.clone()).filter(|s| !s.starts_with("0x") && crate::exec::defines(program, s));
     Args {
         out: Path::new(&args.out).join(NEXT).display().to_string(),
-        start: None,
+        start,
         exe: Some(program.to_path_buf()),
         argc,
         ..args.clone()
@@ -107,8 +109,18 @@ mod tests {
                 "1"
             ]
         );
-        let next = next_args(&args, Path::new("/bin/true"), 1);
-        assert_eq!((next.out.as_str(), next.start.as_deref()), ("/tmp/s/exec", None));
+        let next = next_args(&args, Path::new("/no/such/program"), 1);
+        assert_eq!(
+            (next.out.as_str(), next.start.as_deref()),
+            ("/tmp/s/exec", None),
+            "no main there"
+        );
+        let with_main = next_args(&args, Path::new("/bin/true"), 1);
+        assert_eq!(
+            with_main.start.as_deref(),
+            Some("main"),
+            "main from the entry point's code"
+        );
         assert_eq!(next.plugin, args.plugin);
         let (argv, preload) = arguments(Path::new("/p/lib.so"), &next, None, Path::new("/bin/true"), &[], None);
         assert_eq!(preload, "/p/lib.so");

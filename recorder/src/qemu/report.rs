@@ -252,10 +252,15 @@ pub enum PluginEnd {
     /// It called execve, which ran `program`: the plugin started QEMU again on it, recording
     /// into the directory `exec` inside this one (`crate::qemu::relaunch`).
     Exec {
-        /// The program's file (a script's interpreter).
+        /// The file execve named (a script's path for a script).
         program: String,
+        /// The program's file (a script's interpreter).
+        file: String,
         /// Its command line.
         argv: Vec<String>,
+        /// The symbol its recording starts at (`--start`, where it defines it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        start: Option<String>,
     },
     /// `rtit record` asked the plugin to stop (it received this signal): the trace ends
     /// where the program was (between two blocks, or inside a system call).

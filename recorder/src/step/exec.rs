@@ -36,12 +36,7 @@ impl Next {
         Self { tracee, opts, argv }
     }
 
-    /// The program's file, as the kernel names it (`/proc/PID/exe`).
-    pub fn program(&self) -> PathBuf {
-        std::fs::read_link(format!("/proc/{}/exe", self.tracee.pid)).unwrap_or_else(|_| self.opts.program.clone())
-    }
-
-    /// Records it, from its first instruction.
+    /// Records it, from its first instruction, or from `--start`'s symbol where it defines it.
     pub fn record(self) -> Result<Part, StepError> {
         let Self { mut tracee, opts, .. } = self;
         tracee.after_exec()?;
@@ -61,12 +56,22 @@ impl Next {
                 )))
             }
         }
-        let opts = StepOptions {
-            start: StartAt::Entry,
-            ..opts
+        // `--start SYMBOL` applies to every program that defines it; an address, to the first.
+        let start = match &opts.start {
+            StartAt::Symbol(name) if crate::exec::defines(&exe(&tracee), name) => opts.start.clone(),
+            _ => StartAt::Entry,
+        };
+        let regs = match start {
+            StartAt::Entry => regs,
+            _ => super::run_to(&tracee, &start, super::tracee::OPTIONS, &opts.interrupted)?,
         };
         super::record_from(tracee, regs, opts, Vec::new())
     }
+}
+
+/// The program `tracee` runs, as the kernel names it.
+fn exe(tracee: &Tracee) -> PathBuf {
+    std::fs::read_link(format!("/proc/{}/exe", tracee.pid)).unwrap_or_default()
 }
 
 /// What the execve or execveat (`nr`) the tracee is about to make with registers `regs`

@@ -22,8 +22,12 @@ pub struct Relaunch {
     pub stop: Option<i32>,
     /// The file execve named (absolute): the program, or the script, it runs.
     pub program: String,
+    /// The program's file (a script's interpreter).
+    pub file: String,
     /// The program's command line, as the kernel gives it.
     pub command: Vec<String>,
+    /// Where its recording starts (`--start`, where it defines the symbol).
+    pub start: Option<String>,
 }
 
 fn c(s: &OsStr) -> Option<CString> {
@@ -80,7 +84,9 @@ impl Plugin {
                 dir: Path::new(&next.out).to_path_buf(),
                 stop: next.stop,
                 program: absolute(&call.path, &cwd).display().to_string(),
+                file: file.display().to_string(),
                 command: run.argv.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
+                start: next.start.clone(),
             })
         };
         match all() {

@@ -92,7 +92,7 @@ pub struct Plugin {
     exit_code: Option<i32>,
     stop: Option<String>,
     /// The program an execve ran, which the recording follows (`exec`).
-    exec: Option<(String, Vec<String>)>,
+    exec: Option<PluginEnd>,
     /// What starts QEMU again on it, once this recording is written.
     relaunch: Option<exec::Relaunch>,
     /// The signal `rtit record` received, when it asked the recording to end.
@@ -480,10 +480,7 @@ impl Plugin {
         }
         let end = match (self.interrupted, &self.stop, self.exit_code) {
             (Some(signal), _, _) => PluginEnd::Interrupted { signal },
-            (None, None, _) if self.exec.is_some() => {
-                let (program, argv) = self.exec.clone().unwrap_or_default();
-                PluginEnd::Exec { program, argv }
-            }
+            (None, None, _) if self.exec.is_some() => self.exec.clone().unwrap_or(PluginEnd::Died { fault_ip: None }),
             (None, Some(reason), _) => PluginEnd::Stopped { reason: reason.clone() },
             (None, None, Some(code)) if self.engine.ended() || self.start_ip.is_none() => PluginEnd::Exited { code },
             _ => PluginEnd::Died { fault_ip: fault },

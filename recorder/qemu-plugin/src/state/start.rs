@@ -42,7 +42,10 @@ impl Plugin {
         }
         self.entry_registers = entry::registers(entry, rsp);
         self.maps = Some(GuestMaps::new(guest));
-        if let Some(symbol) = self.args.start.clone().filter(|s| !s.starts_with("0x")) {
+        // A program that does not define the start symbol (a wrapper) is recorded whole: the
+        // programs it runs are recorded from it where they define it (`--start`).
+        let defined = |s: &String| (self.args.exe.as_ref()).is_some_and(|exe| rtit_recorder::exec::defines(exe, s));
+        if let Some(symbol) = self.args.start.clone().filter(|s| !s.starts_with("0x") && defined(s)) {
             match self.resolve_symbol(&symbol) {
                 Ok(at) => self.engine.set_start(Start::At(at)),
                 Err(e) => {

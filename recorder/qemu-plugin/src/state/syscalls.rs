@@ -8,6 +8,7 @@ use std::path::Path;
 use rtit_recorder::exec::Target;
 use rtit_recorder::outcome::RegisterMap;
 use rtit_recorder::qemu::engine::{Call, Counts, SyscallAction};
+use rtit_recorder::qemu::report::PluginEnd;
 use rtit_recorder::sideband::{diff, nr};
 use rtit_replay_core::recording::ChildProcess;
 use rtit_replay_core::syscall::{effect, logged_writes, SyscallRecord};
@@ -138,7 +139,12 @@ impl Plugin {
                 );
             }
             SyscallAction::Continue if call == Call::Ends && exec.is_some() => {
-                self.exec = relaunch.as_ref().map(|r| (r.program.clone(), r.command.clone()));
+                self.exec = relaunch.as_ref().map(|r| PluginEnd::Exec {
+                    program: r.program.clone(),
+                    file: r.file.clone(),
+                    argv: r.command.clone(),
+                    start: r.start.clone(),
+                });
                 self.relaunch = relaunch;
                 self.finish(counts, None);
             }
