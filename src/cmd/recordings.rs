@@ -38,6 +38,9 @@ pub fn open(arg: Option<&Path>) -> Result<Recording> {
     Ok(rec)
 }
 
+/// More programs than this in one run's chain of execve calls is taken for a loop.
+const MOST_PROGRAMS: usize = 100_000;
+
 /// The recording of the last program `rec`'s run became through execve (`rec` itself if it
 /// ran none), said on stderr when it is another: a wrapper's recording is mostly of the
 /// program it runs. Each program's recording lies in its own directory, served by naming it.
@@ -51,9 +54,10 @@ pub fn last_program(rec: Recording) -> Result<Recording> {
     } = &rec.manifest.end
     {
         let dir = lexical(&rec.dir.join(next));
-        if chain.len() > 64 {
+        // Only a hand-edited manifest can make the chain go round.
+        if chain.len() > MOST_PROGRAMS {
             bail!(
-                "{}: more than 64 programs follow each other through execve",
+                "{}: more than {MOST_PROGRAMS} programs follow each other through execve",
                 first.display()
             );
         }
