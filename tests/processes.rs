@@ -71,9 +71,22 @@ fn interrupt(
     ready: impl Fn(u32) -> bool,
     signals: &[Signal],
 ) -> (Recording, i32, String) {
+    interrupt_with(name, &["--backend", "qemu"], program, ready, signals)
+}
+
+/// [`interrupt`] with `options` for `rtit record`.
+fn interrupt_with(
+    name: &str,
+    options: &[&str],
+    program: &[&str],
+    ready: impl Fn(u32) -> bool,
+    signals: &[Signal],
+) -> (Recording, i32, String) {
     let out = common::scratch("processes", name).join("rec");
     let mut rtit = rtit()
-        .args(["record", "--backend", "qemu", "--out", s(&out), "--"])
+        .arg("record")
+        .args(options)
+        .args(["--out", s(&out), "--"])
         .args(program)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -185,6 +198,30 @@ fn sigterm_stops_a_qemu_recording_of_a_program_blocked_in_a_system_call() {
     assert!(
         text.contains("\"insn\":\"syscall\"") && text.contains("nanosleep"),
         "the history ends in the sleep's system call:\n{text}"
+    );
+}
+
+/// SIGTERM to rtit stops a step recording of a program blocked in `sleep 100` at once (the
+/// wait for the call's single step is given up; it waited for the call to return): the
+/// history ends before the call, every instruction decoded.
+#[test]
+fn sigterm_stops_a_step_recording_of_a_program_blocked_in_a_system_call() {
+    let sleep = which("sleep");
+    let asleep = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/syscall"))
+            .is_ok_and(|t| matches!(t.split_whitespace().next(), Some("230" | "35")))
+    };
+    let options = ["--backend", "step", "--start", "main"];
+    let (rec, status, stderr) = interrupt_with("step-sleep", &options, &[s(&sleep), "100"], asleep, &[Signal::SIGTERM]);
+    assert_eq!(status, 143, "128 + SIGTERM\n{stderr}");
+    assert_eq!(rec.manifest.end, interrupted(Signal::SIGTERM));
+    decodes_exactly(&rec, "sleep under step");
+    let n = rec.manifest.instructions;
+    let last = run(&["insns", "--json", "--range", &format!("{}..{n}", n - 1), s(&rec.dir)]);
+    let text = String::from_utf8_lossy(&last.stdout);
+    assert!(
+        text.contains("nanosleep"),
+        "the history ends at the sleep's system call:\n{text}"
     );
 }
 

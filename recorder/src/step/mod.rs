@@ -315,7 +315,8 @@ fn record_from(tracee: Tracee, regs_start: Regs, opts: StepOptions, warnings: Ve
             }
             ptrace::step(tid, pending.take()).map_err(|e| StepError::Ptrace(format!("PTRACE_SINGLESTEP: {e}")))?;
             let status = loop {
-                match threads::wait_step(tid, threads.any(), threads::patience(syscall_nr, &regs))? {
+                let patience = threads::patience(syscall_nr, &regs);
+                match threads::wait_step(tid, threads.any(), patience, syscall_nr != u64::MAX, &opts.interrupted)? {
                     Some(status) => match threads::clone_event(tid, &status)? {
                         Some(new) => {
                             threads.created(&rec.tracee, new)?;
@@ -331,6 +332,11 @@ fn record_from(tracee: Tracee, regs_start: Regs, opts: StepOptions, warnings: Ve
                 }
             };
             let Some(status) = status else {
+                if !threads.any() {
+                    // rtit was asked to stop while the only thread waits in a system call:
+                    // the top of the loop ends the recording before the call.
+                    continue;
+                }
                 // Blocked in the kernel (a system call waiting for another thread): it waits
                 // with its step under way, and the next thread that can run does.
                 let held = Held {

@@ -240,11 +240,20 @@ pub(super) fn reap(tids: impl IntoIterator<Item = Pid>, pid: Pid) {
 }
 
 /// Waits for the single step of thread `tid`; with other threads about, gives up after
-/// `patience` ([`patience`]; `None`: the step is under way, blocked in the kernel). A
-/// PTRACE_EVENT stop is returned as it comes.
-pub(super) fn wait_step(tid: Pid, others: bool, patience: Duration) -> Result<Option<WaitStatus>, StepError> {
+/// `patience` ([`patience`]; `None`: the step is under way, blocked in the kernel). A step
+/// of a system call (`syscall`) is also given up when rtit is asked to stop (`interrupted`;
+/// `None` then too): it may block for as long as the program likes, and a signal to rtit
+/// does not end the wait. A PTRACE_EVENT stop is returned as it comes.
+pub(super) fn wait_step(
+    tid: Pid,
+    others: bool,
+    patience: Duration,
+    syscall: bool,
+    interrupted: &crate::interrupt::Interrupt,
+) -> Result<Option<WaitStatus>, StepError> {
     let flags = WaitPidFlag::__WALL;
-    if !others {
+    if !others && !syscall {
+        // Any other instruction's step ends at once: the fast path.
         return waitpid(tid, Some(flags))
             .map(Some)
             .map_err(|e| StepError::Ptrace(format!("waitpid: {e}")));
@@ -254,12 +263,18 @@ pub(super) fn wait_step(tid: Pid, others: bool, patience: Duration) -> Result<Op
         match waitpid(tid, Some(flags | WaitPidFlag::WNOHANG))
             .map_err(|e| StepError::Ptrace(format!("waitpid: {e}")))?
         {
-            WaitStatus::StillAlive if since.elapsed() < patience => std::thread::yield_now(),
-            WaitStatus::StillAlive => return Ok(None),
+            WaitStatus::StillAlive if interrupted.is_set() => return Ok(None),
+            WaitStatus::StillAlive if others && since.elapsed() >= patience => return Ok(None),
+            // Most calls return within microseconds; a long one is not spun on.
+            WaitStatus::StillAlive if since.elapsed() < SPIN => std::thread::yield_now(),
+            WaitStatus::StillAlive => std::thread::sleep(Duration::from_micros(500)),
             status => return Ok(Some(status)),
         }
     }
 }
+
+/// How long a system call's step is spun on before the wait sleeps between looks.
+const SPIN: Duration = Duration::from_millis(1);
 
 /// Whether `status` is thread `tid`'s PTRACE_EVENT_CLONE stop; then the new thread's id.
 pub(super) fn clone_event(tid: Pid, status: &WaitStatus) -> Result<Option<Pid>, StepError> {
