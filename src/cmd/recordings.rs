@@ -11,8 +11,9 @@ use rtit_replay_core::recording::{default_root, EndState, Recording};
 /// carries no seal (made by an older rtit).
 pub fn open(arg: Option<&Path>) -> Result<Recording> {
     let dir: PathBuf = match arg {
-        // A name `rtit ls` lists, as rr takes one: a recording under the default root.
-        Some(name) if !name.exists() && name.components().count() == 1 && default_root().join(name).is_dir() => {
+        // A name `rtit ls` lists, as rr takes one: a recording under the default root (or
+        // one inside it, of a program its execve ran: `NAME/exec-1`).
+        Some(name) if !name.exists() && name.is_relative() && default_root().join(name).is_dir() => {
             default_root().join(name)
         }
         Some(dir) => dir.to_path_buf(),
