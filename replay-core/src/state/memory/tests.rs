@@ -254,3 +254,40 @@ fn covering_needs_every_known_byte_with_its_value() {
     assert!(fills.covers(&gaps), "where the gap was, any value");
     assert!(!fills.covers(&exact));
 }
+
+/// A second forget of all memory with nothing learnt between is free, and exact: whatever
+/// was learnt since the last one (a write, zeros, partly known bits, another state's bytes)
+/// is forgotten by the next; what is forgotten meanwhile stays so; read-only pages stay.
+#[test]
+fn forgetting_all_again_drops_exactly_what_was_learnt_since() {
+    let space = AddressSpace::new();
+    let mut m = Memory::new();
+    m.write(0x2000, &[1; 8]);
+    m.set_readonly([(0x2000, 0x1000)].into());
+    m.forget_all();
+    m.forget_all();
+    assert_eq!(m.read(0x2000, 8, &space), Some(vec![1; 8]), "read-only, kept");
+    m.write(0x5000, &[2; 8]);
+    m.forget_all();
+    assert_eq!(m.read(0x5000, 1, &space), None, "a write since is forgotten");
+    m.zero(0x10_0000, 3 * PAGE);
+    m.forget_all();
+    assert_eq!(m.read(0x10_1000, 1, &space), None, "zeros since are forgotten");
+    m.write_bits(0x6000, 0x40, 0x40);
+    m.forget_all();
+    assert_eq!(m.read_bits(0x6000, &space), (0, 0), "partly known bits too");
+    let mut other = Memory::new();
+    other.write(0x7000, &[3; 4]);
+    m.absorb(&other);
+    m.forget_all();
+    assert_eq!(m.read(0x7000, 1, &space), None, "absorbed bytes too");
+    m.forget(0x2000, 8);
+    m.forget_all();
+    assert_eq!(m.read(0x2000, 1, &space), None, "forgotten stays forgotten");
+    m.set_readonly([(0x8000, 0x1000)].into());
+    m.write(0x8000, &[4; 2]);
+    m.forget_all();
+    m.set_readonly([].into());
+    m.forget_all();
+    assert_eq!(m.read(0x8000, 1, &space), None, "a page read-only no more");
+}
