@@ -30,3 +30,32 @@ pub fn defines(file: &std::path::Path, symbol: &str) -> bool {
     std::fs::read(file)
         .is_ok_and(|bytes| rtit_replay_core::image::defined_symbol(&file.display().to_string(), &bytes, symbol).is_ok())
 }
+
+/// What the recording of `program`, a script's interpreter that does not define `--start`'s
+/// `symbol`, says when it ran another program.
+pub fn start_warning(symbol: &str, program: &str) -> String {
+    format!("--start {symbol}: {program} does not define it, so it is recorded whole; each program it runs through execve is recorded from {symbol} where that program defines it")
+}
+
+/// Whether the recording of `program` run with `args` (from rtit's working directory) starts
+/// at its entry although `--start` names `symbol`: `Some(interpreter)` for a script whose
+/// interpreter does not define it (recorded whole, and the programs it runs from `symbol`);
+/// `None` where the program defines it. `Err` names a program given directly that does not
+/// (a misspelt symbol, said before anything runs).
+pub fn start_elsewhere(
+    program: &std::path::Path,
+    args: &[std::ffi::OsString],
+    symbol: &str,
+) -> Result<Option<std::path::PathBuf>, String> {
+    let mut argv = vec![program.as_os_str().to_os_string()];
+    argv.extend(args.iter().cloned());
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let file = interpreters(program, &argv, &cwd).map_or_else(|_| program.to_path_buf(), |r| absolute(&r.file, &cwd));
+    if defines(&file, symbol) {
+        return Ok(None);
+    }
+    if file == absolute(program, &cwd) {
+        return Err(format!("{} does not define it", program.display()));
+    }
+    Ok(Some(file))
+}

@@ -20,6 +20,7 @@ pub mod guest_maps;
 pub mod hex;
 pub mod initial;
 pub mod launch;
+mod part;
 pub mod relaunch;
 pub mod report;
 pub mod scratch;

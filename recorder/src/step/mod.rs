@@ -145,22 +145,16 @@ pub fn record(opts: StepOptions) -> Result<Part, StepError> {
     opts.interrupted.check(|| "starting the program".into())?;
     // `--start SYMBOL` applies to every program of the run that defines it: a script's
     // interpreter that does not is recorded whole, if it runs another program.
-    let mut argv = vec![program.clone().into_os_string()];
-    argv.extend(opts.args.iter().cloned());
-    let cwd = std::env::current_dir().unwrap_or_default();
-    let elf = crate::exec::interpreters(&program, &argv, &cwd).map_or_else(|_| program.clone(), |r| r.file);
-    let undefined = match &opts.start {
-        StartAt::Symbol(name) if !crate::exec::defines(&elf, name) => Some(name.clone()),
+    let elsewhere = match &opts.start {
+        StartAt::Symbol(name) => crate::exec::start_elsewhere(&program, &opts.args, name)
+            .map_err(|problem| StepError::Start {
+                at: name.clone(),
+                problem,
+            })?
+            .map(|interpreter| (name.clone(), interpreter)),
         _ => None,
     };
-    if let (Some(name), false) = (&undefined, elf != program) {
-        // A program given directly: a misspelt symbol, said at once.
-        return Err(StepError::Start {
-            at: name.clone(),
-            problem: format!("{} does not define it", program.display()),
-        });
-    }
-    let first = if undefined.is_some() {
+    let first = if elsewhere.is_some() {
         StartAt::Entry
     } else {
         opts.start.clone()
@@ -168,17 +162,15 @@ pub fn record(opts: StepOptions) -> Result<Part, StepError> {
     let tracee = Tracee::spawn(&program, &opts.args, opts.aslr)?;
     let regs_start = run_to(&tracee, &first, tracee::OPTIONS, &opts.interrupted)?;
     let mut part = record_from(tracee, regs_start, opts, warnings)?;
-    if let Some(name) = undefined {
-        let named = elf.display().to_string();
+    if let Some((name, interpreter)) = elsewhere {
+        let named = interpreter.display().to_string();
         if part.next.is_none() {
             return Err(StepError::Start {
                 at: name,
                 problem: format!("{named} does not define it"),
             });
         }
-        part.outcome
-            .warnings
-            .push(crate::qemu::launch::start_warning(&name, &named));
+        part.outcome.warnings.push(crate::exec::start_warning(&name, &named));
     }
     Ok(part)
 }
