@@ -9,19 +9,15 @@
 //! `cargo bench --bench exec`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::process::Command;
 
 use rtit_replay_core::recording::{EndState, Recording};
 
-const RUNS: usize = 5;
+#[path = "common/timing.rs"]
+mod timing;
+use timing::time;
 
-fn time(cmd: &mut Command) -> f64 {
-    let started = Instant::now();
-    let status = cmd.stdout(Stdio::null()).stderr(Stdio::null()).status().expect("run");
-    assert!(status.success(), "{cmd:?}: {status}");
-    started.elapsed().as_secs_f64()
-}
+const RUNS: usize = 5;
 
 fn range(v: &[f64]) -> String {
     let lo = v.iter().copied().fold(f64::MAX, f64::min);

@@ -15,10 +15,13 @@
 //! `cargo bench --bench qemu_record`; `RTIT_QEMU_BENCH=sort,gzip` picks workloads.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::process::Command;
 
 use rtit_replay_core::recording::Recording;
+
+#[path = "common/timing.rs"]
+mod timing;
+use timing::time;
 
 /// Runs each.
 const RUNS: usize = 3;
@@ -85,14 +88,6 @@ fn workloads(dir: &Path) -> Vec<Workload> {
             args: vec!["-c".into(), json(20_000)],
         },
     ]
-}
-
-/// Seconds `cmd` takes, which must succeed.
-fn time(cmd: &mut Command) -> f64 {
-    let started = Instant::now();
-    let status = cmd.stdout(Stdio::null()).stderr(Stdio::null()).status().expect("run");
-    assert!(status.success(), "{cmd:?}: {status}");
-    started.elapsed().as_secs_f64()
 }
 
 fn range(v: &[f64]) -> String {
