@@ -115,6 +115,12 @@ fn a_wrapper_is_followed_to_its_program(backend: &str) {
     for (k, part) in parts.iter().enumerate() {
         common::assert_decode_is_truth(part, &format!("{backend} part {k}"), 10_000);
     }
+    // `rtit info` of the first names the program it ran and which one a replay serves.
+    let info = rtit(&["info", s(&out)], &[]);
+    let info = String::from_utf8_lossy(&info.stdout);
+    let then = format!("then          exec-1: {} one (exited with status 4)", exe.display());
+    assert!(info.contains(&then), "{info}");
+    assert!(info.contains("`rtit replay` serves exec-1"), "{info}");
     let native = native(&exe);
     assert!(native.contains("x=22") && native.contains("= 44"), "native: {native}");
     let server = Server::start(&parts[0]);

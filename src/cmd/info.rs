@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 use rtit_replay_core::recording::files;
+use rtit_replay_core::recording::EndState;
 use rtit_replay_core::regs::ctl;
 
 use super::recordings;
@@ -37,6 +38,32 @@ pub fn run(args: &InfoArgs) -> Result<()> {
     println!("command       {}", m.command.join(" "));
     println!("backend       {}", m.backend);
     println!("ended         {}", m.end);
+    // The programs its execve calls ran after it, each a recording of its own: `rtit replay`
+    // serves the last.
+    let mut then = rec.manifest.end.clone();
+    let mut dir = rec.dir.clone();
+    let mut after = Vec::new();
+    while let EndState::Exec { next: Some(next), .. } = then {
+        dir = dir.join(next);
+        match rtit_replay_core::recording::Recording::open(&dir) {
+            Ok(r) => {
+                let name = dir.file_name().unwrap_or_default().to_string_lossy().into_owned();
+                after.push((name, format!("{} ({})", r.manifest.command.join(" "), r.manifest.end)));
+                then = r.manifest.end;
+            }
+            Err(e) => {
+                after.push((dir.display().to_string(), format!("unreadable: {e}")));
+                break;
+            }
+        }
+    }
+    for (k, (name, line)) in after.iter().enumerate() {
+        let label = if k == 0 { "then" } else { "" };
+        println!("{label:<14}{name}: {line}");
+    }
+    if let Some((last, _)) = after.last() {
+        println!("{:<14}`rtit replay` serves {last}; `--no-follow`, this one", "");
+    }
     println!("instructions  {}", m.instructions);
     println!("trace         {} bytes", m.trace_bytes);
     println!("started at    {:#x}", m.start_ip);
