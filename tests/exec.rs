@@ -262,9 +262,10 @@ fn start_applies_to_each_program_that_defines_it() {
     assert_eq!(result.status.code(), Some(4), "{stderr}");
     let parts = chain(&out);
     assert_eq!(parts.len(), 2, "{stderr}");
+    // By name, as `rtit ls` lists it, under the directory recordings go to.
     let insns = Command::new(env!("CARGO_BIN_EXE_rtit"))
-        .args(["insns"])
-        .arg(&parts[1].dir)
+        .args(["insns", "rec/exec-1"])
+        .env("RTIT_DIR", &dir)
         .output()
         .expect("rtit insns");
     let text = String::from_utf8_lossy(&insns.stdout);

@@ -77,7 +77,9 @@ impl TraceArgs {
     /// Loads the images and decodes the trace.
     pub fn load(&self) -> Result<History> {
         let (mut space, trace, mut config, gaps, rec) = match &self.source {
-            Some(file) if !file.is_dir() => {
+            // A file that is there is a raw trace; anything else names a recording (a
+            // directory, or a name `rtit ls` lists, such as `sort-0/exec-1`).
+            Some(file) if file.is_file() => {
                 if self.images.is_empty() && self.raw.is_empty() {
                     bail!("no code to decode a raw trace against: give --image FILE[@ADDR] or --raw FILE@ADDR");
                 }
