@@ -21,11 +21,13 @@ mod ffi;
 mod floor;
 mod high_fds;
 mod published;
+mod registers;
 mod ring;
 mod sample_signal;
 mod shared;
 mod state;
 mod stop;
+mod threads;
 mod timestamps;
 mod translated;
 mod versioned;
@@ -80,7 +82,7 @@ fn gated(block: Started) {
 
 /// Puts `entry` into the ring, waiting for room if it is full.
 #[inline]
-fn push(entry: Started) {
+pub(crate) fn push(entry: Started) {
     if ring::push(entry) {
         return;
     }
@@ -172,6 +174,12 @@ extern "C" fn syscall(
     }
     let counts = ring::running();
     let (number, args) = (num as u64, [a1, a2, a3, a4, a5, a6]);
+    if threads::passes_turn(number) && with_plugin(|p| p.deferrable(number, args)) == Some(true) {
+        // It may wait in the kernel for another thread: that one's turn comes meanwhile,
+        // and the call is noted at its return, in its place in the ring (`threads`).
+        threads::leave(threads::LeftAt { number, args, counts });
+        return;
+    }
     // An ordinary call goes into the ring as a mark, for the engine to settle when it gets
     // there; the vCPU goes on (see `state::deferred`).
     let deferred = with_plugin(|p| {
@@ -211,9 +219,19 @@ extern "C" fn syscall(
     }
 }
 
-extern "C" fn syscall_ret(_id: PluginId, _vcpu: c_uint, num: i64, ret: i64) {
+extern "C" fn syscall_ret(_id: PluginId, vcpu: c_uint, num: i64, ret: i64) {
     if inert() {
         return;
+    }
+    if let Some(call) = threads::back(vcpu) {
+        if inert() {
+            return;
+        }
+        with_plugin(|p| p.syscall_deferred(call.number, call.args));
+        push(Started {
+            id: state::MARK,
+            before: call.counts,
+        });
     }
     with_plugin(|p| p.syscall_ret(num as u64, ret));
     // The program set a signal's action: QEMU 9+ gives a default or ignored one no host
@@ -351,8 +369,10 @@ extern "C" fn vcpu_init(_id: PluginId, vcpu: c_uint) {
     }
     if vcpu == 0 {
         sample_signal::catch();
-        timestamps::vcpu_ready();
+        registers::vcpu_ready();
     }
+    // A thread of the program starts: it waits for its turn (`threads`).
+    threads::arrive(vcpu);
 }
 
 /// Tells `rtit record` where the position counters and the signal handlers are in this

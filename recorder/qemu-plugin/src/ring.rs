@@ -51,6 +51,11 @@ pub fn running() -> Counts {
     }
 }
 
+/// Another vCPU runs from now on (`threads`): the running block is its, counted from here.
+pub fn restart() {
+    BLOCK_STARTED.store(started().load(Ordering::Relaxed), Ordering::Relaxed);
+}
+
 /// Block `id` starts on the vCPU: the entry for it, the running block's counts now final.
 pub fn starts(id: u32) -> Started {
     let started = started().load(Ordering::Relaxed);

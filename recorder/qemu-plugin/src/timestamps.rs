@@ -17,50 +17,14 @@
 #![allow(unsafe_code)]
 
 use std::collections::{HashSet, VecDeque};
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 use crate::ffi::{self, Insn};
 
 /// `QEMU_PLUGIN_CB_R_REGS`.
 const CB_R_REGS: c_int = 1;
-
-/// `qemu_plugin_reg_descriptor`.
-#[repr(C)]
-struct RegDescriptor {
-    handle: *mut c_void,
-    name: *const c_char,
-    feature: *const c_char,
-}
-
-/// glib's `GArray` and `GByteArray` (the same two leading fields).
-#[repr(C)]
-struct GArray {
-    data: *mut u8,
-    len: c_uint,
-}
-
-type GetRegisters = unsafe extern "C" fn() -> *mut GArray;
-type ReadRegister = unsafe extern "C" fn(handle: *mut c_void, buf: *mut GArray) -> c_int;
-type ByteArrayNew = unsafe extern "C" fn() -> *mut GArray;
-type ByteArraySetSize = unsafe extern "C" fn(array: *mut GArray, len: c_uint) -> *mut GArray;
-
-/// The calls and the general registers' handles, once vCPU 0 exists.
-struct Registers {
-    read: ReadRegister,
-    set_size: ByteArraySetSize,
-    /// A buffer of glib's, which `read` appends to (only vCPU 0 uses it).
-    buf: *mut GArray,
-    handles: Vec<(&'static str, *mut c_void)>,
-}
-
-// SAFETY: QEMU's handles and a buffer only the vCPU's callbacks touch, one at a time.
-unsafe impl Send for Registers {}
-// SAFETY: as above.
-unsafe impl Sync for Registers {}
-
-static REGISTERS: OnceLock<Registers> = OnceLock::new();
 
 /// Where a callback reads an instruction's result: the instruction's index in its block
 /// (`None`: it ended the block before the running one), its address, and the registers it
@@ -86,46 +50,6 @@ static SUCCESSORS: Mutex<Option<HashSet<u64>>> = Mutex::new(None);
 static ENDED: AtomicUsize = AtomicUsize::new(0);
 static ENDED_PUSHED: AtomicU64 = AtomicU64::new(0);
 
-/// vCPU 0 exists: finds the registers where QEMU lets plugins read them (API 2 and later).
-pub fn vcpu_ready() {
-    let find = |name: &CStr| crate::versioned::lookup(name);
-    let (get, read, new, set_size) = (
-        find(c"qemu_plugin_get_registers"),
-        find(c"qemu_plugin_read_register"),
-        find(c"g_byte_array_new"),
-        find(c"g_byte_array_set_size"),
-    );
-    if [get, read, new, set_size].iter().any(|p| p.is_null()) || REGISTERS.get().is_some() {
-        return;
-    }
-    // SAFETY: the signatures of qemu-plugin.h (API 2 and later) and glib; the descriptors
-    // array is QEMU's, read (not freed: one small array for the process's life).
-    unsafe {
-        let get = std::mem::transmute::<*mut c_void, GetRegisters>(get);
-        let array = get();
-        if array.is_null() {
-            return;
-        }
-        let descriptors = std::slice::from_raw_parts((*array).data.cast::<RegDescriptor>(), (*array).len as usize);
-        let handles = descriptors
-            .iter()
-            .filter(|d| !d.name.is_null())
-            .filter_map(|d| {
-                let name = CStr::from_ptr(d.name).to_str().ok()?;
-                let known = rtit_recorder::qemu::timestamps::GPRS.iter().find(|g| **g == name)?;
-                Some((*known, d.handle))
-            })
-            .collect();
-        let new = std::mem::transmute::<*mut c_void, ByteArrayNew>(new);
-        let _ = REGISTERS.set(Registers {
-            read: std::mem::transmute::<*mut c_void, ReadRegister>(read),
-            set_size: std::mem::transmute::<*mut c_void, ByteArraySetSize>(set_size),
-            buf: new(),
-            handles,
-        });
-    }
-}
-
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -144,7 +68,7 @@ fn site(index: Option<u32>, ip: u64, regs: Vec<&'static str>) -> usize {
 /// # Safety
 /// During a translation callback, with handles of its block.
 pub unsafe fn instrument(insns: &[(*mut Insn, u64, &[u8])], kept: usize) {
-    if REGISTERS.get().is_none() || kept == 0 {
+    if !crate::registers::available() || kept == 0 {
         return;
     }
     if let Some((first, start, _)) = insns.first() {
@@ -200,28 +124,13 @@ fn read(site: usize) {
     if crate::published::GATE.load(Ordering::Relaxed) != 0 {
         return;
     }
-    let Some(r) = REGISTERS.get() else { return };
     let Some(regs) = lock(&SITES).get(site).map(|s| s.regs.clone()) else {
         return;
     };
     let mut values = Vec::with_capacity(regs.len());
     for name in regs {
-        let Some((_, handle)) = r.handles.iter().find(|(n, _)| *n == name) else {
+        let Some(value) = crate::registers::value(name) else {
             return;
-        };
-        // SAFETY: QEMU's register handle and glib buffer, in a callback registered to read
-        // registers, on the vCPU.
-        let value = unsafe {
-            (r.set_size)(r.buf, 0);
-            let n = (r.read)(*handle, r.buf);
-            if n != 8 || (*r.buf).len != 8 {
-                return;
-            }
-            u64::from_le_bytes(
-                std::slice::from_raw_parts((*r.buf).data, 8)
-                    .try_into()
-                    .unwrap_or_default(),
-            )
         };
         values.push(value);
     }

@@ -176,6 +176,20 @@ pub fn vcpu_ready(vcpu: u32) -> Result<(), String> {
     Ok(())
 }
 
+/// vCPU `vcpu` runs from now on (the program's threads take turns, `threads`): the inline
+/// counter is its scoreboard entry, looked up again, since QEMU moves the entries when it
+/// grows the scoreboard for a new vCPU. Nothing to do under API version 1, whose counter is
+/// one for all (and which records no threads).
+pub fn runs(vcpu: u32) {
+    if let Some(Calls::Scoreboard { entry, find, .. }) = CALLS.get() {
+        // SAFETY: QEMU's own scoreboard, asked for an existing vCPU's entry (the caller's).
+        let at = unsafe { find(entry.score, vcpu) }.cast::<AtomicU64>();
+        if !at.is_null() && at.is_aligned() {
+            COUNTER.store(at, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Adds `count` to the inline counter before `insn` runs, each time it runs.
 ///
 /// # Safety

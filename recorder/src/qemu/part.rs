@@ -298,6 +298,13 @@ impl Session {
         };
         let mut signals = watched.signals;
         exact_positions(&mut signals, &watched.told, &report.deliveries);
+        // The switches between threads, among the handler entries by position (a switch
+        // before a handler's entry at the same position: the thread runs, then the signal
+        // comes).
+        if !report.switches.is_empty() {
+            signals.extend(report.switches.iter().cloned());
+            signals.sort_by_key(|e| (e.position, e.switch.is_none()));
+        }
         // Anchors, where the plugin tracked the written pages (its notes say why not).
         warnings.extend(
             report

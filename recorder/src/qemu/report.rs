@@ -320,6 +320,10 @@ pub struct Report {
     /// the order it told them (`Engine::deliveries`).
     #[serde(default)]
     pub deliveries: Vec<Option<u64>>,
+    /// The switches between the program's threads, and where the recording ends the
+    /// registers of each thread that waits, as `signals.jsonl` entries (issue 43).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub switches: Vec<rtit_replay_core::recording::SignalEntry>,
 }
 
 #[cfg(test)]

@@ -44,6 +44,25 @@ fn memory_writes_are_two_lower_case_digits_a_byte_and_back() {
 }
 
 #[test]
+fn a_call_that_does_not_exist_wrote_nothing() {
+    let args = [Some(0x1000), Some(88), None, None, None, None];
+    assert_eq!(effect(435, &args, None), Effect::Anywhere, "clone3 before its result");
+    assert_eq!(
+        effect(435, &args, Some(38u64.wrapping_neg())),
+        Effect::Writes(vec![]),
+        "ENOSYS"
+    );
+    assert_eq!(
+        effect(
+            0,
+            &[Some(3), Some(0x1000), Some(8), None, None, None],
+            Some(38u64.wrapping_neg())
+        ),
+        Effect::Writes(vec![])
+    );
+}
+
+#[test]
 fn futex_writes_by_operation() {
     let futex = |op: u64| {
         effect(

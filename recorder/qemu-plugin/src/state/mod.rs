@@ -8,6 +8,7 @@ pub mod exec;
 mod outputs;
 mod start;
 mod syscalls;
+mod threads;
 
 pub use deferred::MARK;
 pub(crate) use syscalls::RT_SIGACTION;
@@ -23,7 +24,7 @@ use rtit_recorder::model::{ModelOptions, RtitConfig};
 use rtit_recorder::outcome::RegisterMap;
 use rtit_recorder::qemu::block::Block;
 use rtit_recorder::qemu::capture::{self, Capture};
-use rtit_recorder::qemu::engine::{Counts, Engine, Start, Started, RESULT_MARK};
+use rtit_recorder::qemu::engine::{Counts, Engine, Start, Started, RESULT_MARK, SWITCH_MARK};
 use rtit_recorder::qemu::guest_maps::GuestMaps;
 use rtit_recorder::qemu::initial::{elf_headers, find_initial_rsp, guest_mappings, name_stack, with_elf_perms};
 use rtit_recorder::qemu::report::{files, Args, PluginEnd, Report, HIGH_FD};
@@ -106,6 +107,8 @@ pub struct Plugin {
     capture: Option<Capture>,
     /// The pages the program writes, tracked from tracing's start (`anchors=on`).
     written: Option<crate::written::Written>,
+    /// The program's threads: the switches between them (`threads`).
+    threads: threads::Threads,
 }
 
 impl Plugin {
@@ -163,6 +166,7 @@ impl Plugin {
             notes: Vec::new(),
             flush_check: 0,
             written: None,
+            threads: threads::Threads::default(),
             capture: std::env::var_os(capture::ENV).and_then(|dir| {
                 let dir = Path::new(&dir);
                 let file = |name: &str| {
@@ -281,7 +285,7 @@ impl Plugin {
     /// Whether the program is inside a system call (entered, not returned): the vCPU may
     /// not reach another block for as long as the call blocks.
     pub fn in_syscall(&self) -> bool {
-        self.syscall.is_some()
+        self.syscall.is_some() || crate::threads::nobody_runs()
     }
 
     /// Feeds the engine up to `max` blocks from the ring, with a signal delivery `rtit
@@ -306,6 +310,7 @@ impl Plugin {
                 for b in blocks {
                     match b.id {
                         RESULT_MARK => self.settle_result(),
+                        SWITCH_MARK => self.settle_switch(),
                         _ => self.executed(b.id, b.before),
                     }
                 }
@@ -338,7 +343,7 @@ impl Plugin {
         loop {
             let mut mark = None;
             self.engine.executed_all(blocks.by_ref().map_while(|b| match b.id {
-                MARK | RESULT_MARK => {
+                MARK | RESULT_MARK | SWITCH_MARK => {
                     mark = Some(b);
                     None
                 }
@@ -346,6 +351,7 @@ impl Plugin {
             }));
             match mark {
                 Some(Started { id: MARK, before }) => self.settle_deferred(before),
+                Some(Started { id: SWITCH_MARK, .. }) => self.settle_switch(),
                 Some(_) => self.settle_result(),
                 None => break,
             }
@@ -526,6 +532,11 @@ impl Plugin {
             children: std::mem::take(&mut self.children),
             check: self.engine.checked_so_far(),
             deliveries: self.engine.deliveries().to_vec(),
+            switches: {
+                let mut all = std::mem::take(&mut self.threads.switches);
+                all.extend(self.waiting_threads());
+                all
+            },
         };
         let out = Path::new(&self.args.out);
         let tmp = out.join(format!("{}.tmp", files::REPORT));

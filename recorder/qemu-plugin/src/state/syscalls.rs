@@ -107,7 +107,8 @@ impl Plugin {
             self.engine.note_handler(h);
         }
         let creates_thread = self.creates_thread(number, a);
-        if matches!(number, nr::EXIT | nr::EXIT_GROUP) {
+        let thread_exit = self.thread_exit(number);
+        if matches!(number, nr::EXIT | nr::EXIT_GROUP) && !thread_exit {
             self.exit_code = Some(a[0] as i32);
         }
         let (exec, relaunch) = match number {
@@ -118,6 +119,7 @@ impl Plugin {
             _ => (None, None),
         };
         let call = match &exec {
+            _ if creates_thread && self.engine.tracing() => self.thread_created(),
             _ if creates_thread => Call::Stops(rtit_recorder::unfollowed::THREAD.into()),
             Some(Target::Unsupported(why)) => Call::Stops(format!("the program calls execve, which {why}")),
             Some(Target::Follow(_)) => Call::Ends,
@@ -153,6 +155,12 @@ impl Plugin {
         if let Some((position, ip)) = self.engine.take_last_syscall() {
             self.syscall_record = Some(record(number, a, position, ip));
         }
+        if thread_exit {
+            // It never returns: its entry is complete now, and the next thread runs.
+            self.syscall = None;
+            let record = self.syscall_record.take();
+            self.thread_ends(record);
+        }
     }
 
     /// What starts QEMU again on the program an execve ran, once this one's recording is
@@ -178,6 +186,9 @@ impl Plugin {
             self.waits(deferred::Waiting::Record(self.syscalls.len() - 1), seq);
         }
         let Some((n, a)) = self.syscall.take() else { return };
+        if n == number {
+            self.note_thread(number, a, ret);
+        }
         if n == number && ret > 0 {
             if let Some(position) = position {
                 if self.note_child(number, a[0], position, ret) {

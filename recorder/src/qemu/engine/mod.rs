@@ -39,13 +39,15 @@ mod fast;
 mod feed;
 mod oracle;
 mod started;
+mod switch;
 mod sync;
 #[cfg(test)]
 mod tests;
 
 pub use oracle::Checked;
 use oracle::Oracle;
-pub use started::{Started, RESULT_MARK, SYSCALL_MARK};
+pub use started::{Started, RESULT_MARK, SWITCH_MARK, SYSCALL_MARK};
+pub use switch::{Left, Resume, Switch};
 
 /// Where the untraced kernel is, for the model's far transfers; no packet ever carries it
 /// under user-only tracing.
@@ -175,6 +177,10 @@ pub struct Engine {
     code: code::CodeNotes,
     /// Where a decode can start exactly ([`sync`]).
     sync: sync::SyncNotes,
+    /// Whether the program has threads ([`switch`]).
+    threaded: bool,
+    /// The threads waiting for their turn in a system call ([`switch`]).
+    waiting: switch::Waiting,
     /// What it met.
     pub stats: Stats,
 }
@@ -215,6 +221,8 @@ impl Engine {
             oracle: None,
             code: code::CodeNotes::new(),
             sync: sync::SyncNotes::new(),
+            threaded: false,
+            waiting: switch::Waiting::default(),
             stats: Stats::default(),
         }
     }
@@ -477,7 +485,9 @@ impl Engine {
         if self.position() > before {
             self.last_syscall = Some((before, last.ip));
         }
-        if matches!(number, nr::EXIT | nr::EXIT_GROUP) || call == Call::Ends {
+        // A thread's `exit` ends the recording only where it is the last thread's.
+        let ends = number == nr::EXIT_GROUP || (number == nr::EXIT && !self.threaded);
+        if ends || call == Call::Ends {
             self.ended = true;
         } else {
             self.kernel = Kernel::Syscall {

@@ -12,6 +12,10 @@ pub const SYSCALL_MARK: u32 = u32::MAX;
 /// block wrote (`crate::qemu::timestamps`; no block has it, and the engine never sees it).
 pub const RESULT_MARK: u32 = u32::MAX - 1;
 
+/// The id of an entry that marks a switch between threads (`crate::qemu::engine::Switch`;
+/// no block has it): what the switch is waits beside the ring, in order.
+pub const SWITCH_MARK: u32 = u32::MAX - 2;
+
 /// Bits of the word holding the started count of the block before.
 const STARTED_BITS: u32 = 32;
 

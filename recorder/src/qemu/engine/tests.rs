@@ -531,3 +531,87 @@ fn each_stretch_lists_the_pages_its_code_ran_on() {
         assert!(!code.may_run(0, code.covers(), [0x9000]), "nothing ran on page 9");
     }
 }
+
+/// syscall
+const SYSCALL: &[u8] = &[0x0f, 0x05];
+
+#[test]
+fn a_switch_at_a_system_call_retires_the_call_when_its_thread_runs_again() {
+    let mut e = engine();
+    e.set_threaded();
+    // Thread 1: nop; syscall, then nop after it. Thread 2: nop; syscall.
+    let one = e.add_block(block(&[(0x1000, NOP), (0x1001, SYSCALL)]));
+    let after = e.add_block(block(&[(0x1003, NOP), (0x1004, SYSCALL)]));
+    let two = e.add_block(block(&[(0x2000, NOP), (0x2001, SYSCALL)]));
+    e.executed(one, Counts::default()).expect("starts");
+    let at = |from, left, to, resume| Switch { from, left, to, resume };
+    // Thread 1 waits in its call; thread 2 starts.
+    assert_eq!(
+        e.switch(at(1, Left::Syscall(full(2)), 2, Resume::Fresh(0x2000))),
+        Some((1, 0x2000))
+    );
+    e.executed(two, Counts::default()).expect("thread 2");
+    // Thread 2 waits in its call; thread 1's call retires, then it goes on.
+    assert_eq!(
+        e.switch(at(2, Left::Syscall(full(2)), 1, Resume::Syscall)),
+        Some((2, 0x1001))
+    );
+    assert_eq!(e.waiting_at(2), Some(0x2001));
+    assert_eq!(e.syscall(0, Call::Returns, full(2)), SyscallAction::Continue);
+    e.executed(after, full(2)).expect("after the call");
+    assert_eq!(e.stats.anomalies, 0);
+    assert_eq!(e.take_truth(), [0x1000, 0x2000, 0x1001]);
+    let written = packets(&e.take_trace());
+    let at_ip = |event, ip| {
+        written
+            .iter()
+            .any(|(p, at)| matches!(p, Packet::Fup(e, _) if *e == event) && *at == Some(ip))
+    };
+    assert!(
+        at_ip(FupEvent::PacketGenDisable, 0x1001),
+        "thread 1 leaves at its call: {written:?}"
+    );
+    assert!(at_ip(FupEvent::PacketGenEnable, 0x2000), "thread 2 starts: {written:?}");
+    assert!(
+        at_ip(FupEvent::PacketGenDisable, 0x2001),
+        "thread 2 leaves at its call: {written:?}"
+    );
+    assert!(
+        at_ip(FupEvent::PacketGenEnable, 0x1001),
+        "thread 1 resumes at its call: {written:?}"
+    );
+    assert!(
+        at_ip(FupEvent::PacketGenEnable, 0x1003),
+        "and returns from it: {written:?}"
+    );
+}
+
+#[test]
+fn a_switch_after_an_exit_and_one_that_does_not_fit_are_told_apart() {
+    let mut e = engine();
+    e.set_threaded();
+    let one = e.add_block(block(&[(0x1000, NOP), (0x1001, SYSCALL)]));
+    let two = e.add_block(block(&[(0x2000, NOP), (0x2001, SYSCALL)]));
+    e.executed(one, Counts::default()).expect("starts");
+    // Thread 1's `exit` does not end a recording with threads.
+    assert_eq!(e.syscall(60, Call::Returns, full(2)), SyscallAction::Continue);
+    assert!(!e.ended());
+    let exited = Switch {
+        from: 1,
+        left: Left::Exited,
+        to: 2,
+        resume: Resume::Fresh(0x2000),
+    };
+    assert_eq!(e.switch(exited), Some((2, 0x2000)));
+    e.executed(two, Counts::default()).expect("thread 2");
+    // Thread 3 never waited in a call: nothing to resume.
+    let unknown = Switch {
+        from: 2,
+        left: Left::Syscall(full(2)),
+        to: 3,
+        resume: Resume::Syscall,
+    };
+    assert_eq!(e.switch(unknown), None);
+    assert_eq!(e.stats.anomalies, 1);
+    assert_eq!(e.take_truth(), [0x1000, 0x1001, 0x2000]);
+}
