@@ -49,21 +49,27 @@ use state::Plugin;
 /// microsecond, when it runs).
 const STALLED_SPINS: u32 = 1 << 18;
 
-extern "C" fn tb_exec(_vcpu: c_uint, userdata: *mut c_void) {
+extern "C" fn tb_exec(vcpu: c_uint, userdata: *mut c_void) {
     let block = ring::starts(userdata as usize as u32);
     // The common case alone, with nothing else inlined: it needs no register saved.
     if GATE.load(Ordering::Relaxed) != 0 || !ring::push(block) {
-        gated(block);
+        gated(block, vcpu);
     }
 }
 
-/// Block `block` starts, and it cannot just go into the ring: see [`GATE`] (or the ring is
-/// full).
+/// Block `block` starts on vCPU `vcpu`, and it cannot just go into the ring: see [`GATE`]
+/// (or the ring is full).
 #[cold]
 #[inline(never)]
-fn gated(block: Started) {
+fn gated(block: Started, vcpu: c_uint) {
     if inert() {
         return;
+    }
+    if GATE.load(Ordering::Relaxed) & published::PREEMPT != 0 && threads::on() {
+        threads::preempt(vcpu, block.id, block.before);
+        if inert() {
+            return;
+        }
     }
     match STOP.load(Ordering::Relaxed) {
         0 if !TRACING.load(Ordering::Relaxed) => {
@@ -390,6 +396,8 @@ fn write_counters(out: &str) -> Result<(), String> {
         pending_start: Some(published::PENDING_START.as_ptr() as u64),
         faulted: Some(published::FAULTED.as_ptr() as u64),
         tracking: Some(written::TRACKING.as_ptr() as u64),
+        inside: Some(published::INSIDE.as_ptr() as u64),
+        hold: Some(published::HOLD.as_ptr() as u64),
     };
     let path = std::path::Path::new(out).join(rtit_recorder::qemu::report::files::COUNTERS);
     let text = serde_json::to_vec(&counters).map_err(|e| e.to_string())?;

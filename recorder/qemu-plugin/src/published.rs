@@ -58,6 +58,15 @@ pub static HANDLERS: [AtomicU64; 65] = [const { AtomicU64::new(0) }; 65];
 /// takes it before the handler's block (`Engine::signal_delivered`), the next one pushed.
 pub static DELIVERED: Line<[AtomicU64; 3]> = Line([const { AtomicU64::new(0) }; 3]);
 
+/// Threads waiting for their turn inside QEMU's execution loop (`threads::preempt`):
+/// `rtit record` stops the program (a sample, an anchor) only while none does, since QEMU
+/// 10.0's gdbstub flushes its translations at a stop, in an exclusive section that would
+/// wait for them for ever.
+pub static INSIDE: Line<AtomicU64> = Line(AtomicU64::new(0));
+/// Set by `rtit record` (from outside) while it is about to stop the program: no thread is
+/// interrupted meanwhile (see [`INSIDE`]).
+pub static HOLD: Line<AtomicU64> = Line(AtomicU64::new(0));
+
 /// The signal `rtit record` received, once it asks the recording to stop (0: it has not).
 /// The vCPU reads it at every block, before taking the lock.
 pub static STOP: Line<AtomicI32> = Line(AtomicI32::new(0));
@@ -93,6 +102,9 @@ pub const INERT_SET: u32 = 1;
 pub const STOPPING: u32 = 2;
 /// [`TRACING`] is not set.
 pub const NOT_TRACING: u32 = 4;
+/// A thread waited long enough for its turn: the one that runs is interrupted
+/// (`threads`).
+pub const PREEMPT: u32 = 8;
 
 /// Sets `bit` of [`GATE`].
 pub fn close(bit: u32) {

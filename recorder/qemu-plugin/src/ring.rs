@@ -51,9 +51,11 @@ pub fn running() -> Counts {
     }
 }
 
-/// Another vCPU runs from now on (`threads`): the running block is its, counted from here.
-pub fn restart() {
-    BLOCK_STARTED.store(started().load(Ordering::Relaxed), Ordering::Relaxed);
+/// Another vCPU runs from now on (`threads`), in a block of which `counts` started already
+/// (a system call's, which returns now; else none): [`running`] counts it from here.
+pub fn restart(counts: Counts) {
+    let started = started().load(Ordering::Relaxed);
+    BLOCK_STARTED.store(started.wrapping_sub(counts.started), Ordering::Relaxed);
 }
 
 /// Block `id` starts on the vCPU: the entry for it, the running block's counts now final.

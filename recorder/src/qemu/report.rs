@@ -88,6 +88,12 @@ pub struct Counters {
     /// (`crate::qemu::written`: 0 not yet or not at all, 1 yes, 2 no longer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracking: Option<u64>,
+    /// Threads waiting for their turn inside QEMU's execution loop (a count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inside: Option<u64>,
+    /// Where rtit says it is about to stop the program (no thread is interrupted then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<u64>,
 }
 
 /// The lowest descriptor number the plugin keeps open (its output files, and the pipe on

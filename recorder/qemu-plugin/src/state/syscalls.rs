@@ -13,6 +13,7 @@ use rtit_recorder::sideband::{diff, nr};
 use rtit_replay_core::recording::ChildProcess;
 use rtit_replay_core::syscall::{effect, logged_writes, SyscallRecord};
 
+use super::threads::FORK_BLOCKED;
 use super::{deferred, Plugin};
 
 /// A system call's log entry as it starts (`a`: its arguments), at `position` and `ip`.
@@ -49,6 +50,7 @@ impl Plugin {
         self.engine.tracing()
             && !self.engine.ended()
             && !self.creates_thread(number, a)
+            && !self.fork_blocked(number, a)
             && !matches!(number, nr::EXECVE | nr::EXECVEAT | nr::EXIT | nr::EXIT_GROUP)
     }
 
@@ -120,6 +122,7 @@ impl Plugin {
         };
         let call = match &exec {
             _ if creates_thread && self.engine.tracing() => self.thread_created(),
+            _ if self.fork_blocked(number, a) => Call::Stops(FORK_BLOCKED.into()),
             _ if creates_thread => Call::Stops(rtit_recorder::unfollowed::THREAD.into()),
             Some(Target::Unsupported(why)) => Call::Stops(format!("the program calls execve, which {why}")),
             Some(Target::Follow(_)) => Call::Ends,

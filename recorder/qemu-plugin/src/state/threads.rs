@@ -3,7 +3,7 @@
 //! (in the recording's `signals.jsonl`, as the step backend logs them), and the threads
 //! that still wait where the recording ends.
 
-use rtit_recorder::qemu::engine::Call;
+use rtit_recorder::qemu::engine::{Call, Counts};
 use rtit_recorder::sideband::nr;
 use rtit_replay_core::recording::{SignalEntry, ThreadSwitch};
 use rtit_replay_core::syscall::MemoryWrite;
@@ -16,6 +16,12 @@ const CLONE_CHILD_CLEARTID: u64 = 0x0020_0000;
 
 /// The message a recording ends with at a thread the QEMU in use cannot record.
 const NEEDS_REGISTERS: &str = "the program creates a thread, which the qemu backend records with QEMU 9.0 or later only (its plugins read a thread's registers): `rtit build-qemu` builds one that rtit then finds, or record with `--backend step`";
+
+/// The message a recording ends with at a fork while a thread waits inside QEMU.
+pub(super) const FORK_BLOCKED: &str = "the program forks while one of its threads, interrupted by rtit, waits inside QEMU's execution loop, where QEMU's fork would wait for it for ever: the recording stops here, and the program runs on";
+
+/// The message a recording ends with where QEMU waits for a thread rtit holds.
+const STALLED: &str = "QEMU stopped every thread (a signal, a flush of its translations) while one of the program's threads, interrupted by rtit, waited for its turn inside QEMU's execution loop: the recording stops here, and the program runs on";
 
 /// What the threads of the program keep of the plugin's.
 #[derive(Debug, Default)]
@@ -38,6 +44,30 @@ impl Plugin {
             self.engine.set_threaded();
         }
         Call::Returns
+    }
+
+    /// A thread waiting for its turn inside QEMU's execution loop found QEMU waiting for it
+    /// (`crate::threads::preempt`): the recording ends where the engine is, and the program
+    /// runs on unrecorded.
+    pub fn stall(&mut self) {
+        self.take_blocks(usize::MAX);
+        self.engine.stop();
+        self.syscall_record = None;
+        self.stop_and_run_on(Counts::default(), STALLED.into());
+    }
+
+    /// Whether call `number` (arguments `a`) creates a process while a thread waits inside
+    /// QEMU's execution loop (`crate::threads::preempt`): QEMU forks in an exclusive section,
+    /// which waits for every thread in that loop to leave it.
+    pub(super) fn fork_blocked(&self, number: u64, a: [u64; 6]) -> bool {
+        if !crate::threads::waiting_inside() {
+            return false;
+        }
+        let flags = match number {
+            nr::CLONE3 => self.read_u64(a[0]).unwrap_or(0),
+            _ => a[0],
+        };
+        nr::creates_process(number, flags).is_some()
     }
 
     /// Whether an `exit` ends one thread of several (not the process).

@@ -4,7 +4,11 @@
 //! memory is exactly what that order wrote. A thread's turn ends at a system call's entry
 //! (except for calls that never wait: see [`passes_turn`]), where it may wait in the kernel
 //! for another thread; it takes its turn again when the call returns and a thread of the
-//! program gave it up. The engine writes a switch as the hardware writes one between
+//! program gave it up. A thread that runs on without a system call while another waits is
+//! interrupted before a block ([`preempt`]); it waits for its turn there, inside QEMU's
+//! execution loop, the one place a plugin can hold it (QEMU's exclusive sections, which
+//! wait for every thread in that loop, come from a fork, a flush of all translations, a
+//! 17th thread: a fork then ends the recording first, see `state::threads`). The engine writes a switch as the hardware writes one between
 //! threads that share a logical processor (`rtit_recorder::qemu::engine::Switch`), and the
 //! incoming thread's registers, read where it stopped running, are logged there.
 //!
@@ -98,8 +102,8 @@ pub fn leave(call: LeftAt) {
 /// if another thread ran meanwhile). `None` if it did not leave, or the recording is over.
 pub fn back(vcpu: u32) -> Option<LeftAt> {
     let call = LEFT_AT.take()?;
-    let came = turns::wait(tid(), None)?;
-    switch_in(vcpu, came, Resume::Syscall);
+    let came = turns::wait(tid(), None, false).ok()?;
+    switch_in(vcpu, came, Resume::Syscall, call.counts);
     Some(call)
 }
 
@@ -114,17 +118,19 @@ pub fn arrive(vcpu: u32) {
         .get("rip")
         .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())
         .unwrap_or(0);
-    if let Some(came) = turns::wait(tid(), Some(turns::Parked { registers })) {
-        switch_in(vcpu, came, Resume::Fresh(rip));
+    if let Ok(came) = turns::wait(tid(), Some(turns::Parked { registers }), false) {
+        switch_in(vcpu, came, Resume::Fresh(rip), Counts::default());
     }
 }
 
 /// The thread got its turn: if another ran last, its blocks are counted on this vCPU's
-/// counter from now on, and the switch goes into the ring.
-fn switch_in(vcpu: u32, came: turns::Came, resume: Resume) {
+/// counter from now on (the block it is in having `counts` started: a system call's block,
+/// for a stop between its return and the next block to place), and the switch goes into
+/// the ring.
+fn switch_in(vcpu: u32, came: turns::Came, resume: Resume, counts: Counts) {
     let Some((from, left)) = came.from else { return };
     crate::versioned::runs(vcpu);
-    crate::ring::restart();
+    crate::ring::restart(counts);
     let s = Switch {
         from,
         left,
@@ -136,6 +142,43 @@ fn switch_in(vcpu: u32, came: turns::Came, resume: Resume) {
         id: SWITCH_MARK,
         before: Counts::default(),
     });
+}
+
+/// Another thread waited long enough for its turn (`published::PREEMPT`) and block `next`
+/// is about to start on this one (`counts`: the block before's): this thread leaves its
+/// turn there and waits for it, unless `rtit record` is about to stop the program
+/// (`published::HOLD`: then at a later block). Its registers are those before the block
+/// (QEMU's state at a block's start is whole; its rip may be stale, and the block's address
+/// is the engine's). If QEMU comes to wait for it meanwhile (an exclusive section: a stop
+/// of its gdbstub for a signal, a flush of its translations), the recording ends here and
+/// the program runs on.
+pub fn preempt(vcpu: u32, next: u32, counts: Counts) {
+    use crate::published::{HOLD, INSIDE};
+    INSIDE.fetch_add(1, Ordering::SeqCst);
+    if HOLD.load(Ordering::SeqCst) != 0 {
+        INSIDE.fetch_sub(1, Ordering::SeqCst);
+        return;
+    }
+    crate::published::open(crate::published::PREEMPT);
+    let tid = tid();
+    let registers = crate::registers::state();
+    turns::leave(tid, Left::Preempted { counts, next }, Some(turns::Parked { registers }));
+    let came = turns::wait(tid, None, true);
+    INSIDE.fetch_sub(1, Ordering::SeqCst);
+    match came {
+        Ok(came) => switch_in(vcpu, came, Resume::Block(next), Counts::default()),
+        Err(turns::Gone::Over) => {}
+        Err(turns::Gone::Stalled) => {
+            crate::shared::with_plugin(|p| p.stall());
+            crate::shared::retire();
+        }
+    }
+}
+
+/// Whether a thread waits inside QEMU's execution loop: a fork would wait for it for ever
+/// (QEMU forks in an exclusive section).
+pub fn waiting_inside() -> bool {
+    crate::published::INSIDE.load(Ordering::SeqCst) > 0
 }
 
 /// The running thread ends (its `exit`, which the engine retired): the next one's turn.

@@ -5,10 +5,18 @@
 //! A turn ends at a system call's entry, and a waiting thread takes it in the order it came.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::Ordering;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use rtit_recorder::outcome::RegisterMap;
 use rtit_recorder::qemu::engine::Left;
+
+/// How long a thread waits for its turn before the one that runs is interrupted (at its
+/// next block): QEMU runs some 10 to 50 million instructions in that time. Without it a
+/// thread that spins waiting for another (a busy loop, Python's GIL asking for a switch)
+/// would wait for ever.
+const SLICE: Duration = Duration::from_millis(10);
 
 /// A thread that does not run: its registers where it stopped (before the system call it
 /// left at, or a new thread's first ones).
@@ -105,12 +113,27 @@ pub fn leave(tid: i64, left: Left, parked: Option<Parked>) {
     }
 }
 
-/// Thread `tid`, new (with `parked`, its first registers) or back from the system call it
-/// left at, waits for its turn; `None` once the recording is over (it runs unrecorded).
-pub fn wait(tid: i64, parked: Option<Parked>) -> Option<Came> {
+/// Why a thread stopped waiting without its turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gone {
+    /// The recording is over: it runs on unrecorded.
+    Over,
+    /// It waits inside QEMU's execution loop, and the thread that runs has gone nowhere for
+    /// [`STALL`]: QEMU waits for every thread to leave that loop (an exclusive section).
+    Stalled,
+}
+
+/// How long the running thread may go without a block while one waits inside QEMU's
+/// execution loop, before that is taken for QEMU waiting for it.
+const STALL: Duration = Duration::from_millis(500);
+
+/// Thread `tid`, new (with `parked`, its first registers), back from the system call it
+/// left at, or interrupted before a block (`inside` QEMU's execution loop), waits for its
+/// turn.
+pub fn wait(tid: i64, parked: Option<Parked>, inside: bool) -> Result<Came, Gone> {
     let mut guard = lock();
     {
-        let t = guard.as_mut()?;
+        let t = guard.as_mut().ok_or(Gone::Over)?;
         if let Some(p) = parked {
             t.parked.insert(tid, p);
         }
@@ -120,10 +143,25 @@ pub fn wait(tid: i64, parked: Option<Parked>) -> Option<Came> {
             _ => t.queue.push_back(tid),
         }
     }
+    let since = Instant::now();
+    let mut progress = (crate::ring::PUSHED.load(Ordering::Relaxed), Instant::now());
     loop {
-        let t = guard.as_mut()?;
+        let t = guard.as_mut().ok_or(Gone::Over)?;
         if t.free {
-            return None;
+            return Err(Gone::Over);
+        }
+        let other_runs = t.owner.is_some_and(|o| o != tid);
+        if other_runs && since.elapsed() >= SLICE {
+            // The thread that runs has run long enough: it is interrupted at its next block.
+            crate::published::close(crate::published::PREEMPT);
+        }
+        if inside {
+            let pushed = crate::ring::PUSHED.load(Ordering::Relaxed);
+            if pushed != progress.0 {
+                progress = (pushed, Instant::now());
+            } else if other_runs && progress.1.elapsed() >= STALL {
+                return Err(Gone::Stalled);
+            }
         }
         if t.owner == Some(tid) {
             let registers = t.parked.remove(&tid).map(|p| p.registers).unwrap_or_default();
@@ -133,9 +171,12 @@ pub fn wait(tid: i64, parked: Option<Parked>) -> Option<Came> {
             };
             t.last = tid;
             t.left = None;
-            return Some(Came { from, registers });
+            return Ok(Came { from, registers });
         }
-        guard = TURN.wait(guard).unwrap_or_else(PoisonError::into_inner);
+        guard = TURN
+            .wait_timeout(guard, SLICE)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
     }
 }
 

@@ -5,7 +5,8 @@
 //! at the incoming thread's next one (§4.2.6, table 19: a far transfer into the untraced
 //! kernel and back).
 //!
-//! A thread gives up its turn at a system call's entry: the call runs in the kernel while
+//! A thread gives up its turn at a system call's entry, or is interrupted before a block
+//! when it ran too long while others waited: the call runs in the kernel while
 //! another thread runs, and it retires when its thread runs again, before what it returned
 //! and wrote are logged, so no thread sees in the history what another's call wrote before
 //! that call ended. Until then the outgoing thread's block waits here, its system call not
@@ -24,6 +25,14 @@ pub enum Left {
     Syscall(Counts),
     /// By its `exit`, which retired.
     Exited,
+    /// Interrupted as block `next` was to start (it ran too long while others waited),
+    /// the counts of the block before then.
+    Preempted {
+        /// The counts of the block that ran last.
+        counts: Counts,
+        /// The block it did not start.
+        next: u32,
+    },
 }
 
 /// How the thread that runs from a switch on starts.
@@ -33,6 +42,8 @@ pub enum Resume {
     Fresh(u64),
     /// The system call it left at, which retires next.
     Syscall,
+    /// The block it was interrupted before, which starts next.
+    Block(u32),
 }
 
 /// One switch between threads (Linux thread ids).
@@ -98,11 +109,22 @@ impl Engine {
             }
             // Its `exit` retired into the kernel: nothing of it is pending.
             Left::Exited => self.pending = None,
+            Left::Preempted { counts, next } => {
+                // The block before went to `next`, as any block does; then the kernel ran
+                // (FUP.PGD there).
+                let to = self.block(next).start();
+                if let Some(p) = self.pending.take() {
+                    self.resolve(p, counts, Some(to));
+                }
+                self.leave_kernel(to);
+                self.interrupt();
+            }
         }
         self.kernel = Kernel::User;
         self.syscall_base = None;
         let ip = match s.resume {
             Resume::Fresh(ip) => ip,
+            Resume::Block(id) => self.block(id).start(),
             Resume::Syscall => {
                 let Some(p) = self.waiting.0.remove(&s.to) else {
                     self.stats.anomalies += 1;

@@ -615,3 +615,44 @@ fn a_switch_after_an_exit_and_one_that_does_not_fit_are_told_apart() {
     assert_eq!(e.stats.anomalies, 1);
     assert_eq!(e.take_truth(), [0x1000, 0x1001, 0x2000]);
 }
+
+#[test]
+fn a_thread_interrupted_before_a_block_resumes_there() {
+    let mut e = engine();
+    e.set_threaded();
+    // Thread 1 loops: nop; jmp back. Thread 2: nop; syscall.
+    let one = e.add_block(block(&[(0x1000, NOP), (0x1001, &[0xeb, 0xfd])]));
+    let two = e.add_block(block(&[(0x2000, NOP), (0x2001, SYSCALL)]));
+    e.executed(one, Counts::default()).expect("starts");
+    e.executed(one, full(2)).expect("again");
+    let preempted = Left::Preempted {
+        counts: full(2),
+        next: one,
+    };
+    let s = Switch {
+        from: 1,
+        left: preempted,
+        to: 2,
+        resume: Resume::Fresh(0x2000),
+    };
+    assert_eq!(e.switch(s), Some((4, 0x2000)));
+    e.executed(two, Counts::default()).expect("thread 2");
+    let back = Switch {
+        from: 2,
+        left: Left::Syscall(full(2)),
+        to: 1,
+        resume: Resume::Block(one),
+    };
+    assert_eq!(e.switch(back), Some((5, 0x1000)));
+    e.executed(one, Counts::default()).expect("thread 1 again");
+    e.executed(one, full(2)).expect("and on");
+    assert_eq!(e.stats.anomalies, 0);
+    assert_eq!(e.take_truth(), [0x1000, 0x1001, 0x1000, 0x1001, 0x2000, 0x1000, 0x1001]);
+    let written = packets(&e.take_trace());
+    assert!(
+        written
+            .iter()
+            .any(|(p, ip)| matches!(p, Packet::Fup(FupEvent::PacketGenDisable, _)) && *ip == Some(0x1000)),
+        "thread 1 leaves before its block: {written:?}"
+    );
+}

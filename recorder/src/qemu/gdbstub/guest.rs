@@ -40,6 +40,34 @@ pub(super) fn write_words(pid: Pid, at: u64, words: &[u64]) -> bool {
     process_vm_writev(pid, &[IoSlice::new(&bytes)], &remote).is_ok_and(|n| n == bytes.len())
 }
 
+/// Asks the plugin to interrupt no thread of the program while rtit stops it (a sample, an
+/// anchor): true if none waits inside QEMU's execution loop now, where QEMU 10.0's stop
+/// (a flush of its translations, in an exclusive section) would wait for it for ever; else
+/// the request is taken back, for a later try. True for a plugin that has no threads to
+/// hold.
+pub(super) fn hold(pid: Pid, counters: Counters) -> bool {
+    let (Some(hold), Some(inside)) = (counters.hold, counters.inside) else {
+        return true;
+    };
+    if !write_words(pid, hold, &[1]) {
+        return true;
+    }
+    match word(pid, inside) {
+        Some(0) => true,
+        _ => {
+            release(pid, counters);
+            false
+        }
+    }
+}
+
+/// Takes back [`hold`]'s request, once the stop is over.
+pub(super) fn release(pid: Pid, counters: Counters) {
+    if let Some(hold) = counters.hold {
+        write_words(pid, hold, &[0]);
+    }
+}
+
 /// Reads one `u64` of QEMU's memory at `at`.
 pub(crate) fn word(pid: Pid, at: u64) -> Option<u64> {
     words(pid, [at]).map(|[w]| w)

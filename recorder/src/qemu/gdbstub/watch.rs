@@ -314,6 +314,10 @@ fn run(
                 if !(sample || anchor) {
                     continue;
                 }
+                if !super::guest::hold(pid, program.counters) {
+                    // A thread waits for its turn inside QEMU: a stop now would never end.
+                    continue;
+                }
                 if kill(pid, SAMPLE_SIGNAL).is_err() {
                     return Ok(());
                 }
@@ -337,10 +341,18 @@ fn run(
                         remote.send("c")?;
                     }
                 }
+                // QEMU 10.0 flushes its translations once the program goes on from the stop,
+                // while every thread is outside its execution loop (no thread is interrupted
+                // until then).
+                std::thread::sleep(HOLD_AFTER);
+                super::guest::release(pid, program.counters);
             }
         }
     }
 }
+
+/// How long the plugin interrupts no thread after a stop rtit made ([`super::guest::hold`]).
+const HOLD_AFTER: Duration = Duration::from_millis(5);
 
 /// Waits for the stop the sample signal causes, passing the program's own signals on: true
 /// at it, false if it was withheld while one of those was delivered (the program runs on);
