@@ -16,22 +16,6 @@ use std::process::{Command, Output};
 use rtit_replay_core::recording::Recording;
 use serde_json::Value;
 
-/// The QEMU under test, or `None` (a skip, said) where none was built.
-fn newer_qemu() -> Option<PathBuf> {
-    if let Some(named) = std::env::var_os("RTIT_TEST_QEMU") {
-        return Some(PathBuf::from(named));
-    }
-    let found = rtit_recorder::qemu::find::built().into_iter().next();
-    if found.is_none() {
-        assert!(
-            std::env::var_os("RTIT_REQUIRE_NEWER_QEMU").is_none(),
-            "no QEMU built by `rtit build-qemu` (scripts/build-qemu.sh), and this run requires one"
-        );
-        eprintln!("skipped: no QEMU built by `rtit build-qemu`");
-    }
-    found
-}
-
 /// `rtit ARGS` with the plugin of this build.
 fn rtit(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_rtit"))
@@ -96,7 +80,7 @@ fn check_values(rec: &Recording, known: f64, what: &str) {
 
 #[test]
 fn the_fast_path_writes_what_the_unit_model_writes() {
-    let Some(qemu) = newer_qemu() else { return };
+    let Some(qemu) = common::newer_qemu() else { return };
     let dir = common::scratch("newer_qemu", "fast-path");
     let input = numbers(&dir, 3000);
     let configs: [&[&str]; 3] = [
@@ -124,7 +108,7 @@ fn the_fast_path_writes_what_the_unit_model_writes() {
 
 #[test]
 fn debian_programs_decode_to_the_plugins_log_with_right_values() {
-    let Some(qemu) = newer_qemu() else { return };
+    let Some(qemu) = common::newer_qemu() else { return };
     let dir = common::scratch("newer_qemu", "debian");
     let _removed = common::RemovedOnSuccess(dir.clone());
     let input = numbers(&dir, 1000);
@@ -159,7 +143,7 @@ fn unmodelled(rec: &Recording) -> String {
 
 #[test]
 fn what_rdtsc_and_rdtscp_returned_is_logged_and_known() {
-    let Some(qemu) = newer_qemu() else { return };
+    let Some(qemu) = common::newer_qemu() else { return };
     let dir = common::scratch("newer_qemu", "timestamps");
     let exe = common::gcc("tests/programs/timestamps.c", &["-O1"], &dir);
     let (rec, status, stderr) = record(&qemu, s(&exe), &[], &["--truth", "--start", "main"], &dir.join("rec"));
@@ -185,7 +169,7 @@ fn what_rdtsc_and_rdtscp_returned_is_logged_and_known() {
 
 #[test]
 fn a_signal_handler_using_movaps_runs_and_replays() {
-    let Some(qemu) = newer_qemu() else { return };
+    let Some(qemu) = common::newer_qemu() else { return };
     let dir = common::scratch("newer_qemu", "movaps");
     let exe = common::gcc("tests/programs/movaps_handler.c", &["-O1"], &dir);
     let (rec, status, stderr) = record(&qemu, s(&exe), &[], &["--truth"], &dir.join("rec"));
@@ -198,7 +182,7 @@ fn a_signal_handler_using_movaps_runs_and_replays() {
 
 #[test]
 fn anchors_go_on_after_the_program_sets_the_sample_signals_action() {
-    let Some(qemu) = newer_qemu() else { return };
+    let Some(qemu) = common::newer_qemu() else { return };
     if common::skip_without_anchors() {
         return;
     }
@@ -221,7 +205,7 @@ fn anchors_go_on_after_the_program_sets_the_sample_signals_action() {
 
 #[test]
 fn python3s_crash_replays_as_native_gdb_shows_it() {
-    let Some(qemu) = newer_qemu() else { return };
+    let Some(qemu) = common::newer_qemu() else { return };
     let dir = common::scratch("newer_qemu", "python3-crash");
     let script = "import ctypes; ctypes.string_at(0)";
     let rec = common::record_python3_crash(&dir.join("rec"), script, &["--qemu", s(&qemu)]);
@@ -237,7 +221,7 @@ fn python3s_crash_replays_as_native_gdb_shows_it() {
 #[test]
 fn a_wrapper_script_is_followed_to_its_program() {
     use rtit_replay_core::recording::EndState;
-    let Some(qemu) = newer_qemu() else { return };
+    let Some(qemu) = common::newer_qemu() else { return };
     let dir = common::scratch("newer_qemu", "exec");
     let exe = common::gcc("tests/programs/exec_target.c", &["-O0"], &dir);
     let wrapper = dir.join("wrapper");

@@ -203,3 +203,21 @@ pub fn record_sort_with_anchors(dir: &Path) -> PathBuf {
     assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
     out
 }
+
+/// The newest QEMU `rtit build-qemu` built (or `RTIT_TEST_QEMU`), or `None` (a skip, said)
+/// where none was built; CI builds one and sets `RTIT_REQUIRE_NEWER_QEMU`, which turns the
+/// skip into a failure.
+pub fn newer_qemu() -> Option<PathBuf> {
+    if let Some(named) = std::env::var_os("RTIT_TEST_QEMU") {
+        return Some(PathBuf::from(named));
+    }
+    let found = rtit_recorder::qemu::find::built().into_iter().next();
+    if found.is_none() {
+        assert!(
+            std::env::var_os("RTIT_REQUIRE_NEWER_QEMU").is_none(),
+            "no QEMU built by `rtit build-qemu` (scripts/build-qemu.sh), and this run requires one"
+        );
+        eprintln!("skipped: no QEMU built by `rtit build-qemu`");
+    }
+    found
+}
