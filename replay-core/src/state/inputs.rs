@@ -83,6 +83,7 @@ pub(super) fn shared(space: AddressSpace, inputs: &mut Inputs) -> Shared {
             .into_iter()
             .map(|r| (r.position, r))
             .collect(),
+        resumes: resumes(&inputs.signals),
         signals: std::mem::take(&mut inputs.signals)
             .into_iter()
             .map(|r| (r.position, r))
@@ -92,4 +93,26 @@ pub(super) fn shared(space: AddressSpace, inputs: &mut Inputs) -> Shared {
         special: Vec::new(),
         insns: Vec::new(),
     }
+}
+
+/// For each switch between threads (by its position), the registers the outgoing thread
+/// has where it runs next: its next switch's entry in (or its entry where the recording
+/// ends). Nothing of that thread ran in between (a system call it left at retires after
+/// that entry; the kernel changes no register of a thread that waits), so they are its
+/// registers after its last instruction before the switch. (A thread that ended has none.)
+fn resumes(signals: &[SignalEntry]) -> FxHashMap<u64, SignalEntry> {
+    let mut order: Vec<&SignalEntry> = signals.iter().filter(|e| e.switch.is_some()).collect();
+    order.sort_by_key(|e| e.position);
+    let mut next_in: FxHashMap<i64, &SignalEntry> = FxHashMap::default();
+    let mut out = FxHashMap::default();
+    for e in order.into_iter().rev() {
+        let Some(s) = e.switch else { continue };
+        if s.from != s.to {
+            if let Some(resumed) = next_in.get(&s.from) {
+                out.insert(e.position, (*resumed).clone());
+            }
+        }
+        next_in.insert(s.to, e);
+    }
+    out
 }

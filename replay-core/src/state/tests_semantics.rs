@@ -554,6 +554,59 @@ fn a_logged_signal_delivery_keeps_memory_when_only_the_kernel_ran() {
 }
 
 #[test]
+fn going_back_across_a_switch_keeps_memory_and_the_outgoing_threads_registers() {
+    // Thread 1: mov [rdi], rax at 0x1000, then nop; nop at 0x1003. Thread 2: nop; nop at
+    // 0x2000. Thread 1 runs one instruction, thread 2 two, then thread 1 again.
+    let mut space = AddressSpace::new();
+    space
+        .add(Image::from_raw("one", 0x1000, vec![0x48, 0x89, 0x07, 0x90, 0x90]))
+        .expect("add");
+    space
+        .add(Image::from_raw("two", 0x2000, vec![0x90, 0x90, 0x90]))
+        .expect("add");
+    let named = |pairs: &[(&str, &str)]| -> std::collections::BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    };
+    let entry = |position, ip, from, to, registers| crate::recording::SignalEntry {
+        position,
+        ip,
+        registers,
+        frame: crate::syscall::MemoryWrite::new(0, &[]),
+        only_kernel: true,
+        switch: Some(crate::recording::ThreadSwitch { from, to }),
+    };
+    let one = named(&[("rax", "0x55"), ("rdi", "0x7000"), ("rsp", "0x9000")]);
+    let mut end = State::unknown();
+    for (r, x) in [(RAX, 0x55), (RDI, 0x7000), (RSP, 0x9000)] {
+        end.regs.set(r, Some(x));
+    }
+    end.mem.write(0x7000, &[0x55, 0, 0, 0, 0, 0, 0, 0]);
+    let mut v = Values::new(
+        space,
+        Inputs {
+            history: crate::timeline::Timeline::from_ips(vec![0x1000, 0x2000, 0x2001, 0x1003, 0x1004]),
+            hard_barriers: vec![1, 3],
+            start: State::unknown(),
+            end: Some(end),
+            signals: vec![
+                entry(1, 0x2000, 1, 2, named(&[("rsp", "0x8000")])),
+                entry(3, 0x1003, 2, 1, one),
+            ],
+            ..Inputs::default()
+        },
+    );
+    // Only the backward walk from the end knows these: across thread 2's stretch, memory
+    // stays what it was, and thread 1's registers before the switch are those it resumes with.
+    let k = v.at(2).expect("p2");
+    assert_eq!(k.memory(0x7000, 1), Ok(Some(vec![0x55])), "thread 1's store, kept");
+    assert_eq!(k.register(RAX), Ok(None), "thread 2's rax is not logged");
+    let k = v.at(0).expect("p0");
+    assert_eq!(k.register(RDI), Ok(Some(0x7000)), "thread 1's, from where it resumes");
+    assert_eq!(k.register(RAX), Ok(Some(0x55)));
+    assert_eq!(k.memory(0x7000, 1), Ok(None), "before the store");
+}
+
+#[test]
 fn lzcnt_and_tzcnt_follow_what_the_cpu_runs_them_as() {
     // lzcnt rax, rbx; tzcnt rcx, rdx (rdx = 0); nop.
     let code: [&[u8]; 3] = [

@@ -58,6 +58,9 @@ pub(super) struct Shared {
     pub(super) syscalls: FxHashMap<u64, SyscallRecord>,
     pub(super) results: FxHashMap<u64, InsnResult>,
     pub(super) signals: FxHashMap<u64, SignalEntry>,
+    /// At each switch between threads, the outgoing thread's entry where it runs next
+    /// (`inputs::resumes`): its registers before the switch, for the backward walk.
+    pub(super) resumes: FxHashMap<u64, SignalEntry>,
     pub(super) cpuid: Vec<CpuidLeaf>,
     /// Whether the last position is an instruction that faulted.
     pub(super) fault: bool,
@@ -334,12 +337,32 @@ impl Walker {
             // before it. A switch after `rt_sigreturn` is one no `signal` above catches (the
             // call changes the context), and the other thread's registers went back into
             // the handler (a conflict check-values found).
-            if self.shared.signals.get(&(p + 1)).is_some_and(|e| next == Some(e.ip)) {
+            let entry = self.shared.signals.get(&(p + 1)).filter(|e| next == Some(e.ip));
+            if entry.is_some() {
                 why::insist(Cause::Signal);
                 st.regs.forget_all();
                 st.flags.forget(super::flags::ALL);
                 st.vec.forget_all();
                 st.mxcsr = Default::default();
+            }
+            // A switch where only the kernel ran: the outgoing thread's last instruction
+            // retired (as the forward walk takes it), memory is what it left, and its
+            // registers are those it resumes with later, if it resumes where it left (its
+            // instruction goes there), not in a signal handler.
+            let switch = entry.filter(|e| e.only_kernel && e.switch.is_some_and(|s| s.from != s.to));
+            let mut between = between;
+            if let (Some(_), Some(i), Between::Unknown) = (switch, &insn, between) {
+                if !super::forward::is_repeated_string(i) {
+                    between = Between::Insn {
+                        insn: i,
+                        next: None,
+                        written,
+                    };
+                    let resumed = self.shared.resumes.get(&(p + 1));
+                    if let Some(r) = resumed.filter(|r| goes_to(i, r.ip)) {
+                        transition::set_named(st, &r.registers);
+                    }
+                }
             }
             // What the instruction wrote is known after it (and unknown before it).
             if let Some(r) = self.shared.logged_result(p, ip, between) {
@@ -360,5 +383,17 @@ impl Walker {
 
     pub(super) fn step_backward(&mut self, st: &mut State, p: u64) {
         self.cross(st, p, false);
+    }
+}
+
+/// Whether `insn` can go on to `to` by itself: its next instruction, or a direct branch's
+/// target (an indirect one's is not known here).
+fn goes_to(insn: &Instruction, to: u64) -> bool {
+    use iced_x86::FlowControl;
+    match insn.flow_control() {
+        FlowControl::Next => insn.next_ip() == to,
+        FlowControl::ConditionalBranch => insn.next_ip() == to || insn.near_branch_target() == to,
+        FlowControl::UnconditionalBranch | FlowControl::Call => insn.near_branch_target() == to,
+        _ => false,
     }
 }
