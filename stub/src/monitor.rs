@@ -48,7 +48,7 @@ rtit monitor commands:
                       its position, instruction and source line, the bytes before and after;
                       without moving (`monitor goto` goes there)
   monitor why-unknown REG|ADDR
-                      why a register (rax, rsp, xmm0 …) or the byte at a hex address is unknown here:
+                      why a register (rax, rsp, xmm0 …) or the byte at an address (0x…) is unknown here:
                       what lost it, and at which position (for `monitor goto`)
   monitor help        this list";
 

@@ -40,9 +40,14 @@ pub(super) fn write_words(pid: Pid, at: u64, words: &[u64]) -> bool {
     process_vm_writev(pid, &[IoSlice::new(&bytes)], &remote).is_ok_and(|n| n == bytes.len())
 }
 
+/// How long rtit waits for the threads waiting inside QEMU's execution loop to leave it
+/// (at the running thread's next system call) before it gives a stop up ([`hold`]).
+const HOLD_WAIT: Duration = Duration::from_millis(20);
+
 /// Asks the plugin to interrupt no thread of the program while rtit stops it (a sample, an
-/// anchor): true if none waits inside QEMU's execution loop now, where QEMU 10.0's stop
-/// (a flush of its translations, in an exclusive section) would wait for it for ever; else
+/// anchor): true once none waits inside QEMU's execution loop, where QEMU 10.0's stop (a
+/// flush of its translations, in an exclusive section) would wait for it for ever (such a
+/// thread leaves it when the running one makes a system call); else, after [`HOLD_WAIT`],
 /// the request is taken back, for a later try. True for a plugin that has no threads to
 /// hold.
 pub(super) fn hold(pid: Pid, counters: Counters) -> bool {
@@ -52,13 +57,17 @@ pub(super) fn hold(pid: Pid, counters: Counters) -> bool {
     if !write_words(pid, hold, &[1]) {
         return true;
     }
-    match word(pid, inside) {
-        Some(0) => true,
-        _ => {
-            release(pid, counters);
-            false
+    let deadline = Instant::now() + HOLD_WAIT;
+    loop {
+        match word(pid, inside) {
+            Some(0) => return true,
+            None => break,
+            Some(_) if Instant::now() >= deadline => break,
+            Some(_) => std::thread::sleep(Duration::from_micros(500)),
         }
     }
+    release(pid, counters);
+    false
 }
 
 /// Takes back [`hold`]'s request, once the stop is over.

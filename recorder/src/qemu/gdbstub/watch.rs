@@ -72,6 +72,9 @@ pub struct Watched {
     /// The registers at the last signal the program did not handle (a fatal one ends it
     /// there).
     pub unhandled: Option<RegisterMap>,
+    /// How long anchors were put off, due but not taken: a thread waited inside QEMU's
+    /// execution loop each time rtit tried to stop the program (`super::guest::hold`).
+    pub anchors_put_off: Duration,
 }
 
 /// A running watch over QEMU's gdbstub.
@@ -256,7 +259,7 @@ fn watch(
     };
     program.sampling = plan.sample || anchors.is_some();
     let samples = plan.sample.then_some(&mut watched.samples);
-    run(&mut remote, &mut program, done, samples, anchors.as_mut())?;
+    watched.anchors_put_off = run(&mut remote, &mut program, done, samples, anchors.as_mut())?;
     watched.signals = program.signals;
     watched.told = program.told;
     watched.unhandled = program.unhandled;
@@ -269,13 +272,16 @@ const ANCHOR_POLL: Duration = Duration::from_millis(1);
 
 /// Passes the program's signals on until it ends; meanwhile, with `samples`, samples the
 /// registers at random moments, and with `anchors`, takes an anchor whenever one is due.
+/// Returns how long anchors were put off while a thread waited inside QEMU.
 fn run(
     remote: &mut Remote,
     program: &mut Program,
     done: &AtomicBool,
     mut samples: Option<&mut Vec<(u64, RegisterMap)>>,
     mut anchors: Option<&mut super::anchors::Anchors>,
-) -> Result<(), GdbstubError> {
+) -> Result<Duration, GdbstubError> {
+    // Since when an anchor due was put off, and for how long in all before.
+    let (mut put_off, mut skipped) = (None::<Instant>, Duration::ZERO);
     let pid = program.pid;
     let mut jitter = Jitter(u64::from(pid.as_raw() as u32) | 1 << 40);
     let mut next_sample = samples.is_some().then(|| Instant::now() + jitter.next());
@@ -284,13 +290,13 @@ fn run(
         let poll = if anchors.is_some() { ANCHOR_POLL } else { POLL };
         let wait = next_sample.map_or(poll, |t| t.saturating_duration_since(now).min(poll));
         match remote.receive(Some(wait))? {
-            Received::Closed => return Ok(()),
+            Received::Closed => return Ok(skipped + put_off.map_or(Duration::ZERO, |t| t.elapsed())),
             // The program's own signal (or its end) while it ran: passed on as it came.
             Received::Packet(reply) => match stop(&reply)? {
-                Stop::Ended => return Ok(()),
+                Stop::Ended => return Ok(skipped + put_off.map_or(Duration::ZERO, |t| t.elapsed())),
                 Stop::Signal(s) => {
                     if !program.pass(remote, s, done)? {
-                        return Ok(());
+                        return Ok(skipped + put_off.map_or(Duration::ZERO, |t| t.elapsed()));
                     }
                     // No sampling signal is pending here: none can have been withheld.
                     program.withheld = false;
@@ -298,7 +304,7 @@ fn run(
             },
             Received::TimedOut => {
                 if done.load(Ordering::Relaxed) {
-                    return Ok(());
+                    return Ok(skipped + put_off.map_or(Duration::ZERO, |t| t.elapsed()));
                 }
                 let now = Instant::now();
                 if program.recording_ended() {
@@ -316,13 +322,19 @@ fn run(
                 }
                 if !super::guest::hold(pid, program.counters) {
                     // A thread waits for its turn inside QEMU: a stop now would never end.
+                    if anchor {
+                        put_off.get_or_insert(now);
+                    }
                     continue;
                 }
+                if let (true, Some(since)) = (anchor, put_off.take()) {
+                    skipped += since.elapsed();
+                }
                 if kill(pid, SAMPLE_SIGNAL).is_err() {
-                    return Ok(());
+                    return Ok(skipped + put_off.map_or(Duration::ZERO, |t| t.elapsed()));
                 }
                 match our_stop(remote, program, done)? {
-                    None => return Ok(()),
+                    None => return Ok(skipped + put_off.map_or(Duration::ZERO, |t| t.elapsed())),
                     // It came while the program's own signal was being delivered: neither.
                     Some(false) => {}
                     // The recording ended meanwhile: nothing of it to read.
