@@ -387,13 +387,16 @@ impl Walker {
 }
 
 /// Whether `insn` can go on to `to` by itself: its next instruction, or a direct branch's
-/// target (an indirect one's is not known here).
+/// target; an indirect branch or a return, whose target is not known here, can go anywhere
+/// (a thread's entry where it resumes holds its registers as it stopped, with where it
+/// went: a signal delivered to it comes after that entry, with an entry of its own).
 fn goes_to(insn: &Instruction, to: u64) -> bool {
     use iced_x86::FlowControl;
     match insn.flow_control() {
         FlowControl::Next => insn.next_ip() == to,
         FlowControl::ConditionalBranch => insn.next_ip() == to || insn.near_branch_target() == to,
         FlowControl::UnconditionalBranch | FlowControl::Call => insn.near_branch_target() == to,
+        FlowControl::IndirectBranch | FlowControl::IndirectCall | FlowControl::Return => true,
         _ => false,
     }
 }
