@@ -314,7 +314,7 @@ impl Session {
                 .cloned(),
         );
         // Long enough to leave a stretch of hundreds of millions of instructions without one.
-        if watched.anchors_put_off >= std::time::Duration::from_millis(200) {
+        if watched.anchors_put_off >= Duration::from_millis(200) {
             warnings.push(format!(
                 "anchors were put off for {:.1} s of the run, while a thread of the program waited for its turn inside QEMU (QEMU 10.0 stops every thread to take one): a first look into those stretches waits for the background pass",
                 watched.anchors_put_off.as_secs_f64()
