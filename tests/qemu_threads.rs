@@ -241,6 +241,16 @@ fn debian_programs_with_threads_are_recorded_whole() {
     assert_eq!(rec.manifest.end, EndState::Exited { code: 0 });
     assert!(switches(&rec) >= 2, "{} switches", switches(&rec));
     assert_decodes_whole(&rec, "sort");
+    // While both threads compute, one waits inside QEMU, whose gdbstub cannot stop the
+    // program then: the running thread parks for the anchors instead, which stay 2^25
+    // instructions apart or so (none in 1.2 G instructions before).
+    if common::kernel_tracks_written_pages() {
+        let anchors = rec.anchors().expect("anchors").expect("anchors taken");
+        let mut at: Vec<u64> = anchors.list.iter().map(|a| a.position).collect();
+        at.push(rec.manifest.instructions);
+        let widest = at.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+        assert!(widest < 4 << 25, "{widest} instructions without an anchor: {at:?}");
+    }
 
     let script = dir.join("threads.py");
     std::fs::write(
@@ -308,4 +318,39 @@ fn a_crash_in_a_worker_names_the_thread_and_every_stack_is_shown() {
     let n = ours.len().min(theirs.len()) - 1;
     assert!(n >= 2, "{replayed}\n---\n{native_out}");
     assert_eq!(ours[..n], theirs[..n], "{replayed}\n---\n{native_out}");
+}
+
+/// Two threads that compute without a system call: one always waits for its turn inside
+/// QEMU, where QEMU's gdbstub cannot stop the program, so the running one parks for each
+/// anchor. The anchors stand where their registers say (rip is the logged instruction at
+/// their position), and the values replay finds from them are right.
+#[test]
+fn anchors_are_taken_while_threads_compute() {
+    let Some(qemu) = common::newer_qemu() else { return };
+    if common::skip_without_anchors() {
+        return;
+    }
+    let dir = common::scratch("qemu_threads", "compute");
+    let exe = common::gcc("tests/programs/threads_compute.c", &["-pthread", "-O1"], &dir);
+    let flags = ["--truth", "--anchor-every", "1048576"];
+    let (rec, result) = record(&qemu, &dir.join("rec"), &flags, &[s(&exe)]);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert_eq!(result.status.code(), Some(0), "{stderr}");
+    assert_eq!(rec.manifest.end, EndState::Exited { code: 0 }, "{stderr}");
+    let anchors = rec.anchors().expect("anchors").expect("anchors taken");
+    assert!(anchors.list.len() >= 3, "{} anchors\n{stderr}", anchors.list.len());
+    let truth = rec.truth().expect("readable").expect("--truth was given");
+    for a in &anchors.list {
+        let rip = a
+            .registers
+            .get("rip")
+            .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok());
+        assert_eq!(
+            rip,
+            truth.get(a.position as usize).copied(),
+            "the anchor at {}",
+            a.position
+        );
+    }
+    check_values(&rec, 99.0, "compute");
 }

@@ -35,6 +35,7 @@ fn run() {
         if inert() {
             return;
         }
+        crate::park::mirror();
         let (waiting, pushed) = ring::waiting();
         if waiting == 0 || (waiting < MIN_BATCH && pushed != before_nap) {
             before_nap = pushed;

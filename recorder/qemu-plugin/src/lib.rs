@@ -20,6 +20,7 @@ mod feeder;
 mod ffi;
 mod floor;
 mod high_fds;
+mod park;
 mod published;
 mod registers;
 mod ring;
@@ -64,6 +65,9 @@ extern "C" fn tb_exec(vcpu: c_uint, userdata: *mut c_void) {
 fn gated(block: Started, vcpu: c_uint) {
     if inert() {
         return;
+    }
+    if GATE.load(Ordering::Relaxed) & published::PARKING != 0 && TRACING.load(Ordering::Relaxed) {
+        park::park(block);
     }
     if GATE.load(Ordering::Relaxed) & published::PREEMPT != 0 && threads::on() {
         threads::preempt(vcpu, block.id, block.before);
@@ -398,6 +402,11 @@ fn write_counters(out: &str) -> Result<(), String> {
         tracking: Some(written::TRACKING.as_ptr() as u64),
         inside: Some(published::INSIDE.as_ptr() as u64),
         hold: Some(published::HOLD.as_ptr() as u64),
+        running: Some(published::RUNNING.as_ptr() as u64),
+        park: Some(published::PARK.as_ptr() as u64),
+        parked: Some(published::PARKED.as_ptr() as u64),
+        parked_at: Some(published::PARKED_AT.as_ptr() as u64),
+        parked_registers: Some(published::PARKED_REGISTERS.as_ptr() as u64),
     };
     let path = std::path::Path::new(out).join(rtit_recorder::qemu::report::files::COUNTERS);
     let text = serde_json::to_vec(&counters).map_err(|e| e.to_string())?;

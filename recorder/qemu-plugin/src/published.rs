@@ -3,7 +3,7 @@
 //! every block, the position and the handler table `rtit record` reads from outside, the
 //! signal delivery it writes from outside, the request to stop, and whether this process is a child the program forked.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// A value on cache lines of its own: the vCPU's translated code adds to the counters at
 /// every instruction and its callback reads the flags at every block, while the feeder
@@ -67,6 +67,24 @@ pub static INSIDE: Line<AtomicU64> = Line(AtomicU64::new(0));
 /// interrupted meanwhile (see [`INSIDE`]).
 pub static HOLD: Line<AtomicU64> = Line(AtomicU64::new(0));
 
+/// The id of the program's thread whose turn it is (`threads`; 0: nobody's, or the program
+/// has one thread): `rtit record` sends it the sample signal, which a thread waiting for its
+/// turn would handle only once it runs again.
+pub static RUNNING: Line<AtomicU64> = Line(AtomicU64::new(0));
+
+/// Set by `rtit record` (from outside) when it wants an anchor while a thread waits inside
+/// QEMU's execution loop, where QEMU's gdbstub cannot stop the program (see [`INSIDE`]):
+/// the running thread parks at its next block instead (`park`).
+pub static PARK: Line<AtomicU64> = Line(AtomicU64::new(0));
+/// Set by the running thread once parked, with where ([`PARKED_AT`]) and its registers
+/// ([`PARKED_REGISTERS`]); cleared as it goes on.
+pub static PARKED: Line<AtomicU64> = Line(AtomicU64::new(0));
+/// The position of the instruction the parked thread stops before, and the length of
+/// [`PARKED_REGISTERS`]' text.
+pub static PARKED_AT: Line<[AtomicU64; 2]> = Line([const { AtomicU64::new(0) }; 2]);
+/// The parked thread's registers, as JSON (name → hex value).
+pub static PARKED_REGISTERS: Line<[AtomicU8; 4096]> = Line([const { AtomicU8::new(0) }; 4096]);
+
 /// The signal `rtit record` received, once it asks the recording to stop (0: it has not).
 /// The vCPU reads it at every block, before taking the lock.
 pub static STOP: Line<AtomicI32> = Line(AtomicI32::new(0));
@@ -105,6 +123,8 @@ pub const NOT_TRACING: u32 = 4;
 /// A thread waited long enough for its turn: the one that runs is interrupted
 /// (`threads`).
 pub const PREEMPT: u32 = 8;
+/// [`PARK`] is set.
+pub const PARKING: u32 = 16;
 
 /// Sets `bit` of [`GATE`].
 pub fn close(bit: u32) {

@@ -94,6 +94,21 @@ pub struct Counters {
     /// Where rtit says it is about to stop the program (no thread is interrupted then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold: Option<u64>,
+    /// The id of the thread of the program whose turn it is (0: none, or no threads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<u64>,
+    /// Where rtit asks the running thread to park for an anchor (a word).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub park: Option<u64>,
+    /// Where the plugin says the thread parked (a word).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parked: Option<u64>,
+    /// The parked thread's position and its registers' text length (two words).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parked_at: Option<u64>,
+    /// The parked thread's registers, as JSON text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parked_registers: Option<u64>,
 }
 
 /// The lowest descriptor number the plugin keeps open (its output files, and the pipe on

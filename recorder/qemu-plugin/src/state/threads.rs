@@ -56,6 +56,22 @@ impl Plugin {
         self.stop_and_run_on(Counts::default(), STALLED.into());
     }
 
+    /// Where the running thread parks as block `block` is about to start (`crate::park`):
+    /// the position of its first instruction and its address, the engine brought up to
+    /// date; `None` if not tracing, or if the block before was cut short.
+    pub fn parked_at(&mut self, block: rtit_recorder::qemu::engine::Started) -> Option<(u64, u64)> {
+        self.take_blocks(usize::MAX);
+        if !self.engine.tracing() || self.engine.ended() {
+            return None;
+        }
+        // As `rtit record` places a stop between blocks: the running block's base and the
+        // instructions of it that started (a system call's block, settled already, counts
+        // whole), where the block before ran whole.
+        let base = self.engine.block_base()?;
+        let whole = (self.engine.pending_kept()).map_or(true, |kept| block.before.started == kept as u64);
+        whole.then(|| (base + block.before.started, self.engine.block(block.id).start()))
+    }
+
     /// Whether call `number` (arguments `a`) creates a process while a thread waits inside
     /// QEMU's execution loop (`crate::threads::preempt`): QEMU forks in an exclusive section,
     /// which waits for every thread in that loop to leave it.

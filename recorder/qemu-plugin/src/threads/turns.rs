@@ -55,6 +55,11 @@ struct Turns {
 static TURNS: Mutex<Option<Turns>> = Mutex::new(None);
 static TURN: Condvar = Condvar::new();
 
+/// Publishes whose turn it is (`published::RUNNING`).
+fn publish(owner: Option<i64>) {
+    crate::published::RUNNING.store(owner.unwrap_or(0) as u64, Ordering::Relaxed);
+}
+
 fn lock() -> MutexGuard<'static, Option<Turns>> {
     TURNS.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -72,6 +77,7 @@ pub fn begin(tid: i64) {
             live: 1,
             free: false,
         });
+        publish(Some(tid));
     }
 }
 
@@ -105,6 +111,7 @@ pub fn leave(tid: i64, left: Left, parked: Option<Parked>) {
     }
     if t.owner == Some(tid) {
         t.owner = t.queue.pop_front();
+        publish(t.owner);
         t.last = tid;
         t.left = Some(left);
         if t.owner.is_some() {
@@ -138,7 +145,10 @@ pub fn wait(tid: i64, parked: Option<Parked>, inside: bool) -> Result<Came, Gone
             t.parked.insert(tid, p);
         }
         match t.owner {
-            None if t.queue.is_empty() => t.owner = Some(tid),
+            None if t.queue.is_empty() => {
+                t.owner = Some(tid);
+                publish(t.owner);
+            }
             Some(o) if o == tid => {}
             _ => t.queue.push_back(tid),
         }
@@ -185,6 +195,7 @@ pub fn free_all() {
     if let Some(t) = lock().as_mut() {
         t.free = true;
     }
+    publish(None);
     TURN.notify_all();
 }
 

@@ -30,6 +30,11 @@ impl Engine {
         self.pending.map(|p| self.hot[p.id as usize].start)
     }
 
+    /// How many instructions the pending block keeps (`None` if none is pending).
+    pub fn pending_kept(&self) -> Option<usize> {
+        self.pending.map(|p| self.summaries[p.id as usize].kept as usize)
+    }
+
     /// How many of pending block `p`'s instructions started, from `counts` and what came
     /// after it (`next`: the next block's start; `None`: the process died); `None` where
     /// nothing tells where a block cut short stopped.

@@ -115,6 +115,22 @@ impl Anchors {
         let Some(position) = guest::position(self.pid, self.counters, register(&regs, "rip")) else {
             return Ok(());
         };
+        self.take_at(position, regs)
+    }
+
+    /// Takes an anchor with the running thread parked by the plugin (`guest::park`), where a
+    /// thread waits inside QEMU and its gdbstub cannot stop the program; true if it did.
+    pub(super) fn take_parked(&mut self) -> Result<bool, GdbstubError> {
+        let Some((position, regs)) = guest::park(self.pid, self.counters) else {
+            return Ok(false);
+        };
+        let taken = self.take_at(position, regs);
+        guest::unpark(self.pid, self.counters);
+        taken.map(|()| true)
+    }
+
+    /// Writes the anchor at `position`, with `regs`, the program held there.
+    fn take_at(&mut self, position: u64, regs: crate::outcome::RegisterMap) -> Result<(), GdbstubError> {
         let written = match self.pagemap.take_written() {
             Ok(w) => w,
             Err(e) => {

@@ -70,6 +70,67 @@ pub(super) fn hold(pid: Pid, counters: Counters) -> bool {
     false
 }
 
+/// How long rtit waits for the running thread to park (it does at its next block; not while
+/// every thread waits in a system call).
+const PARK_WAIT: Duration = Duration::from_millis(50);
+
+/// Asks the plugin to park the running thread at its next block, for an anchor taken
+/// without QEMU's gdbstub (the plugin's `park`): where it parked (the position of the
+/// instruction it stops before) and its registers; `None` if the plugin cannot, or did not
+/// within [`PARK_WAIT`] (the request is then taken back). [`unpark`] lets it go on.
+pub(super) fn park(pid: Pid, counters: Counters) -> Option<(u64, crate::outcome::RegisterMap)> {
+    let (park, parked, at, text) = (
+        counters.park?,
+        counters.parked?,
+        counters.parked_at?,
+        counters.parked_registers?,
+    );
+    if !write_words(pid, park, &[1]) {
+        return None;
+    }
+    let deadline = Instant::now() + PARK_WAIT;
+    let found = loop {
+        match word(pid, parked) {
+            Some(1) => break words(pid, [at, at + 8]),
+            Some(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_micros(200)),
+            _ => break None,
+        }
+    };
+    let parsed = found.and_then(|[position, len]| {
+        let bytes = read(pid, text, len as usize);
+        let regs = serde_json::from_slice(&bytes).ok()?;
+        Some((position, regs))
+    });
+    if parsed.is_none() {
+        unpark(pid, counters);
+    }
+    parsed
+}
+
+/// Lets the parked thread go on ([`park`]).
+pub(super) fn unpark(pid: Pid, counters: Counters) {
+    if let Some(park) = counters.park {
+        write_words(pid, park, &[0]);
+    }
+}
+
+/// Sends `signal` to the thread of the program that runs, where the plugin says which (its
+/// threads take turns): a signal to the process goes to any thread, and one that waits for
+/// its turn would see it only once it runs again; else to the process. False if the process
+/// is gone.
+pub(super) fn signal_running(pid: Pid, counters: Counters, signal: nix::sys::signal::Signal) -> bool {
+    let tid = counters.running.and_then(|at| word(pid, at)).filter(|&t| t != 0);
+    if let Some(tid) = tid {
+        // SAFETY: the tgkill system call with plain integer arguments.
+        #[allow(unsafe_code)]
+        let sent = unsafe { nix::libc::syscall(nix::libc::SYS_tgkill, pid.as_raw(), tid as i32, signal as i32) };
+        if sent == 0 {
+            return true;
+        }
+    }
+    nix::sys::signal::kill(pid, signal).is_ok()
+}
+
 /// Takes back [`hold`]'s request, once the stop is over.
 pub(super) fn release(pid: Pid, counters: Counters) {
     if let Some(hold) = counters.hold {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{kill, Signal};
+use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use super::remote::{register, registers, stop, Received, Remote, Stop};
@@ -322,15 +322,23 @@ fn run(
                 }
                 if !super::guest::hold(pid, program.counters) {
                     // A thread waits for its turn inside QEMU: a stop now would never end.
-                    if anchor {
+                    // The running thread parks for the anchor instead (no sample so).
+                    let parked = match (anchor, anchors.as_mut()) {
+                        (true, Some(a)) => a.take_parked()?,
+                        _ => false,
+                    };
+                    if anchor && !parked {
                         put_off.get_or_insert(now);
+                    }
+                    if let (true, Some(since)) = (parked, put_off.take()) {
+                        skipped += since.elapsed();
                     }
                     continue;
                 }
                 if let (true, Some(since)) = (anchor, put_off.take()) {
                     skipped += since.elapsed();
                 }
-                if kill(pid, SAMPLE_SIGNAL).is_err() {
+                if !super::guest::signal_running(pid, program.counters, SAMPLE_SIGNAL) {
                     return Ok(skipped + put_off.map_or(Duration::ZERO, |t| t.elapsed()));
                 }
                 match our_stop(remote, program, done)? {
