@@ -57,27 +57,6 @@ fn check_truth(rec: &Recording, what: &str) {
     common::assert_decode_is_truth(rec, what, 1000);
 }
 
-/// `rtit check-values`: no value wrong, and at least `known` % of the GPR samples known.
-fn check_values(rec: &Recording, known: f64, what: &str) {
-    let out = rtit(&["check-values", s(&rec.dir)]);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{what}: {text}");
-    let gprs = text
-        .lines()
-        .find(|l| l.starts_with("all GPRs"))
-        .unwrap_or_else(|| panic!("{what}: {text}"));
-    let cols: Vec<&str> = gprs.split_whitespace().collect();
-    let (right, wrong, unknown): (u64, u64, u64) = (
-        cols[2].parse().expect("right"),
-        cols[3].parse().expect("wrong"),
-        cols[4].parse().expect("unknown"),
-    );
-    assert_eq!(wrong, 0, "{what}: {text}");
-    assert!(right > 0, "{what}: {text}");
-    let share = 100.0 * right as f64 / (right + unknown) as f64;
-    assert!(share >= known, "{what}: {share:.1}% of GPRs known\n{text}");
-}
-
 #[test]
 fn the_fast_path_writes_what_the_unit_model_writes() {
     let Some(qemu) = common::newer_qemu() else { return };
@@ -124,7 +103,7 @@ fn debian_programs_decode_to_the_plugins_log_with_right_values() {
         // QEMU 9 and later give the program a vDSO of their own: it is an image.
         let images = rec.manifest.images.iter().map(|i| i.path.as_str()).collect::<Vec<_>>();
         assert!(images.contains(&"[vdso]"), "{name}: {images:?}");
-        check_values(&rec, 99.0, name);
+        common::check_values(&rec, 99.0, name);
         // glibc's loader reads the time stamp counter: its results are logged.
         assert!(!unmodelled(&rec).contains("rdtsc"), "{name}: {}", unmodelled(&rec));
     }
@@ -163,7 +142,7 @@ fn what_rdtsc_and_rdtscp_returned_is_logged_and_known() {
         let regs = r["after"].as_object().expect("registers").len();
         assert!(regs == 2 || regs == 3, "rax, rdx (and rcx for rdtscp): {r}");
     }
-    check_values(&rec, 100.0, "timestamps");
+    common::check_values(&rec, 100.0, "timestamps");
     assert!(!unmodelled(&rec).contains("rdtsc"), "{}", unmodelled(&rec));
 }
 
@@ -177,7 +156,7 @@ fn a_signal_handler_using_movaps_runs_and_replays() {
     assert_eq!(status, 0, "{stderr}");
     assert_eq!(rec.signals().expect("signal entries").len(), 3, "three handled signals");
     check_truth(&rec, "movaps");
-    check_values(&rec, 99.0, "movaps");
+    common::check_values(&rec, 99.0, "movaps");
 }
 
 #[test]

@@ -372,21 +372,9 @@ fn sort_from_the_distribution_records_and_decodes_without_errors() {
     let (rec, status, stderr) = record("qemu", Path::new("/usr/bin/sort"), &dir.join("rec"), &[], &[s(&input)]);
     assert_eq!(status, 0, "{stderr}");
     assert!(rec.manifest.instructions > 1_000_000, "{}", rec.manifest.instructions);
-    assert_decodes_completely(&rec);
+    common::assert_decodes_completely(&rec);
     let truth = rec.truth().expect("truth").expect("truth");
     assert_eq!(truth.len() as u64, rec.manifest.instructions);
-}
-
-/// The decode line of `rtit info --decode`: every recorded instruction decoded, nothing lost.
-fn assert_decodes_completely(rec: &Recording) {
-    let info = rtit(&["info", "--decode", s(&rec.dir)]);
-    let text = String::from_utf8_lossy(&info.stdout);
-    let line = text.lines().find(|l| l.starts_with("decoded")).expect("a decode line");
-    let expected = format!(
-        "decoded       {} instructions, 0 errors, 0 gaps",
-        rec.manifest.instructions
-    );
-    assert!(line.starts_with(&expected), "{line}\nexpected {expected}");
 }
 
 #[test]
@@ -414,7 +402,7 @@ fn asynchronous_signals_leave_no_gap() {
     let count: u32 = stdout.trim().trim_end_matches(" signals").parse().expect("a count");
     assert!(count >= 100, "{stdout}");
     let rec = Recording::open(&out).expect("a recording");
-    assert_decodes_completely(&rec);
+    common::assert_decodes_completely(&rec);
     check_truth(&rec, "timer_signals");
 }
 

@@ -45,29 +45,6 @@ fn switches(rec: &Recording) -> usize {
         .count()
 }
 
-/// `rtit check-values`: no value wrong, and at least `known` % of the GPR samples known.
-fn check_values(rec: &Recording, known: f64, what: &str) {
-    let out = Command::new(env!("CARGO_BIN_EXE_rtit"))
-        .args(["check-values", s(&rec.dir)])
-        .output()
-        .expect("rtit check-values");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{what}: {text}");
-    let gprs = text
-        .lines()
-        .find(|l| l.starts_with("all GPRs"))
-        .unwrap_or_else(|| panic!("{what}: {text}"));
-    let cols: Vec<&str> = gprs.split_whitespace().collect();
-    let (right, wrong, unknown): (u64, u64, u64) = (
-        cols[2].parse().expect("right"),
-        cols[3].parse().expect("wrong"),
-        cols[4].parse().expect("unknown"),
-    );
-    assert_eq!(wrong, 0, "{what}: {text}");
-    let share = 100.0 * right as f64 / (right + unknown).max(1) as f64;
-    assert!(share >= known, "{what}: {share:.1}% of GPRs known\n{text}");
-}
-
 /// The values gdb printed (`$N = VALUE`), in order.
 fn printed(out: &str) -> Vec<String> {
     out.lines()
@@ -93,7 +70,7 @@ fn threads_take_turns_and_decode_to_the_plugins_log_with_right_values() {
     assert!(stderr.contains("every byte is what the unit model wrote"), "{stderr}");
     assert!(switches(&rec) >= 5, "{} switches", switches(&rec));
     common::assert_decode_is_truth(&rec, "workers", 20_000);
-    check_values(&rec, 99.0, "workers");
+    common::check_values(&rec, 99.0, "workers");
 }
 
 /// A thread that spins until another sets a flag, with no system call: it is interrupted
@@ -120,7 +97,7 @@ fn a_spinning_thread_is_interrupted_for_the_one_it_waits_for() {
     assert!(in_loop, "main resumes in its loop");
     // The spin is millions of instructions: the whole decodes, and around every switch it
     // is the plugin's log instruction by instruction.
-    assert_decodes_whole(&rec, "spin");
+    common::assert_decodes_completely(&rec);
     let truth = rec.truth().expect("readable").expect("--truth was given");
     for e in rec.signals().expect("entries").iter().filter(|e| e.switch.is_some()) {
         let from = e.position.saturating_sub(500);
@@ -190,22 +167,6 @@ fn a_breakpoint_in_a_worker_hits_once_per_thread_both_ways() {
     assert_eq!(native_values, ["1", "2", "3", "4"], "{native_out}");
 }
 
-/// The whole history decodes, with no error or gap, to as many instructions as the plugin
-/// counted (runs too long to compare instruction by instruction in a test).
-fn assert_decodes_whole(rec: &Recording, what: &str) {
-    let out = Command::new(env!("CARGO_BIN_EXE_rtit"))
-        .args(["info", "--decode", s(&rec.dir)])
-        .output()
-        .expect("rtit info");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{what}: {text}");
-    let expected = format!(
-        "decoded       {} instructions, 0 errors, 0 gaps,",
-        rec.manifest.instructions
-    );
-    assert!(text.contains(&expected), "{what}: {text}");
-}
-
 /// GNU sort sorts 300,000 lines on two threads, and Python's `threading` runs three: both
 /// recorded whole with the default settings, their output intact, the whole history
 /// decoded; in gdb a thread python3 started is listed at its start, with the main thread.
@@ -240,7 +201,7 @@ fn debian_programs_with_threads_are_recorded_whole() {
     );
     assert_eq!(rec.manifest.end, EndState::Exited { code: 0 });
     assert!(switches(&rec) >= 2, "{} switches", switches(&rec));
-    assert_decodes_whole(&rec, "sort");
+    common::assert_decodes_completely(&rec);
     // While both threads compute, one waits inside QEMU, whose gdbstub cannot stop the
     // program then: the running thread parks for the anchors instead, which stay 2^25
     // instructions apart or so (none in 1.2 G instructions before).
@@ -272,7 +233,7 @@ fn debian_programs_with_threads_are_recorded_whole() {
         "[2664667000, 21325334000, 71982001000]\n"
     );
     assert!(switches(&rec) >= 3, "{} switches", switches(&rec));
-    assert_decodes_whole(&rec, "python3");
+    common::assert_decodes_completely(&rec);
     let server = Server::start(&rec);
     let out = server.gdb(None, &["break start_thread", "continue", "info threads", "bt 1"]);
     assert!(out.contains("hit Breakpoint 1, start_thread"), "{out}");
@@ -352,5 +313,5 @@ fn anchors_are_taken_while_threads_compute() {
             a.position
         );
     }
-    check_values(&rec, 99.0, "compute");
+    common::check_values(&rec, 99.0, "compute");
 }

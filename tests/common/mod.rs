@@ -221,3 +221,45 @@ pub fn newer_qemu() -> Option<PathBuf> {
     }
     found
 }
+
+/// `rtit check-values`: no value wrong, and at least `known` % of the GPR samples known.
+pub fn check_values(rec: &Recording, known: f64, what: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .arg("check-values")
+        .arg(&rec.dir)
+        .output()
+        .expect("rtit check-values");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{what}: {text}");
+    let gprs = text
+        .lines()
+        .find(|l| l.starts_with("all GPRs"))
+        .unwrap_or_else(|| panic!("{what}: {text}"));
+    let cols: Vec<&str> = gprs.split_whitespace().collect();
+    let (right, wrong, unknown): (u64, u64, u64) = (
+        cols[2].parse().expect("right"),
+        cols[3].parse().expect("wrong"),
+        cols[4].parse().expect("unknown"),
+    );
+    assert_eq!(wrong, 0, "{what}: {text}");
+    assert!(right > 0, "{what}: {text}");
+    let share = 100.0 * right as f64 / (right + unknown) as f64;
+    assert!(share >= known, "{what}: {share:.1}% of GPRs known\n{text}");
+}
+
+/// `rtit info --decode`: every recorded instruction decoded, with no error or gap (for runs
+/// too long to compare with the truth instruction by instruction).
+pub fn assert_decodes_completely(rec: &Recording) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .args(["info", "--decode"])
+        .arg(&rec.dir)
+        .output()
+        .expect("rtit info");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.starts_with("decoded")).expect("a decode line");
+    let expected = format!(
+        "decoded       {} instructions, 0 errors, 0 gaps",
+        rec.manifest.instructions
+    );
+    assert!(line.starts_with(&expected), "{line}\nexpected {expected}");
+}
