@@ -70,7 +70,10 @@ fn gated(block: Started, vcpu: c_uint) {
         park::park(block);
     }
     if GATE.load(Ordering::Relaxed) & published::PREEMPT != 0 && threads::on() {
-        threads::preempt(vcpu, block.id, block.before);
+        if threads::preempt(vcpu, block.id, block.before) == threads::Preempted::Stalled {
+            with_plugin(|p| p.stall());
+            shared::retire();
+        }
         if inert() {
             return;
         }

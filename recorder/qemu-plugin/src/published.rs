@@ -105,8 +105,6 @@ pub extern "C" fn forked_child() {
 pub fn go_inert() {
     INERT.store(true, Ordering::Relaxed);
     close(INERT_SET);
-    // Threads waiting for their turn run on, unrecorded.
-    crate::threads::free_all();
 }
 
 /// Why the vCPU's callback cannot just note the block in the ring, as bits ([`INERT_SET`],

@@ -27,7 +27,7 @@ use rtit_recorder::outcome::RegisterMap;
 use rtit_recorder::qemu::engine::{Counts, Left, Resume, Started, Switch, SWITCH_MARK};
 use rtit_recorder::sideband::nr;
 
-pub use turns::{created, free_all, last_alive, nobody_runs, parked};
+pub use turns::{created, last_alive, nobody_runs, parked};
 
 /// Set once the program created a thread: from then on system calls pass the turn.
 static THREADED: AtomicBool = AtomicBool::new(false);
@@ -152,12 +152,12 @@ fn switch_in(vcpu: u32, came: turns::Came, resume: Resume, counts: Counts) {
 /// is the engine's). If QEMU comes to wait for it meanwhile (an exclusive section: a stop
 /// of its gdbstub for a signal, a flush of its translations), the recording ends here and
 /// the program runs on.
-pub fn preempt(vcpu: u32, next: u32, counts: Counts) {
+pub fn preempt(vcpu: u32, next: u32, counts: Counts) -> Preempted {
     use crate::published::{HOLD, INSIDE};
     INSIDE.fetch_add(1, Ordering::SeqCst);
     if HOLD.load(Ordering::SeqCst) != 0 {
         INSIDE.fetch_sub(1, Ordering::SeqCst);
-        return;
+        return Preempted::Not;
     }
     crate::published::open(crate::published::PREEMPT);
     let tid = tid();
@@ -166,13 +166,25 @@ pub fn preempt(vcpu: u32, next: u32, counts: Counts) {
     let came = turns::wait(tid, None, true);
     INSIDE.fetch_sub(1, Ordering::SeqCst);
     match came {
-        Ok(came) => switch_in(vcpu, came, Resume::Block(next), Counts::default()),
-        Err(turns::Gone::Over) => {}
-        Err(turns::Gone::Stalled) => {
-            crate::shared::with_plugin(|p| p.stall());
-            crate::shared::retire();
+        Ok(came) => {
+            switch_in(vcpu, came, Resume::Block(next), Counts::default());
+            Preempted::Resumed
         }
+        Err(turns::Gone::Over) => Preempted::Resumed,
+        Err(turns::Gone::Stalled) => Preempted::Stalled,
     }
+}
+
+/// What came of [`preempt`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preempted {
+    /// `rtit record` is about to stop the program: the thread goes on, for now.
+    Not,
+    /// The thread had its turn again (or the recording is over and it runs on).
+    Resumed,
+    /// QEMU waits for the thread to leave its execution loop: the caller ends the
+    /// recording, and the program runs on.
+    Stalled,
 }
 
 /// Whether a thread waits inside QEMU's execution loop: a fork would wait for it for ever

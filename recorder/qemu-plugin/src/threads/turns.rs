@@ -48,8 +48,6 @@ struct Turns {
     parked: BTreeMap<i64, Parked>,
     /// Threads alive, as QEMU counts its vCPUs.
     live: usize,
-    /// The recording is over: nobody waits for a turn any more.
-    free: bool,
 }
 
 static TURNS: Mutex<Option<Turns>> = Mutex::new(None);
@@ -75,7 +73,6 @@ pub fn begin(tid: i64) {
             queue: VecDeque::new(),
             parked: BTreeMap::new(),
             live: 1,
-            free: false,
         });
         publish(Some(tid));
     }
@@ -157,7 +154,9 @@ pub fn wait(tid: i64, parked: Option<Parked>, inside: bool) -> Result<Came, Gone
     let mut progress = (crate::ring::PUSHED.load(Ordering::Relaxed), Instant::now());
     loop {
         let t = guard.as_mut().ok_or(Gone::Over)?;
-        if t.free {
+        // The recording is over (it stopped before something it cannot follow): every
+        // thread runs on, unrecorded (seen within a wait's timeout).
+        if crate::published::inert() {
             return Err(Gone::Over);
         }
         let other_runs = t.owner.is_some_and(|o| o != tid);
@@ -188,15 +187,6 @@ pub fn wait(tid: i64, parked: Option<Parked>, inside: bool) -> Result<Came, Gone
             .unwrap_or_else(PoisonError::into_inner)
             .0;
     }
-}
-
-/// The recording is over: every waiting thread goes on, unrecorded.
-pub fn free_all() {
-    if let Some(t) = lock().as_mut() {
-        t.free = true;
-    }
-    publish(None);
-    TURN.notify_all();
 }
 
 /// The threads that do not run, and their registers, by thread id.
