@@ -13,13 +13,17 @@ use std::time::{Duration, Instant};
 
 use rtit_recorder::qemu::engine::Started;
 
-use crate::published::{close, open, PARK, PARKED, PARKED_AT, PARKED_REGISTERS, PARKING};
+use crate::published::{close, open, GATE, PARK, PARKED, PARKED_AT, PARKED_REGISTERS, PARKING};
 
-/// The feeder's look at [`PARK`]: the vCPU's callback reads only the gate.
+/// The feeder's look at [`PARK`]: the vCPU's callback reads only the gate, which is
+/// written only when it changes (the vCPU reads its line at every block).
 pub fn mirror() {
-    match PARK.load(Ordering::Relaxed) {
-        0 => open(PARKING),
-        _ => close(PARKING),
+    let wanted = PARK.load(Ordering::Relaxed) != 0;
+    if wanted != (GATE.load(Ordering::Relaxed) & PARKING != 0) {
+        match wanted {
+            true => close(PARKING),
+            false => open(PARKING),
+        }
     }
 }
 
