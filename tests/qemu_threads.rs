@@ -299,7 +299,8 @@ fn anchors_are_taken_while_threads_compute() {
     assert_eq!(result.status.code(), Some(0), "{stderr}");
     assert_eq!(rec.manifest.end, EndState::Exited { code: 0 }, "{stderr}");
     let anchors = rec.anchors().expect("anchors").expect("anchors taken");
-    assert!(anchors.list.len() >= 3, "{} anchors\n{stderr}", anchors.list.len());
+    // Each try waits up to 20 ms for the held thread first: a few of the 40 due come.
+    assert!(anchors.list.len() >= 2, "{} anchors\n{stderr}", anchors.list.len());
     let truth = rec.truth().expect("readable").expect("--truth was given");
     for a in &anchors.list {
         let rip = a
