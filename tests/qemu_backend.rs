@@ -215,17 +215,7 @@ fn threads_stop_the_recording_and_the_program_runs_on() {
 #[test]
 fn gnu_sort_on_two_threads_writes_its_whole_output() {
     let dir = common::scratch("qemu_backend", "sort_threads");
-    std::fs::create_dir_all(&dir).expect("dir");
-    // A fixed shuffle of 1..=300000.
-    let mut x = 12345u64;
-    let lines: String = (1..=300_000u64)
-        .map(|i| {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            format!("{}\n", (i * 7919 + (x >> 40)) % 1_000_003)
-        })
-        .collect();
-    let input = dir.join("numbers");
-    std::fs::write(&input, lines).expect("input");
+    let input = common::shuffled_numbers(&dir);
     let (native, recorded) = (dir.join("native"), dir.join("recorded"));
     let status = Command::new("sort")
         .args(["-n", "--parallel=2", "-o", s(&native), s(&input)])

@@ -45,14 +45,6 @@ fn switches(rec: &Recording) -> usize {
         .count()
 }
 
-/// The values gdb printed (`$N = VALUE`), in order.
-fn printed(out: &str) -> Vec<String> {
-    out.lines()
-        .filter(|l| l.starts_with('$'))
-        .filter_map(|l| l.split_once(" = ").map(|(_, v)| v.trim().to_string()))
-        .collect()
-}
-
 /// workers.c (four threads on a mutex, a producer and a consumer on condition variables):
 /// the program's output is intact, the threads took turns, the fast path wrote what the
 /// unit model writes one instruction at a time, the decode is the plugin's log of every
@@ -144,7 +136,7 @@ fn a_breakpoint_in_a_worker_hits_once_per_thread_both_ways() {
     commands.push("continue");
     commands.extend(["reverse-continue", "p $rdi"].repeat(4));
     let out = server.gdb(Some(&exe), &commands);
-    let values = printed(&out);
+    let values = common::gdb::printed(&out);
     assert_eq!(values.len(), 8, "{out}");
     let (forward, backward) = values.split_at(4);
     let mut sorted = forward.to_vec();
@@ -156,15 +148,7 @@ fn a_breakpoint_in_a_worker_hits_once_per_thread_both_ways() {
     assert!(out.matches("in start_thread").count() >= 1, "{out}");
     assert!(out.contains("in main ()") || out.contains(" main () at"), "{out}");
 
-    let mut native = Command::new("gdb");
-    native.args(["-batch", "-nx"]).arg(&exe);
-    for c in ["break add", "run"].into_iter().chain(["p $rdi", "continue"].repeat(4)) {
-        native.arg("-ex").arg(c);
-    }
-    let native_out = interleaved(&mut native);
-    let mut native_values = printed(&native_out);
-    native_values.sort();
-    assert_eq!(native_values, ["1", "2", "3", "4"], "{native_out}");
+    assert_eq!(common::gdb::native_worker_arguments(&exe), ["1", "2", "3", "4"]);
 }
 
 /// GNU sort sorts 300,000 lines on two threads, and Python's `threading` runs three: both
@@ -175,16 +159,7 @@ fn debian_programs_with_threads_are_recorded_whole() {
     let Some(qemu) = common::newer_qemu() else { return };
     let dir = common::scratch("qemu_threads", "debian");
     let _removed = common::RemovedOnSuccess(dir.clone());
-    std::fs::create_dir_all(&dir).expect("dir");
-    let mut x = 12345u64;
-    let lines: String = (1..=300_000u64)
-        .map(|i| {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            format!("{}\n", (i * 7919 + (x >> 40)) % 1_000_003)
-        })
-        .collect();
-    let input = dir.join("numbers");
-    std::fs::write(&input, lines).expect("input");
+    let input = common::shuffled_numbers(&dir);
     let sorted = dir.join("sorted");
     let argv = ["/usr/bin/sort", "-n", "--parallel=2", "-o", s(&sorted), s(&input)];
     let (rec, result) = record(&qemu, &dir.join("sort"), &[], &argv);

@@ -43,14 +43,6 @@ fn record_workers(dir: &Path) -> (Recording, PathBuf, String) {
     (rec, exe, String::from_utf8_lossy(&result.stdout).into_owned())
 }
 
-/// The values gdb printed (`$N = VALUE`), in order.
-fn printed(out: &str) -> Vec<String> {
-    out.lines()
-        .filter(|l| l.starts_with('$'))
-        .filter_map(|l| l.split_once(" = ").map(|(_, v)| v.trim().to_string()))
-        .collect()
-}
-
 #[test]
 fn threads_are_recorded_one_at_a_time_and_replayed_with_their_values() {
     let dir = common::scratch("threads", "workers");
@@ -100,7 +92,7 @@ fn a_breakpoint_in_a_worker_hits_once_per_thread_both_ways() {
     commands.push("continue");
     commands.extend(["reverse-continue", "p $rdi"].repeat(4));
     let out = server.gdb(Some(&exe), &commands);
-    let values = printed(&out);
+    let values = common::gdb::printed(&out);
     assert_eq!(values.len(), 8, "{out}");
     let (forward, backward) = values.split_at(4);
     let mut sorted = forward.to_vec();
@@ -113,15 +105,7 @@ fn a_breakpoint_in_a_worker_hits_once_per_thread_both_ways() {
         "{out}"
     );
 
-    let mut native = Command::new("gdb");
-    native.args(["-batch", "-nx"]).arg(&exe);
-    for c in ["break add", "run"].into_iter().chain(["p $rdi", "continue"].repeat(4)) {
-        native.arg("-ex").arg(c);
-    }
-    let native_out = interleaved(&mut native);
-    let mut native_values = printed(&native_out);
-    native_values.sort();
-    assert_eq!(native_values, ["1", "2", "3", "4"], "{native_out}");
+    assert_eq!(common::gdb::native_worker_arguments(&exe), ["1", "2", "3", "4"]);
 }
 
 /// Where the producer thread starts, gdb lists it and the main thread, and `thread apply all
@@ -183,7 +167,7 @@ fn stepi_and_reverse_stepi_move_the_thread_that_stopped() {
     commands.extend(["stepi", "p $pc"].repeat(6));
     commands.extend(["reverse-stepi", "p $pc"].repeat(6));
     let out = server.gdb(Some(&exe), &commands);
-    let pcs = printed(&out);
+    let pcs = common::gdb::printed(&out);
     assert_eq!(pcs.len(), 13, "{out}");
     let (forward, backward) = pcs.split_at(7);
     let mut back: Vec<String> = backward.to_vec();
@@ -214,7 +198,11 @@ fn stepi_and_reverse_stepi_move_the_thread_that_stopped() {
             })
             .collect()
     };
-    assert_eq!(offsets(forward), offsets(&printed(&native_out)), "{native_out}");
+    assert_eq!(
+        offsets(forward),
+        offsets(&common::gdb::printed(&native_out)),
+        "{native_out}"
+    );
 }
 
 /// A worker that dereferences a null pointer: `continue` stops at the SIGSEGV naming that

@@ -164,3 +164,24 @@ pub fn assert_same_python3_crash(replayed: &str, native: &str) {
     assert!(got[0].starts_with("__strlen_"), "{replayed}");
     assert_eq!(got[1..], want[1..], "replayed:\n{replayed}\nnative:\n{native}");
 }
+
+/// The values gdb printed (`$N = VALUE`), in order.
+pub fn printed(out: &str) -> Vec<String> {
+    out.lines()
+        .filter(|l| l.starts_with('$'))
+        .filter_map(|l| l.split_once(" = ").map(|(_, v)| v.trim().to_string()))
+        .collect()
+}
+
+/// What native gdb prints of `$rdi` at each of `exe`'s four hits of `break add`
+/// (examples/c/workers.c), sorted.
+pub fn native_worker_arguments(exe: &Path) -> Vec<String> {
+    let mut native = Command::new("gdb");
+    native.args(["-batch", "-nx"]).arg(exe);
+    for c in ["break add", "run"].into_iter().chain(["p $rdi", "continue"].repeat(4)) {
+        native.arg("-ex").arg(c);
+    }
+    let mut values = printed(&interleaved(&mut native));
+    values.sort();
+    values
+}

@@ -263,3 +263,19 @@ pub fn assert_decodes_completely(rec: &Recording) {
     );
     assert!(line.starts_with(&expected), "{line}\nexpected {expected}");
 }
+
+/// A fixed shuffle of 300,000 numbers, one a line, in `dir`/numbers: enough for GNU sort to
+/// sort on two threads.
+pub fn shuffled_numbers(dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).expect("dir");
+    let mut x = 12345u64;
+    let lines: String = (1..=300_000u64)
+        .map(|i| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            format!("{}\n", (i * 7919 + (x >> 40)) % 1_000_003)
+        })
+        .collect();
+    let input = dir.join("numbers");
+    std::fs::write(&input, lines).expect("input");
+    input
+}

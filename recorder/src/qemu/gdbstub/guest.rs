@@ -131,6 +131,22 @@ pub(super) fn signal_running(pid: Pid, counters: Counters, signal: nix::sys::sig
     nix::sys::signal::kill(pid, signal).is_ok()
 }
 
+/// Whether the thread a stop reply names (`thread:pPID.TID;`) is the one whose turn it is,
+/// where the plugin says (its threads take turns): the plugin's position is that thread's.
+/// True for a program with one thread, or a reply that names none.
+pub(super) fn stopped_runs(pid: Pid, counters: Counters, reply: &str) -> bool {
+    let running = counters.running.and_then(|at| word(pid, at)).unwrap_or(0);
+    let named = reply
+        .split(';')
+        .find_map(|f| f.rsplit_once("thread:").map(|(_, t)| t))
+        .and_then(|t| t.rsplit('.').next())
+        .and_then(|t| u64::from_str_radix(t.trim_start_matches('p'), 16).ok());
+    match (running, named) {
+        (0, _) | (_, None) => true,
+        (r, Some(t)) => r == t,
+    }
+}
+
 /// Takes back [`hold`]'s request, once the stop is over.
 pub(super) fn release(pid: Pid, counters: Counters) {
     if let Some(hold) = counters.hold {

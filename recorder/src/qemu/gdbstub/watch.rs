@@ -171,6 +171,8 @@ struct Program {
     only_kernel: bool,
     signals: Vec<SignalEntry>,
     told: Vec<usize>,
+    /// The stop reply of the last stop the sampling signal made (which thread stopped).
+    sample_stop: String,
     /// Whether rtit sends the sampling signal.
     sampling: bool,
     /// Whether a sampling signal was withheld while a handler was being reached.
@@ -189,6 +191,7 @@ impl Program {
             only_kernel: plan.only_kernel,
             signals: Vec::new(),
             told: Vec::new(),
+            sample_stop: String::new(),
             sampling: plan.sample || plan.anchors.is_some(),
             withheld: false,
             unhandled: None,
@@ -347,6 +350,11 @@ fn run(
                     Some(false) => {}
                     // The recording ended meanwhile: nothing of it to read.
                     Some(true) if program.recording_ended() => remote.send("c")?,
+                    // A thread waiting for its turn stopped: the plugin's position is not
+                    // where it is.
+                    Some(true) if !super::guest::stopped_runs(pid, program.counters, &program.sample_stop) => {
+                        remote.send("c")?
+                    }
                     Some(true) => {
                         if let (true, Some(samples)) = (sample, samples.as_mut()) {
                             let regs = registers(&remote.request("g")?)?;
@@ -385,7 +393,10 @@ fn our_stop(remote: &mut Remote, program: &mut Program, done: &AtomicBool) -> Re
             Received::TimedOut => {}
             Received::Packet(reply) => match stop(&reply)? {
                 Stop::Ended => return Ok(None),
-                Stop::Signal(GDB_SAMPLE_SIGNAL) => return Ok(Some(true)),
+                Stop::Signal(GDB_SAMPLE_SIGNAL) => {
+                    program.sample_stop = reply;
+                    return Ok(Some(true));
+                }
                 Stop::Signal(s) => {
                     if !program.pass(remote, s, done)? {
                         return Ok(None);
