@@ -19,6 +19,7 @@ use gdbstub::target::ext::catch_syscalls::{CatchSyscalls, CatchSyscallsOps, Sysc
 use gdbstub::target::ext::monitor_cmd::MonitorCmdOps;
 use gdbstub::target::{Target, TargetError, TargetResult};
 use rtit_replay_core::session::{Catch, Session};
+use rtit_replay_core::state::flags;
 use rtit_replay_core::state::watch::{Watch, WatchKind as Kind};
 use rtit_replay_core::threads::Schedule;
 
@@ -204,7 +205,9 @@ fn waiting_registers(regs: &mut ReplayRegs, map: &std::collections::BTreeMap<Str
         *slot = get(name);
     }
     regs.rip = get("rip");
-    regs.eflags = get("eflags").map(|v| v as u32);
+    // gdb takes eflags whole: unknown where the recorder knew only some of its bits.
+    let whole = get(flags::KNOWN_NAME).map_or(true, |known| known & flags::ALL == flags::ALL);
+    regs.eflags = get("eflags").filter(|_| whole).map(|v| v as u32);
     for (slot, name) in regs.segments.iter_mut().zip(SEGMENT_NAMES) {
         *slot = get(name).map(|v| v as u32);
     }

@@ -16,6 +16,7 @@
 //! plugin through a pipe, and the plugin ends the recording where the program is.
 #![allow(unsafe_code)]
 
+mod direction;
 mod feeder;
 mod ffi;
 mod floor;
@@ -145,6 +146,7 @@ extern "C" fn tb_trans(_id: PluginId, tb: *mut Tb) {
             })
             .collect();
         let insns: Vec<(u64, &[u8])> = copied.iter().map(|(_, at, b)| (*at, b.as_slice())).collect();
+        direction::translated(&insns);
         // Decoded on the feeder's thread (`translated`): only how many instructions the block
         // keeps is needed here.
         if insns.first().map_or(true, |(_, bytes)| bytes.is_empty()) {
@@ -187,6 +189,12 @@ extern "C" fn syscall(
     }
     let counts = ring::running();
     let (number, args) = (num as u64, [a1, a2, a3, a4, a5, a6]);
+    if number == rtit_recorder::sideband::nr::RT_SIGRETURN {
+        // The context it restores may set DF (`direction`); QEMU 7.2 reads no registers, and
+        // takes no register from inside its execution loop either.
+        let at = registers::value("rsp").map(|sp| sp + direction::SIGRETURN_EFLAGS);
+        direction::sigreturn(at.and_then(|at| with_plugin(|p| p.read_u64(at)).flatten()));
+    }
     if threads::passes_turn(number) && with_plugin(|p| p.deferrable(number, args)) == Some(true) {
         // It may wait in the kernel for another thread: that one's turn comes meanwhile,
         // and the call is noted at its return, in its place in the ring (`threads`).

@@ -38,7 +38,7 @@ pub fn park(block: Started) {
     open(PARKING);
     let at = crate::shared::with_plugin(|p| p.parked_at(block)).flatten();
     let Some((position, ip)) = at else { return };
-    let mut registers = crate::registers::state();
+    let mut registers = crate::registers::state_in_loop();
     // QEMU's rip at a block's start can be stale (a chained jump does not store it).
     registers.insert("rip".into(), format!("{ip:#x}"));
     let Ok(text) = serde_json::to_vec(&registers) else {

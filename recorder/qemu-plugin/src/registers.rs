@@ -120,6 +120,23 @@ pub fn value(name: &str) -> Option<u64> {
     bytes(name)?.try_into().ok().map(u64::from_le_bytes)
 }
 
+/// The registers of [`STATE`] as a callback inside QEMU's execution loop reads them (a
+/// block's start): there QEMU keeps the status flags and DF apart from its `eflags` word
+/// (computed lazily from the last operation; `cpu_exec_enter` clears them in the word, and
+/// `cpu_exec_exit` puts them back), and the plugin API reads the word only, so those bits
+/// are marked unknown (`eflags_known`). A system call's callbacks and a vCPU's start run
+/// outside the loop, where the word is whole ([`state`]).
+pub fn state_in_loop() -> BTreeMap<String, String> {
+    use rtit_replay_core::state::flags::{ALL, DF, KNOWN_NAME, STATUS};
+    let mut registers = state();
+    if registers.contains_key("eflags") {
+        // DF is clear, and the word says so, where nothing could set it (`direction`).
+        let unknown = if crate::direction::clear() { STATUS } else { STATUS | DF };
+        registers.insert(KNOWN_NAME.into(), format!("{:#x}", ALL & !unknown));
+    }
+    registers
+}
+
 /// The registers of [`STATE`] QEMU gives, as hex numbers by name.
 pub fn state() -> BTreeMap<String, String> {
     STATE

@@ -23,6 +23,11 @@ pub const OF: u64 = 1 << 11;
 pub const STATUS: u64 = CF | PF | AF | ZF | SF | OF;
 /// The bits of EFLAGS gdb shows (a 32-bit register).
 pub const ALL: u64 = 0xffff_ffff;
+/// The name, in a register map, of the mask of `eflags` bits the recorder knew: QEMU keeps the
+/// status flags and DF apart from its `eflags` word while it runs the program's code, so a
+/// plugin reading registers there (a park, a thread interrupted at a block) knows the other
+/// bits only (docs/recording-format.md). Absent: every bit is known.
+pub const KNOWN_NAME: &str = "eflags_known";
 
 /// EFLAGS bits from iced's `RflagsBits` (a different bit order).
 pub fn from_iced(bits: u32) -> u64 {

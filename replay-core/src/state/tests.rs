@@ -505,3 +505,27 @@ fn an_anchor_without_the_upper_halves_learns_them_from_the_instructions_before_i
     );
     assert_eq!(reg(&mut v, 2, RAX), Ok(None));
 }
+
+/// A register map that says only some `eflags` bits are known (a plugin reading QEMU's word
+/// inside its execution loop, where the status flags live elsewhere) sets those bits alone.
+#[test]
+fn eflags_known_bits_alone_are_set() {
+    use super::flags::{ALL, DF, KNOWN_NAME, STATUS, ZF};
+    let map = |known: Option<u64>| {
+        let mut m = std::collections::BTreeMap::new();
+        m.insert("eflags".to_string(), "0x242".to_string());
+        if let Some(k) = known {
+            m.insert(KNOWN_NAME.to_string(), format!("{k:#x}"));
+        }
+        m
+    };
+    let mut st = State::default();
+    super::set_named(&mut st, &map(None));
+    assert_eq!((st.flags.value & ALL, st.flags.known), (0x242, ALL));
+    let mut st = State::default();
+    super::set_named(&mut st, &map(Some(ALL & !STATUS)));
+    assert_eq!(st.flags.known, ALL & !STATUS, "the status flags are not known");
+    assert_eq!(st.flags.known & ZF, 0, "ZF, set in the word, is not taken");
+    assert_ne!(st.flags.known & DF, 0);
+    assert_eq!(st.flags.value & st.flags.known, 0x202);
+}

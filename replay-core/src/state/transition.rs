@@ -38,7 +38,7 @@ fn parse(v: &str) -> Option<u64> {
 }
 
 /// Sets registers from a name → value map: general-purpose, segment and base registers,
-/// `eflags`, `mxcsr`, and the vector and opmask registers by the names of
+/// `eflags` (only the bits of `eflags_known`, where the map has it), `mxcsr`, and the vector and opmask registers by the names of
 /// [`vector::named`](super::vector::named) (`xmm0` sets 16 bytes; the rest of zmm0 stays as it
 /// was).
 pub fn set_named(st: &mut State, map: &std::collections::BTreeMap<String, String>) {
@@ -65,6 +65,9 @@ pub fn set_named(st: &mut State, map: &std::collections::BTreeMap<String, String
         let Some(v) = parse(value) else { continue };
         if name == "eflags" {
             st.flags = flags::Flags::known(v);
+            if let Some(known) = map.get(flags::KNOWN_NAME).and_then(|k| parse(k)) {
+                st.flags.forget(flags::ALL & !known);
+            }
         } else if name == "mxcsr" {
             st.mxcsr = u32::try_from(v).map_or_else(|_| Default::default(), super::mxcsr::Mxcsr::known);
         } else if let Some(r) = Reg::from_name(name) {

@@ -196,7 +196,8 @@ impl Plugin {
         done
     }
 
-    fn read_u64(&self, addr: u64) -> Option<u64> {
+    /// The program's 8 bytes at `addr`, if readable.
+    pub(crate) fn read_u64(&self, addr: u64) -> Option<u64> {
         let mut b = [0u8; 8];
         (self.read(addr, &mut b) == 8).then(|| u64::from_le_bytes(b))
     }

@@ -161,7 +161,7 @@ pub fn preempt(vcpu: u32, next: u32, counts: Counts) -> Preempted {
     }
     crate::published::open(crate::published::PREEMPT);
     let tid = tid();
-    let registers = crate::registers::state();
+    let registers = crate::registers::state_in_loop();
     turns::leave(tid, Left::Preempted { counts, next }, Some(turns::Parked { registers }));
     let came = turns::wait(tid, None, true);
     INSIDE.fetch_sub(1, Ordering::SeqCst);

@@ -115,7 +115,7 @@ fn registers(
         let named = crate::state::Reg::from_name(name).is_some()
             || vector.is_some()
             || name == "mxcsr"
-            || whole && (name == "eflags" || name == "rip")
+            || whole && (name == "eflags" || name == crate::state::flags::KNOWN_NAME || name == "rip")
             || !whole && name == "xstate_bv";
         if !named || !hex {
             let what = format!(
