@@ -1,5 +1,6 @@
 //! Values at once (issue 40): how long a stop waits before what gdb reads there is final, on
-//! python3 recordings (the qemu backend, anchors every 2^25 instructions by default) of about
+//! python3 recordings (the qemu backend, anchors by default every 2^25 instructions on QEMU 7.2,
+//! every 2^22 on QEMU 9.0 and later) of about
 //! 1e7, 1e8 and 1e9 instructions. For each, in a process of its own (so its peak memory is
 //! its own), with the anchors and again without them (the passes' chains, as a recording
 //! without anchors gets its values):
@@ -16,7 +17,8 @@
 //! the plugin (`cargo build --release`). Run with `cargo bench --bench values_at_once`;
 //! `RTIT_VALUES_SIZES=1e7,1e8` picks sizes, `RTIT_VALUES_MODES=anchors,one-core` the modes
 //! (`one-core`: with the anchors, the process held to one core) and
-//! `RTIT_VALUES_PROGRAM=sort` another program (`sort`, `sha256sum`).
+//! `RTIT_VALUES_PROGRAM=sort` another program (`sort`, `sha256sum`); `RTIT_QEMU=PATH` records
+//! with that QEMU (on QEMU 9.0 and later anchors are parked, every 2^22 instructions).
 
 use std::path::Path;
 use std::process::Command;
@@ -156,11 +158,24 @@ fn main() {
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let plugin = root.join("target/release/librtit_qemu_plugin.so");
-    let dir = root.join("target/bench/values_at_once");
+    // With `RTIT_QEMU` (which `rtit record` runs), that QEMU's recordings are kept apart,
+    // under the name of the folder it is in (`rtit build-qemu`'s: its version).
+    let qemu = std::env::var_os("RTIT_QEMU").map(std::path::PathBuf::from);
+    let dir = match &qemu {
+        Some(q) => {
+            let name = q.parent().and_then(|p| p.file_name()).unwrap_or_default();
+            root.join("target/bench/values_at_once")
+                .join(format!("qemu-{}", name.to_string_lossy()))
+        }
+        None => root.join("target/bench/values_at_once"),
+    };
     std::fs::create_dir_all(&dir).expect("bench dir");
     let sizes = std::env::var("RTIT_VALUES_SIZES").unwrap_or_else(|_| "1e7,1e8,1e9".into());
     let program = std::env::var("RTIT_VALUES_PROGRAM").unwrap_or_else(|_| "python3".into());
-    println!("{program}, qemu backend: seconds until a stop's values are final and a bt's reads answered (3 runs)");
+    let which = qemu.map_or("the first qemu-x86_64 on PATH".into(), |q| q.display().to_string());
+    println!(
+        "{program}, qemu backend ({which}): seconds until a stop's values are final and a bt's reads answered (3 runs)"
+    );
     println!("size | insns | anchors | mode | open | end | middle | 5 random: slowest | mean | all kept (s from open) | 5 random after: slowest | peak MiB | bytes/insn | stretches settled");
     for size in sizes.split(',') {
         let n: f64 = size.parse().expect("a size such as 1e8");

@@ -217,3 +217,59 @@ fn a_wrapper_script_is_followed_to_its_program() {
     check_truth(&first, "sh to its execve");
     check_truth(&target, "the target");
 }
+
+/// On QEMU 9.0 and later the plugin parks the program for an anchor (no gdbstub stop), every
+/// 2^22 positions by default. It reads the registers inside QEMU's execution loop, where QEMU
+/// keeps the status flags apart from its `eflags` word: the anchors say those bits are not
+/// known, and DF is known clear (python3 runs no `std`; left unknown, every `rep stos` after
+/// an anchor would forget all memory). Just below each anchor the backward walk from it
+/// meets the forward walk from the one before: an anchor that claimed the status flags
+/// (0x202 where the program had 0x246) made the two disagree there.
+#[test]
+fn parked_anchors_hold_only_what_the_plugin_reads() {
+    use rtit_replay_core::session::Session;
+    use rtit_replay_core::state::flags::{DF, KNOWN_NAME, STATUS};
+    use rtit_replay_core::timeline::cache::Policy;
+    let Some(qemu) = common::newer_qemu() else { return };
+    if common::skip_without_anchors() {
+        return;
+    }
+    let dir = common::scratch("newer_qemu", "parked-anchors");
+    let script = "import json\ns = 0\nfor i in range(1500): s += len(json.dumps({'a': i, 'b': [i, i * 2]}))\nprint(s)";
+    let (rec, status, stderr) = record(&qemu, "/usr/bin/python3", &["-c", script], &[], &dir.join("rec"));
+    assert_eq!(status, 0, "{stderr}");
+    let anchors = rec.anchors().expect("readable").expect("anchors taken");
+    let n = rec.manifest.instructions;
+    // At least every PARKED_EVERY positions: a loaded machine polls late, and each is taken
+    // where the program parked (2^25, through the gdbstub, would give 3).
+    let spacing = rtit_recorder::qemu::gdbstub::PARKED_EVERY;
+    assert!(
+        anchors.list.len() as u64 >= n / spacing / 2,
+        "{} anchors in {n} instructions",
+        anchors.list.len()
+    );
+    let hex = |v: Option<&String>| v.and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok());
+    for a in &anchors.list {
+        let known = hex(a.registers.get(KNOWN_NAME)).unwrap_or_else(|| panic!("no {KNOWN_NAME} at {}", a.position));
+        assert_eq!(known & STATUS, 0, "status flags claimed at {}", a.position);
+        assert_ne!(known & DF, 0, "DF left unknown at {}", a.position);
+    }
+    let mut s = Session::open_cached(rec.clone(), false, Policy::Off, &mut |_| {}).expect("session");
+    s.values().expect("the values").walk_back_everywhere();
+    let mut flags_known = 0;
+    for a in &anchors.list {
+        for p in [a.position - 1, a.position] {
+            s.set_position(p);
+            s.settle(&mut || false);
+            let eflags = s.register("eflags");
+            flags_known += usize::from(p < a.position && eflags.is_some());
+        }
+    }
+    let conflicts = s.values_stats().conflicts;
+    assert_eq!(conflicts, 0, "the walks disagree next to the anchors");
+    assert!(
+        2 * flags_known >= anchors.list.len(),
+        "eflags known below {flags_known} of {} anchors",
+        anchors.list.len()
+    );
+}

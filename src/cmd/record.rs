@@ -10,7 +10,7 @@ use clap::{Args, ValueEnum};
 use rtit_recorder::interrupt::Interrupt;
 use rtit_recorder::model::{ModelOptions, RtitConfig};
 use rtit_recorder::msr::kernel;
-use rtit_recorder::qemu::{self, launch::QemuOptions};
+use rtit_recorder::qemu::{self, gdbstub::AnchorEvery, launch::QemuOptions};
 use rtit_recorder::step::{self, StartAt, StepOptions};
 use rtit_recorder::writer::{self, Meta};
 use rtit_replay_core::recording::{default_root, ChildProcess, EndState};
@@ -100,11 +100,12 @@ pub struct RecordArgs {
     backend: Backend,
     /// qemu backend: take an anchor (every register and the pages written since the last)
     /// every this many instructions, so that replay knows the state there at once; 0: none.
-    /// Needs Linux 6.7 or newer (asynchronous userfaultfd write-protection). Each costs
-    /// QEMU 7.2 its translated code (its gdbstub flushes it at every stop): about 20 ms on
-    /// python3, hence the default of 2^25.
-    #[arg(long, value_name = "N", default_value_t = 1 << 25)]
-    anchor_every: u64,
+    /// Needs Linux 6.7 or newer (asynchronous userfaultfd write-protection). Default: 2^22
+    /// on QEMU 9.0 and later, whose plugin stops the program for one in about a millisecond;
+    /// 2^25 on QEMU 7.2 and 8.x, where each costs QEMU its translated code (its gdbstub
+    /// flushes it at every stop: about 20 ms on python3).
+    #[arg(long, value_name = "N")]
+    anchor_every: Option<u64>,
     /// qemu backend: the `qemu-x86_64` to run (default: $RTIT_QEMU, else the first on PATH
     /// that can load plugins, else the newest `rtit build-qemu` built).
     #[arg(long, value_name = "PATH")]
@@ -423,7 +424,11 @@ fn record(args: &RecordArgs, interrupted: &Interrupt) -> Result<u8> {
             truth: args.truth,
             check: args.check_fast_path,
             interrupted: interrupted.clone(),
-            anchors: (args.anchor_every > 0).then_some(args.anchor_every),
+            anchors: match args.anchor_every {
+                None => Some(AnchorEvery::Auto),
+                Some(0) => None,
+                Some(n) => Some(AnchorEvery::Positions(n)),
+            },
             progress: std::io::stderr().is_terminal().then(|| {
                 let started = Instant::now();
                 Box::new(move |n: u64, bytes: u64| {

@@ -40,7 +40,7 @@ pub struct QemuOptions {
     pub interrupted: crate::interrupt::Interrupt,
     /// Take an anchor every this many positions (a whole state: registers and the pages
     /// written since the one before), where the kernel lets the plugin track written pages.
-    pub anchors: Option<u64>,
+    pub anchors: Option<super::gdbstub::AnchorEvery>,
 }
 
 /// Records a program under QEMU with the plugin. After SIGINT, SIGTERM or SIGHUP (in

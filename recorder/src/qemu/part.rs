@@ -109,7 +109,7 @@ pub(super) struct Session {
     pub(super) cr3: u64,
     pub(super) truth: bool,
     pub(super) check: bool,
-    pub(super) anchors: Option<u64>,
+    pub(super) anchors: Option<super::gdbstub::AnchorEvery>,
 }
 
 impl Session {

@@ -23,9 +23,40 @@ use crate::qemu::written::Pagemap;
 #[derive(Debug, Clone)]
 pub struct AnchorPlan {
     /// Positions from one anchor to the next, at least.
-    pub every: u64,
+    pub every: AnchorEvery,
     /// Where the anchor files go.
     pub dir: PathBuf,
+}
+
+/// How far apart anchors are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnchorEvery {
+    /// As the QEMU allows: [`PARKED_EVERY`] where its plugin parks the program for one,
+    /// else [`STOPPED_EVERY`].
+    Auto,
+    /// Every this many positions.
+    Positions(u64),
+}
+
+/// Positions between anchors taken through QEMU's gdbstub (QEMU 7.2 and 8.x): each stop
+/// costs QEMU its translated code (its gdbstub flushes it), about 20 ms on python3.
+pub const STOPPED_EVERY: u64 = 1 << 25;
+
+/// Positions between anchors taken by parking the program (QEMU 9.0 and later, whose plugin
+/// API reads registers): about 1 ms each, and nothing retranslated, so a stop anywhere walks
+/// at most this far from one (about 0.2 s on python3) before any background pass. Denser
+/// costs more pages than trace: python3's 1e9 instructions wrote 84 MB of anchor pages at
+/// 2^22 and 148 MB at 2^21, beside 114 MB of trace.
+pub const PARKED_EVERY: u64 = 1 << 22;
+
+impl AnchorEvery {
+    /// The spacing to start with (before it is known whether parking works).
+    fn first(self) -> u64 {
+        match self {
+            Self::Auto => STOPPED_EVERY,
+            Self::Positions(n) => n,
+        }
+    }
 }
 
 /// Positions before the first anchor, at most: a stop in a program's first instructions,
@@ -41,6 +72,8 @@ const TRACKING_ON: u64 = 1;
 /// Anchors being taken.
 pub(super) struct Anchors {
     every: u64,
+    /// Whether the spacing becomes [`PARKED_EVERY`] once a park works.
+    auto: bool,
     pid: Pid,
     counters: Counters,
     tracking: u64,
@@ -52,6 +85,9 @@ pub(super) struct Anchors {
     /// Why no more anchors are taken, once that is so.
     pub(super) ended: Option<String>,
     buf: Vec<u8>,
+    /// Whether the plugin may park the program for an anchor with its registers (until a
+    /// park shows it reads none).
+    pub(super) parks: bool,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> GdbstubError + '_ {
@@ -74,17 +110,19 @@ impl Anchors {
             ))
         };
         Ok(Some(Self {
-            every: plan.every,
+            every: plan.every.first(),
+            auto: plan.every == AnchorEvery::Auto,
             pid,
             counters,
             tracking,
             pagemap,
-            next: plan.every.min(FIRST),
+            next: plan.every.first().min(FIRST),
             index: create(files::ANCHORS)?,
             pages: create(files::ANCHOR_PAGES)?,
             offset: 0,
             ended: None,
             buf: Vec::new(),
+            parks: true,
         }))
     }
 
@@ -118,12 +156,23 @@ impl Anchors {
         self.take_at(position, regs)
     }
 
-    /// Takes an anchor with the running thread parked by the plugin (`guest::park`), where a
-    /// thread waits inside QEMU and its gdbstub cannot stop the program; true if it did.
+    /// Takes an anchor with the running thread parked by the plugin (`guest::park`): the
+    /// program stops at a block's start for about a millisecond, without QEMU's gdbstub,
+    /// which flushes QEMU's translated code (QEMU 10.0 in an exclusive section, which never
+    /// ends while a thread waits inside QEMU for its turn); true if it did. Where the plugin
+    /// reads no registers (QEMU 7.2 and 8.x) it never parks again ([`Self::parks`]).
     pub(super) fn take_parked(&mut self) -> Result<bool, GdbstubError> {
         let Some((position, regs)) = guest::park(self.pid, self.counters) else {
             return Ok(false);
         };
+        if !regs.contains_key("rsp") {
+            self.parks = false;
+            guest::unpark(self.pid, self.counters);
+            return Ok(false);
+        }
+        if std::mem::take(&mut self.auto) {
+            self.every = PARKED_EVERY;
+        }
         let taken = self.take_at(position, regs);
         guest::unpark(self.pid, self.counters);
         taken.map(|()| true)

@@ -26,7 +26,7 @@ mod signals;
 mod start;
 mod watch;
 
-pub use anchors::AnchorPlan;
+pub use anchors::{AnchorEvery, AnchorPlan, PARKED_EVERY, STOPPED_EVERY};
 pub use start::StartPoint;
 pub use watch::{Plan, Watch, Watched, SAMPLE_SIGNAL};
 

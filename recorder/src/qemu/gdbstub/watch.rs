@@ -323,6 +323,14 @@ fn run(
                 if !(sample || anchor) {
                     continue;
                 }
+                if let (true, false, Some(a)) = (anchor, sample, anchors.as_mut()) {
+                    if a.parks && a.take_parked()? {
+                        if let Some(since) = put_off.take() {
+                            skipped += since.elapsed();
+                        }
+                        continue;
+                    }
+                }
                 if !super::guest::hold(pid, program.counters) {
                     // A thread waits for its turn inside QEMU: a stop now would never end.
                     // The running thread parks for the anchor instead (no sample so).
