@@ -258,8 +258,11 @@ fn a_crash_in_a_worker_names_the_thread_and_every_stack_is_shown() {
 
 /// Two threads that compute without a system call: one always waits for its turn inside
 /// QEMU, where QEMU's gdbstub cannot stop the program, so the running one parks for each
-/// anchor. The anchors stand where their registers say (rip is the logged instruction at
-/// their position), and the values replay finds from them are right.
+/// anchor. The anchors stand where their registers say: rip is the logged instruction at
+/// their position, and fs_base is that of the thread that runs there (both threads run the
+/// same loop, so rip alone could not tell a park that went to the other thread: a thread
+/// parked, then left its turn at the same block, and the other ran at the anchor's
+/// position); and the values replay finds from them are right.
 #[test]
 fn anchors_are_taken_while_threads_compute() {
     let Some(qemu) = common::newer_qemu() else { return };
@@ -289,5 +292,29 @@ fn anchors_are_taken_while_threads_compute() {
             a.position
         );
     }
+    // Each thread's fs_base, from the switches to it (it does not change once set).
+    let signals = rec.signals().expect("signal entries");
+    let schedule = rtit_replay_core::threads::Schedule::new(&signals, &rec.syscalls().expect("system calls"))
+        .expect("threads switched");
+    let hex = |v: Option<&String>| v.and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok());
+    let fs_base: std::collections::HashMap<i64, u64> = signals
+        .iter()
+        .filter_map(|e| Some((e.switch?.to, hex(e.registers.get("fs_base"))?)))
+        .collect();
+    let mut checked = 0;
+    for a in &anchors.list {
+        let tid = schedule.running(a.position);
+        if let Some(&expected) = fs_base.get(&tid) {
+            let fs = hex(a.registers.get("fs_base"));
+            assert_eq!(
+                fs,
+                Some(expected),
+                "the anchor at {}: thread {tid}'s fs_base",
+                a.position
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 2, "{checked} anchors checked");
     common::check_values(&rec, 99.0, "compute");
 }

@@ -58,10 +58,23 @@ impl Plugin {
 
     /// Where the running thread parks as block `block` is about to start (`crate::park`):
     /// the position of its first instruction and its address, the engine brought up to
-    /// date; `None` if not tracing, or if the block before was cut short.
+    /// date; `None` if not tracing, if the block before was cut short, or if the block ends
+    /// in a far transfer (the next block parks).
+    ///
+    /// A block that ends in a system call may end the thread's turn there, and the engine
+    /// keeps such a block until its thread runs again (`threads`): its first instruction
+    /// then goes after what the others ran meanwhile, not at the position it would have
+    /// now. Parked before a futex wait in `pthread_join`, an anchor had the joining thread's
+    /// registers where a worker went on.
     pub fn parked_at(&mut self, block: rtit_recorder::qemu::engine::Started) -> Option<(u64, u64)> {
         self.take_blocks(usize::MAX);
         if !self.engine.tracing() || self.engine.ended() {
+            return None;
+        }
+        if matches!(
+            self.engine.block(block.id).last().cofi,
+            rtit_replay_core::cofi::Cofi::Far(_)
+        ) {
             return None;
         }
         // As `rtit record` places a stop between blocks: the running block's base and the

@@ -130,6 +130,9 @@ impl Engine {
                     self.stats.anomalies += 1;
                     return None;
                 };
+                // Its call retires in the stretch of `code-ran.bin` under way now, which
+                // may have been cut since the block was noted.
+                self.code.note(p.id);
                 self.pending = Some(p);
                 self.block(p.id).last().ip
             }

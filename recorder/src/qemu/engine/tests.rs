@@ -656,3 +656,46 @@ fn a_thread_interrupted_before_a_block_resumes_there() {
         "thread 1 leaves before its block: {written:?}"
     );
 }
+
+/// A thread's call retires when the thread runs again, maybe in a later stretch of
+/// `code-ran.bin` than the one its block was noted in: that stretch lists its page too (a
+/// park cut a stretch while a worker waited in `rt_sigprocmask`, and replay refused the list).
+#[test]
+fn a_call_that_retires_after_a_cut_is_listed_in_the_stretch_it_retires_in() {
+    use rtit_replay_core::recording::code_ran::{CodeRan, STRETCH};
+    const LOOP: &[u8] = &[0xeb, 0xfd]; // 0x5001 -> 0x5000
+    let mut e = engine();
+    e.set_threaded();
+    // The call alone on its page: the block after it is on the next.
+    let one = e.add_block(block(&[(0x1ffd, NOP), (0x1ffe, SYSCALL)]));
+    let after = e.add_block(block(&[(0x2000, NOP), (0x2001, SYSCALL)]));
+    let two = e.add_block(block(&[(0x5000, NOP), (0x5001, LOOP)]));
+    e.executed(one, Counts::default()).expect("starts");
+    let switch = |from, left, to, resume| Switch { from, left, to, resume };
+    e.switch(switch(1, Left::Syscall(full(2)), 2, Resume::Fresh(0x5000)))
+        .expect("thread 2");
+    e.executed(two, Counts::default()).expect("thread 2 runs");
+    let rounds: Vec<(u32, Counts)> = (0..STRETCH / 2 + 1000).map(|_| (two, full(2))).collect();
+    for batch in rounds.chunks(1024) {
+        e.executed_all(batch.iter().copied());
+    }
+    let left = Left::Preempted {
+        counts: full(2),
+        next: two,
+    };
+    e.switch(switch(2, left, 1, Resume::Syscall)).expect("thread 1 again");
+    let call = e.position();
+    assert_eq!(e.syscall(0, Call::Returns, full(2)), SyscallAction::Continue);
+    e.executed(after, full(2)).expect("after the call");
+    e.stop();
+    let mut bytes = e.take_code(false);
+    bytes.extend(e.take_code(true));
+    let code = CodeRan::decode(&bytes).expect("a list");
+    let first = code.end_of(0);
+    assert!(first <= call, "cut before the call retires: {first} > {call}");
+    assert!(
+        code.may_run(first, code.covers(), [0x1ffe]),
+        "the call's page, after the cut"
+    );
+    assert_eq!(e.stats.anomalies, 0);
+}

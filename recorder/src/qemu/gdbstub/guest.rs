@@ -131,6 +131,11 @@ pub(super) fn signal_running(pid: Pid, counters: Counters, signal: nix::sys::sig
     nix::sys::signal::kill(pid, signal).is_ok()
 }
 
+/// Whether the program's threads take turns (the plugin names the one whose turn it is).
+pub(super) fn threaded(pid: Pid, counters: Counters) -> bool {
+    counters.running.and_then(|at| word(pid, at)).is_some_and(|t| t != 0)
+}
+
 /// Whether the thread a stop reply names (`thread:pPID.TID;`) is the one whose turn it is,
 /// where the plugin says (its threads take turns): the plugin's position is that thread's.
 /// True for a program with one thread, or a reply that names none.

@@ -316,20 +316,29 @@ fn run(
                     continue;
                 }
                 let sample = next_sample.is_some_and(|t| now >= t);
-                let anchor = anchors.as_mut().is_some_and(|a| a.due());
+                let mut anchor = anchors.as_mut().is_some_and(|a| a.due());
                 if sample {
                     next_sample = Some(now + jitter.next());
                 }
-                if !(sample || anchor) {
-                    continue;
-                }
-                if let (true, false, Some(a)) = (anchor, sample, anchors.as_mut()) {
+                if let (true, Some(a)) = (anchor, anchors.as_mut()) {
+                    // Parked where the plugin can (`Anchors::take_parked`). Where threads
+                    // take turns, only so: a stop of QEMU's gdbstub can find the running
+                    // thread inside a system call that ended its turn, whose block the
+                    // engine places only once the thread runs again, and the plugin's
+                    // position is then not where that thread is (an anchor had a worker's
+                    // registers one position past its system call's).
                     if a.parks && a.take_parked()? {
                         if let Some(since) = put_off.take() {
                             skipped += since.elapsed();
                         }
-                        continue;
+                        anchor = false;
+                    } else if super::guest::threaded(pid, program.counters) {
+                        put_off.get_or_insert(now);
+                        anchor = false;
                     }
+                }
+                if !(sample || anchor) {
+                    continue;
                 }
                 if !super::guest::hold(pid, program.counters) {
                     // A thread waits for its turn inside QEMU: a stop now would never end.
