@@ -101,9 +101,10 @@ pub struct RecordArgs {
     /// qemu backend: take an anchor (every register and the pages written since the last)
     /// every this many instructions, so that replay knows the state there at once; 0: none.
     /// Needs Linux 6.7 or newer (asynchronous userfaultfd write-protection). Default: 2^22
-    /// on QEMU 9.0 and later, whose plugin stops the program for one in about a millisecond;
-    /// 2^25 on QEMU 7.2 and 8.x, where each costs QEMU its translated code (its gdbstub
-    /// flushes it at every stop: about 20 ms on python3).
+    /// on QEMU 9.0 and later, whose plugin stops the program for one in about a millisecond,
+    /// spaced out up to 2^25 where their pages outgrow three quarters of the trace (a given N
+    /// is kept as it is); 2^25 on QEMU 7.2 and 8.x, where each costs QEMU its translated
+    /// code (its gdbstub flushes it at every stop: about 20 ms on python3).
     #[arg(long, value_name = "N")]
     anchor_every: Option<u64>,
     /// qemu backend: the `qemu-x86_64` to run (default: $RTIT_QEMU, else the first on PATH

@@ -50,7 +50,8 @@ pub const STOPPED_EVERY: u64 = 1 << 25;
 pub const PARKED_EVERY: u64 = 1 << 22;
 
 /// The next spacing of parked anchors by default, from `every` now, the bytes the anchors
-/// took so far and the trace's: the anchors' pages stay under the trace's size.
+/// took so far and the trace's: the anchors' pages are kept near three quarters of the
+/// trace, 32 MB aside ([`SMALL`]).
 /// A program that rewrites its buffers over and over makes each anchor large (GNU sort of
 /// 13.8 MB: 922 MB of pages at 2^22 beside 645 MB of trace, 274 MB at 2^25), and there
 /// anchors are spaced out past three quarters of the trace, up to [`STOPPED_EVERY`]; under
