@@ -49,14 +49,12 @@ pub const STOPPED_EVERY: u64 = 1 << 25;
 /// 2^22 and 148 MB at 2^21, beside 114 MB of trace.
 pub const PARKED_EVERY: u64 = 1 << 22;
 
-/// The next spacing of parked anchors by default, from `every` now, the bytes the anchors
-/// took so far and the trace's: the anchors' pages are kept near three quarters of the
-/// trace, 32 MB aside ([`SMALL`]).
-/// A program that rewrites its buffers over and over makes each anchor large (GNU sort of
-/// 13.8 MB: 922 MB of pages at 2^22 beside 645 MB of trace, 274 MB at 2^25), and there
-/// anchors are spaced out past three quarters of the trace, up to [`STOPPED_EVERY`]; under
-/// three eighths they come closer again, down to [`PARKED_EVERY`] (python3's JSON loop
-/// stays there, its pages 0.73 of its trace).
+/// The next spacing of parked anchors by default, from `every` now and the bytes the anchors
+/// and the trace took so far: doubled (up to [`STOPPED_EVERY`]) while the anchors take more
+/// than three quarters of the trace, 32 MB aside ([`SMALL`]), halved (down to
+/// [`PARKED_EVERY`]) under three eighths. A program that rewrites its buffers over and over
+/// makes each anchor large (GNU sort of 13.8 MB: 922 MB of pages at 2^22 beside 645 MB of
+/// trace, 274 MB at 2^25); python3's JSON loop stays at 2^22, its pages 0.73 of its trace.
 fn spacing(every: u64, anchors: u64, trace: u64) -> u64 {
     // A short run's anchors hold what its start wrote (python3's startup: 12 MB of pages
     // beside 9 MB of trace), small however it compares.

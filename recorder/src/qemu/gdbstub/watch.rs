@@ -341,18 +341,9 @@ fn run(
                     continue;
                 }
                 if !super::guest::hold(pid, program.counters) {
-                    // A thread waits for its turn inside QEMU: a stop now would never end.
-                    // The running thread parks for the anchor instead (no sample so).
-                    let parked = match (anchor, anchors.as_mut()) {
-                        (true, Some(a)) => a.take_parked()?,
-                        _ => false,
-                    };
-                    if anchor && !parked {
-                        put_off.get_or_insert(now);
-                    }
-                    if let (true, Some(since)) = (parked, put_off.take()) {
-                        skipped += since.elapsed();
-                    }
+                    // A thread waits for its turn inside QEMU: a stop now would never end
+                    // (no sample so; where threads take turns an anchor was parked above, or
+                    // put off). An anchor still due is tried again at the next look.
                     continue;
                 }
                 if let (true, Some(since)) = (anchor, put_off.take()) {
