@@ -167,6 +167,22 @@ pub fn skip_without_anchors() -> bool {
     true
 }
 
+/// A `qemu-x86_64` older than 9.0 on PATH (Debian 12's 7.2), whose plugins read no
+/// registers, for the tests of what the qemu backend does there: `rtit record` takes a newer
+/// one `rtit build-qemu` built, so they name it with `--qemu`. `None` (a skip, said) where
+/// there is none.
+pub fn qemu_before_9() -> Option<String> {
+    let on_path = std::env::var_os("PATH").unwrap_or_default();
+    let found = std::env::split_paths(&on_path)
+        .map(|d| d.join("qemu-x86_64"))
+        .filter(|p| rtit_recorder::qemu::find::loads_plugins(p))
+        .find(|p| rtit_recorder::qemu::find::version(p).is_some_and(|v| v < vec![9]));
+    if found.is_none() {
+        eprintln!("skipped: no qemu-x86_64 older than 9.0 that loads plugins on PATH");
+    }
+    found.map(|p| p.display().to_string())
+}
+
 /// `rtit record` of python3 running `script`, with `options`; it dies of SIGSEGV.
 pub fn record_python3_crash(out: &Path, script: &str, options: &[&str]) -> Recording {
     let status = Command::new(env!("CARGO_BIN_EXE_rtit"))

@@ -1,7 +1,7 @@
 /* Watchpoints (tests/watchpoints.rs): a global written from several functions, through a
  * pointer, in a loop, by libc's memcpy and memset and by the kernel (read), a local of a
  * recursive function, and a store through an address the replay cannot know (rdtsc's result,
- * which the qemu backend does not record). */
+ * which the qemu backend records under QEMU 9.0 and later only). */
 #include <fcntl.h>
 #include <string.h>
 #include <stdio.h>
