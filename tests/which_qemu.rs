@@ -123,6 +123,7 @@ fn a_qemu_that_loads_plugins_is_taken_and_said_with_verbose() {
         .arg(dir.join("rec"))
         .args(["--", "/bin/true"])
         .env("PATH", path)
+        .env("XDG_CACHE_HOME", dir.join("no-cache"))
         .env_remove("RTIT_QEMU")
         .env("RTIT_QEMU_PLUGIN", common::plugin())
         .output()
@@ -137,4 +138,57 @@ fn a_qemu_that_loads_plugins_is_taken_and_said_with_verbose() {
         )),
         "{stderr}"
     );
+}
+
+/// `rtit record -v` with PATH's QEMU and one "built" by rtit as `version` (a link to PATH's,
+/// in a cache of its own): what it says it records with.
+fn record_beside_built(qemu: &Path, version: &str) -> (PathBuf, String) {
+    let dir = common::scratch("which_qemu", &format!("built-{version}"));
+    let built = dir.join("cache/rtit/qemu").join(version).join("qemu-x86_64");
+    std::fs::create_dir_all(built.parent().expect("dir")).expect("cache");
+    std::os::unix::fs::symlink(qemu, &built).expect("link");
+    let out = Command::new(env!("CARGO_BIN_EXE_rtit"))
+        .args(["record", "-v", "--out"])
+        .arg(dir.join("rec"))
+        .args(["--", "/bin/true"])
+        .env("PATH", qemu.parent().expect("dir"))
+        .env("XDG_CACHE_HOME", dir.join("cache"))
+        .env_remove("RTIT_QEMU")
+        .env("RTIT_QEMU_PLUGIN", common::plugin())
+        .output()
+        .expect("rtit record");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    (built, stderr)
+}
+
+#[test]
+fn a_qemu_rtit_built_is_taken_where_it_is_newer_than_paths() {
+    let qemu = PathBuf::from("/usr/bin/qemu-x86_64");
+    let Some(on_path) = rtit_recorder::qemu::find::version(&qemu) else {
+        eprintln!("skipped: no /usr/bin/qemu-x86_64 that says its version");
+        return;
+    };
+    // Newer: taken, and said so. (A link to PATH's QEMU: the version is the directory's.)
+    let newer = format!("{}.0.0", on_path[0] + 1);
+    let (built, stderr) = record_beside_built(&qemu, &newer);
+    let said = format!(
+        "{} loads plugins and is newer than {} on PATH",
+        built.display(),
+        qemu.display()
+    );
+    assert!(stderr.contains(&said), "{stderr}");
+    // As old or older: PATH's stays.
+    let older = match on_path[0] {
+        0 => "0.0.0".to_string(),
+        major => format!("{}.0.0", major - 1),
+    };
+    for version in [older, on_path.iter().map(u64::to_string).collect::<Vec<_>>().join(".")] {
+        let (built, stderr) = record_beside_built(&qemu, &version);
+        assert!(
+            stderr.contains(&format!("{} loads plugins", qemu.display())),
+            "{version}: {stderr}"
+        );
+        assert!(!stderr.contains(&built.display().to_string()), "{version}: {stderr}");
+    }
 }

@@ -72,10 +72,20 @@ fn choose(backend: Backend, named_qemu: Option<&Path>, verbose: bool) -> (Backen
                     .iter()
                     .map(|p| p.display().to_string())
                     .collect();
-                let skipped = match skipped.is_empty() {
+                let mut skipped = match skipped.is_empty() {
                     true => String::new(),
                     false => format!(" ({} on PATH cannot)", skipped.join(", ")),
                 };
+                let older: Vec<String> = qemu::find::older_on_path(&q)
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect();
+                if !older.is_empty()
+                    && named_qemu.is_none()
+                    && !std::env::var_os(qemu::find::QEMU_ENV).is_some_and(|v| !v.is_empty())
+                {
+                    skipped += &format!(" and is newer than {} on PATH", older.join(", "));
+                }
                 (
                     Backend::Qemu,
                     format!("{qemu}: {hardware}, and {} loads plugins{skipped}", q.display()),

@@ -33,9 +33,12 @@ pub enum NoQemu {
     NoPlugins(PathBuf),
 }
 
-/// The `qemu-x86_64` to record with: `named` (`--qemu`), else `$RTIT_QEMU`, else the first
-/// on PATH that can load plugins, else the newest rtit built (`rtit build-qemu`, in
-/// [`built_dir`]).
+/// The `qemu-x86_64` to record with: `named` (`--qemu`), else `$RTIT_QEMU`, else the newer
+/// of the first on PATH that can load plugins and the newest rtit built (`rtit build-qemu`,
+/// in [`built_dir`]): PATH's where it is as new, the built one where it is newer or PATH's
+/// version cannot be read. A user who built a QEMU for rtit means it to be used: Debian 12's
+/// 7.2 on PATH would otherwise hide the 10.0 built beside it, and with it threads, parked
+/// anchors and what `rdtsc` returned.
 pub fn find_qemu(named: Option<&Path>) -> Result<PathBuf, NoQemu> {
     let env = std::env::var_os(QEMU_ENV).filter(|v| !v.is_empty()).map(PathBuf::from);
     if let Some(path) = named.map(Path::to_path_buf).or(env) {
@@ -45,31 +48,67 @@ pub fn find_qemu(named: Option<&Path>) -> Result<PathBuf, NoQemu> {
             true => Err(NoQemu::NoPlugins(path)),
         };
     }
-    let on_path = std::env::var_os("PATH").map_or_else(Vec::new, |p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join("qemu-x86_64"))
-            .filter(|p| p.is_file())
-            .collect()
-    });
-    let mut candidates = on_path.clone();
-    candidates.extend(built());
-    match candidates.into_iter().find(|p| loads_plugins(p)) {
-        Some(found) => Ok(found),
-        None => Err(on_path
+    let on_path = on_path();
+    let first = on_path.iter().find(|p| loads_plugins(p)).cloned();
+    let newest_built = built().into_iter().find(|p| loads_plugins(p));
+    match (first, newest_built) {
+        (Some(path), Some(built)) => Ok(match (version(&path), built_version(&built)) {
+            (Some(v), Some(b)) if v >= b => path,
+            _ => built,
+        }),
+        (Some(found), None) | (None, Some(found)) => Ok(found),
+        (None, None) => Err(on_path
             .into_iter()
             .next()
             .map_or(NoQemu::NotInstalled, NoQemu::NoPlugins)),
     }
 }
 
-/// The `qemu-x86_64`s on PATH that cannot load plugins (which [`find_qemu`] passes over).
-pub fn passed_over() -> Vec<PathBuf> {
+/// Every `qemu-x86_64` on PATH, in PATH's order.
+fn on_path() -> Vec<PathBuf> {
     std::env::var_os("PATH").map_or_else(Vec::new, |p| {
         std::env::split_paths(&p)
             .map(|d| d.join("qemu-x86_64"))
-            .filter(|p| p.is_file() && !loads_plugins(p))
+            .filter(|p| p.is_file())
             .collect()
     })
+}
+
+/// The plugin-capable `qemu-x86_64`s on PATH that [`find_qemu`], naming none, passed over
+/// for `chosen`, a newer one rtit built (none where `chosen` is on PATH).
+pub fn older_on_path(chosen: &Path) -> Vec<PathBuf> {
+    let all = on_path();
+    if all.iter().any(|p| p == chosen) {
+        return Vec::new();
+    }
+    all.into_iter().filter(|p| loads_plugins(p)).collect()
+}
+
+/// A QEMU's version as numbers, from `--version` ("qemu-x86_64 version 7.2.19 (Debian
+/// 1:7.2+dfsg-7+deb12u18)" → 7, 2, 19).
+pub fn version(qemu: &Path) -> Option<Vec<u64>> {
+    let out = std::process::Command::new(qemu).arg("--version").output().ok()?;
+    parse_version(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// The version in `--version`'s first line, its first three numbers.
+fn parse_version(text: &str) -> Option<Vec<u64>> {
+    let rest = text.lines().next()?.split(" version ").nth(1)?;
+    let number = rest.split_whitespace().next()?;
+    let v: Vec<u64> = version_key(number).into_iter().take(3).collect();
+    (!v.is_empty()).then_some(v)
+}
+
+/// The version of a QEMU rtit built, from its directory's name.
+fn built_version(qemu: &Path) -> Option<Vec<u64>> {
+    let name = qemu.parent()?.file_name()?.to_string_lossy().into_owned();
+    let v: Vec<u64> = version_key(&name).into_iter().take(3).collect();
+    (!v.is_empty()).then_some(v)
+}
+
+/// The `qemu-x86_64`s on PATH that cannot load plugins (which [`find_qemu`] passes over).
+pub fn passed_over() -> Vec<PathBuf> {
+    on_path().into_iter().filter(|p| !loads_plugins(p)).collect()
 }
 
 /// Whether the executable at `path` exports QEMU's plugin API.
@@ -148,6 +187,17 @@ mod tests {
         v.sort();
         assert_eq!(v[2], vec![10, 0, 13, 0, 13, 1]);
         assert_eq!(v[0], vec![9, 2, 1]);
+    }
+
+    #[test]
+    fn a_version_is_read_from_what_qemu_says() {
+        let debian = "qemu-x86_64 version 7.2.19 (Debian 1:7.2+dfsg-7+deb12u18)\nCopyright (c) 2003-2022";
+        assert_eq!(parse_version(debian), Some(vec![7, 2, 19]));
+        assert_eq!(parse_version("qemu-x86_64 version 10.0.13\n"), Some(vec![10, 0, 13]));
+        assert_eq!(parse_version("qemu-x86_64: unknown option\n"), None);
+        let built = Path::new("/c/rtit/qemu/10.0.13+ds-0+deb13u1/qemu-x86_64");
+        assert_eq!(built_version(built), Some(vec![10, 0, 13]));
+        assert!(parse_version(debian) < built_version(built), "7.2 is older than 10.0");
     }
 
     #[test]

@@ -15,7 +15,7 @@ use super::Plugin;
 const CLONE_CHILD_CLEARTID: u64 = 0x0020_0000;
 
 /// The message a recording ends with at a thread the QEMU in use cannot record.
-const NEEDS_REGISTERS: &str = "the program creates a thread, which the qemu backend records with QEMU 9.0 or later only (its plugins read a thread's registers): record with `--qemu \"$(rtit build-qemu)\"` (it builds one the first time), or with `--backend step`";
+const NEEDS_REGISTERS: &str = "the program creates a thread, which the qemu backend records with QEMU 9.0 or later only (its plugins read a thread's registers): run `rtit build-qemu` once (it builds QEMU 10, which `rtit record` then takes), or record with `--backend step`";
 
 /// The message a recording ends with at a fork while a thread waits inside QEMU.
 pub(super) const FORK_BLOCKED: &str = "the program forks while one of its threads, interrupted by rtit, waits inside QEMU's execution loop, where QEMU's fork would wait for it for ever: the recording stops here, and the program runs on";
