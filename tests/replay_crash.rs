@@ -17,7 +17,7 @@ fn python3s_null_pointer_crash_shows_the_null_and_the_frames() {
     let gdb = dir.join("gdb.sh");
     std::fs::write(
         &gdb,
-        "#!/bin/sh\nexec gdb -batch -nx \"$@\" -ex 'set pagination off' -ex continue -ex 'p/x $rdi' -ex 'p/x $rsp' -ex 'bt 7'\n",
+        "#!/bin/sh\nexec gdb -batch -nx \"$@\" -ex 'set pagination off' -ex continue -ex 'p/x $rdi' -ex 'p/x $rsp' -ex 'bt 7' -ex 'p/x $eflags & 0x10000'\n",
     )
     .expect("script");
     Command::new("chmod").arg("+x").arg(&gdb).status().expect("chmod");
@@ -30,4 +30,12 @@ fn python3s_null_pointer_crash_shows_the_null_and_the_frames() {
     let replayed = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     let native = common::gdb::native_python3_crash(script);
     common::gdb::assert_same_python3_crash(&replayed, &native);
+    // RFLAGS.RF, which the kernel saved at the fault and QEMU's CPU keeps none of.
+    let (got, want) = (common::gdb::printed(&replayed), common::gdb::printed(&native));
+    assert_eq!(want.get(1).map(String::as_str), Some("0x10000"), "native: {native}");
+    assert_eq!(
+        got.get(2),
+        want.get(1),
+        "RF at the fault\nreplayed:\n{replayed}\nnative:\n{native}"
+    );
 }

@@ -142,7 +142,18 @@ pub fn frame_functions(out: &str) -> Vec<String> {
 /// What native gdb shows where `python3 -c script` crashes: the first argument and 7 frames.
 pub fn native_python3_crash(script: &str) -> String {
     let native = Command::new("gdb")
-        .args(["-batch", "-nx", "-ex", "run", "-ex", "p/x $rdi", "-ex", "bt 7"])
+        .args([
+            "-batch",
+            "-nx",
+            "-ex",
+            "run",
+            "-ex",
+            "p/x $rdi",
+            "-ex",
+            "bt 7",
+            "-ex",
+            "p/x $eflags & 0x10000",
+        ])
         .args(["--args", "/usr/bin/python3", "-c", script])
         .output()
         .expect("gdb");

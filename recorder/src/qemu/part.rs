@@ -293,7 +293,10 @@ impl Session {
                 .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())
         };
         let registers_end = match (watched.unhandled, hex(&report.registers_end)) {
-            (Some(regs), Some(fault)) if hex(&regs) == Some(fault) => regs,
+            (Some(regs), Some(fault)) if hex(&regs) == Some(fault) => match &report.end {
+                PluginEnd::Died { fault_ip: Some(_) } => with_fault_rf(regs),
+                _ => regs,
+            },
             _ => report.registers_end.clone(),
         };
         let mut signals = watched.signals;
@@ -476,6 +479,21 @@ fn end_state(
             }
         }
     }
+}
+
+/// The registers at a fault as the kernel saved them: with RFLAGS.RF, which the processor
+/// sets in the flags it saves for every fault but an instruction breakpoint (SDM vol. 3,
+/// 18.3.1.1) and which native gdb shows there (0x10283 where QEMU's CPU, which keeps no RF,
+/// says 0x283).
+fn with_fault_rf(mut regs: RegisterMap) -> RegisterMap {
+    const RF: u64 = 1 << 16;
+    if let Some(v) = regs
+        .get("eflags")
+        .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())
+    {
+        regs.insert("eflags".to_string(), format!("{:#x}", v | RF));
+    }
+    regs
 }
 
 /// `SIGSEGV` for 11.
