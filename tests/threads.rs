@@ -118,7 +118,14 @@ fn gdb_lists_the_threads_with_their_own_backtraces() {
     let server = Server::start(&rec);
     let out = server.gdb(
         Some(&exe),
-        &["break produce", "continue", "info threads", "thread apply all bt"],
+        &[
+            "break produce",
+            "continue",
+            "info threads",
+            "thread apply all bt",
+            "monitor why-unknown rsp",
+            "monitor goto 0",
+        ],
     );
     assert!(out.contains("hit Breakpoint 1, produce"), "{out}");
     let threads: Vec<&str> = out.lines().filter(|l| l.contains(" Thread 1.")).collect();
@@ -127,6 +134,31 @@ fn gdb_lists_the_threads_with_their_own_backtraces() {
         threads.iter().any(|l| l.starts_with('*') && l.contains("produce")),
         "{out}"
     );
+    // The monitor commands name the thread they answer for: the producer at the stop, the
+    // main thread at position 0 (where gdb keeps the producer selected).
+    let tid = |l: &str| {
+        l.split(" Thread 1.")
+            .nth(1)
+            .and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
+            .map(str::to_string)
+    };
+    let producer = threads
+        .iter()
+        .find(|l| l.starts_with('*'))
+        .and_then(|l| tid(l))
+        .expect("a tid");
+    // The main thread's id is the process's, below those of the threads it made.
+    let main = threads
+        .iter()
+        .filter_map(|l| tid(l))
+        .min_by_key(|t| t.parse::<u64>().unwrap_or(u64::MAX))
+        .expect("a tid");
+    assert!(
+        out.contains("rsp is known here: 0x")
+            && out.contains(&format!(", in thread 1.{producer}, the one running here")),
+        "{out}"
+    );
+    assert!(out.contains(&format!("thread 1.{main} runs here")), "{out}");
     // The main thread waits (it created the producer a moment ago): its stack leads to main.
     let backtraces: Vec<&str> = out.split("\nThread ").skip(1).collect();
     assert!(backtraces.len() >= 2, "{out}");

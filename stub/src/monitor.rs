@@ -143,6 +143,14 @@ fn moved(target: &mut ReplayTarget, n: u64, out: &mut ConsoleOutput<'_>) {
     let s = &mut target.session;
     settle(s, out);
     outputln!(out, "position {n}, rip {:#x}", s.pc());
+    if let Some(tid) = running_thread(target) {
+        // gdb keeps the thread it had selected (a monitor command cannot tell it of a stop):
+        // its registers are that thread's, as it waits here.
+        outputln!(
+            out,
+            "thread 1.{tid} runs here; gdb shows the thread it has selected (`thread find 1.{tid}` names this one's number for `thread N`)"
+        );
+    }
     if !target.gdb_flushes {
         outputln!(
             out,
@@ -211,7 +219,7 @@ fn why_unknown(target: &mut ReplayTarget, what: &str, out: &mut ConsoleOutput<'_
     if let Some(v) = known {
         // Known from one pass at least; say which pass lost it (a store through an address
         // only the other pass knows forgets memory in the first).
-        outputln!(out, "{label} is known here: {v:#x}");
+        outputln!(out, "{label} is known here: {v:#x}{}", whose(target, &label));
         for (pass, w, backwards) in [("forward", forward, false), ("backward", backward, true)] {
             if let Some(w) = w {
                 let cause = because(w, backwards);
@@ -227,7 +235,13 @@ fn why_unknown(target: &mut ReplayTarget, what: &str, out: &mut ConsoleOutput<'_
         Some(w) => because(w, backwards),
         None => "known, but the other pass disagrees (a model error; please report it)".to_string(),
     };
-    outputln!(out, "{label} is unknown here (position {})", s.position());
+    outputln!(
+        out,
+        "{label} is unknown here (position {}{})",
+        target.session.position(),
+        whose(target, &label)
+    );
+    let s = &mut target.session;
     let (done, total) = s.values_walked();
     if done < total && s.exact_states().is_none() {
         // The passes below are the partial ones: the answer may come once they are done.
@@ -239,6 +253,25 @@ fn why_unknown(target: &mut ReplayTarget, what: &str, out: &mut ConsoleOutput<'_
     }
     outputln!(out, "  going forwards:  {}", describe(forward, false));
     outputln!(out, "  going backwards: {}", describe(backward, true));
+}
+
+/// The Linux thread id of the thread that runs at the current position, in a recording of
+/// several (gdb names it "Thread 1.TID"); `why-unknown` answers for it, whichever thread gdb
+/// has selected.
+fn running_thread(target: &ReplayTarget) -> Option<i64> {
+    let s = target.schedule.as_ref()?;
+    (s.threads().len() > 1).then(|| s.running(target.session.position()))
+}
+
+/// Which thread's register `why-unknown` answers for, where there are several (memory is
+/// every thread's).
+fn whose(target: &ReplayTarget, label: &str) -> String {
+    match running_thread(target) {
+        Some(tid) if !label.starts_with("the byte at") => {
+            format!(", in thread 1.{tid}, the one running here")
+        }
+        _ => String::new(),
+    }
 }
 
 /// Whether `name` is a register only AVX-512 has: zmm0-31, and xmm/ymm 16-31.
