@@ -126,6 +126,18 @@ fn answers_before_the_decode_are_the_whole_historys() {
     );
     let end = whole.position();
     let at_end = look(&mut whole);
+    // Code that runs only after the loop, past the last anchor: `store`, a few instructions
+    // before the fault.
+    let late = whole.ip_at(end - 5).expect("an instruction before the fault");
+    whole.set_position(hit);
+    assert_eq!(
+        whole.continue_forward(&HashSet::from([late]), || false),
+        Stop::Breakpoint
+    );
+    let late_hit = whole.position();
+    assert!(late_hit > end - 100, "{late_hit} {end}");
+    whole.settle(&mut || false);
+    let at_late = look(&mut whole);
 
     // A session whose decode waits at its first progress report until the test says.
     let (go, gate) = mpsc::channel::<()>();
@@ -142,6 +154,16 @@ fn answers_before_the_decode_are_the_whole_historys() {
     assert_eq!(held.position(), hit, "the beginning's first hit is the whole's");
     assert!(held.settle(&mut || false));
     assert_eq!(look(&mut held), at_hit, "values at the hit before the decode");
+    // The breakpoint after the last anchor is found in the window from that anchor to the
+    // fault (a `continue` that waited for the decode would be interrupted here).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    assert_eq!(
+        held.continue_forward(&HashSet::from([late]), || std::time::Instant::now() > deadline),
+        Stop::Breakpoint
+    );
+    assert_eq!(held.position(), late_hit, "the whole's hit");
+    assert!(held.settle(&mut || false));
+    assert_eq!(look(&mut held), at_late, "values at the late hit before the decode");
     assert_eq!(
         held.continue_forward(&HashSet::from([entry]), || false),
         Stop::Signal(11)

@@ -64,8 +64,9 @@ pub struct Session {
     window_source: Option<window::Source>,
     /// A window found to differ from the whole history, once that is decoded.
     window_failure: Option<RecordingError>,
-    /// Windows decoded so far (a search decodes a few before it waits for the whole).
-    windows_built: usize,
+    /// Positions of the windows decoded so far (a search decodes some before it waits for
+    /// the whole).
+    windows_built: u64,
     /// The code each stretch ran, if the recording lists it ([`code_list`]).
     code: Option<std::sync::Arc<crate::recording::code_ran::CodeRan>>,
     position: u64,

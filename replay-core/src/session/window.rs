@@ -2,7 +2,7 @@
 //! values first", "a breakpoint search answers as soon as the hit is decoded"). The qemu
 //! recorder's sync points ([`crate::recording::sync_points`]) let a decode start exactly at
 //! a place near any anchor, so a stretch from one anchor to the next (or to the end of a run
-//! that exited) can be decoded from the last sync point before the anchor, in tens of
+//! that exited or faulted) can be decoded from the last sync point before the anchor, in tens of
 //! milliseconds, while the whole trace is decoded. A state layer over it has the same exact
 //! states on either side as the whole history's there (the two anchors, or the anchor and
 //! the end snapshot), so its answers there are the whole's; before the anchor it knows no
@@ -78,13 +78,24 @@ impl Source {
     }
 
     /// The window from the `k`th anchor inside the history to the next, or to the end of a
-    /// run that exited.
+    /// run that exited or faulted.
     fn window(&self, k: usize) -> Option<Window> {
         let rec = &self.recording;
         let total = rec.manifest.instructions;
         let anchors = self.anchor_positions();
         let (anchor, next) = (anchors[k], anchors.get(k + 1).copied());
-        if next.is_none() && !matches!(rec.manifest.end, EndState::Exited { .. } | EndState::Exec { .. }) {
+        // A fault's instruction follows the last one that retired, as in the whole history,
+        // and the end snapshot holds the state there.
+        let fault = match &rec.manifest.end {
+            EndState::Signaled { ip: Some(ip), .. } if next.is_none() => {
+                Some(u64::from_str_radix(ip.trim_start_matches("0x"), 16).ok()?)
+            }
+            _ => None,
+        };
+        if next.is_none()
+            && fault.is_none()
+            && !matches!(rec.manifest.end, EndState::Exited { .. } | EndState::Exec { .. })
+        {
             return None;
         }
         // Far enough before the anchor for its completing walk ([`state::LOOKBACK`]) to be
@@ -99,15 +110,22 @@ impl Source {
             let i = self.points.partition_point(|p| p.position <= n);
             self.points.get(i + 1).map(|p| p.offset as usize)
         });
-        let timeline = Arc::new(crate::timeline::window(&input, point, stop));
+        let mut timeline = crate::timeline::window(&input, point, stop);
         let unshown: u64 = timeline.events().iter().map(FlowEvent::unshown).sum();
         let last = match next {
             Some(n) if base + timeline.len() > n && unshown == 0 => n,
             // The end: where the recorder counted (a spin the trace cannot count is left to
-            // the whole).
-            None if base + timeline.len() == total && unshown == 0 => total - 1,
+            // the whole), or the fault after it.
+            None if base + timeline.len() == total && unshown == 0 => match fault {
+                Some(ip) => {
+                    timeline.push_ip(ip);
+                    total
+                }
+                None => total - 1,
+            },
             _ => return None,
         };
+        let timeline = Arc::new(timeline);
         let p = &*self.prepared;
         let (all, maps) = p.anchors.as_ref()?;
         let upto = all
@@ -149,7 +167,7 @@ impl Source {
             }
         };
         let shift = |q: u64| q.checked_sub(base);
-        let (hard_barriers, soft_barriers) = barriers(&timeline, false);
+        let (hard_barriers, soft_barriers) = barriers(&timeline, fault.is_some());
         let inputs = state::Inputs {
             anchors: exact,
             end,
@@ -188,7 +206,7 @@ impl Source {
                 cpu: p.start.cpu,
                 ..State::unknown()
             },
-            fault: false,
+            fault: fault.is_some(),
             history: timeline.clone(),
         };
         Some(Window {

@@ -15,11 +15,14 @@ use super::{Session, Stop};
 use crate::state::Known;
 use crate::timeline::Hit;
 
-/// Windows a search decodes before it waits for the whole history instead: each is up to
-/// about 40 M instructions, a tenth to a third of a second with its states, and the whole
-/// decode waits meanwhile. A breakpoint on a page that runs all along (libc's `write` in
-/// gzip, whose page runs in every few stretches) is found sooner by the whole decode.
-const SEARCHED: usize = 2;
+/// Positions of windows a search decodes before it waits for the whole history instead:
+/// two windows between anchors taken through QEMU 7.2's gdbstub (up to about 40 M
+/// instructions each, a tenth to a third of a second with its states), ten between parked
+/// anchors (QEMU 9.0 and later, every 2^22), while the whole decode waits. A breakpoint on a
+/// page that runs all along (libc's `write` in gzip, whose page runs in every few stretches)
+/// is found sooner by the whole decode; one that runs in a handful of stretches near the
+/// end (the loader's, at python3's late `import ctypes`) by windows.
+const SEARCHED: u64 = 80_000_000;
 
 /// Instructions from which a breakpoint search decodes windows: below, the whole decode is
 /// a couple of seconds and comes nearly as soon (gzip's 766 M instructions: `break write`
@@ -55,7 +58,7 @@ impl Session {
                 if let Some(flag) = &self.history.fill_pause {
                     w.share_pause(flag.clone());
                 }
-                self.windows_built += 1;
+                self.windows_built += w.last + 1 - w.base;
                 if self.windows.len() >= KEPT {
                     // The oldest other than the end's, which the first look keeps coming to.
                     self.windows.remove(1.min(self.windows.len() - 1));
@@ -143,7 +146,11 @@ impl Session {
                 .into_iter()
                 .next()
             else {
-                // No breakpoint runs from here on: the end, if a window holds it.
+                // No breakpoint runs from here on: a fault's end from the recording, or the
+                // end, if a window holds it.
+                if let Some(stop) = self.end_at_once(at, breakpoints) {
+                    return Some(stop);
+                }
                 let end = total.checked_sub(1)?;
                 self.window_for(end)?;
                 return Some(self.moved_to(end, Stop::End));
