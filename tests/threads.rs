@@ -124,8 +124,17 @@ fn gdb_lists_the_threads_with_their_own_backtraces() {
             "info threads",
             "thread apply all bt",
             "monitor why-unknown rsp",
+            "x/4gx $rsp",
             "monitor goto 0",
         ],
+    );
+    // The producer's stack, mapped by glibc inaccessible and opened with mprotect, reads
+    // zero where it has not written yet, as natively (it read unknown).
+    let stack = out.split("the one running here").nth(1).unwrap_or_default();
+    let stack = stack.split("position 0, rip").next().unwrap_or_default();
+    assert!(
+        stack.contains(":\t0x") && !stack.contains("Cannot access memory"),
+        "{out}"
     );
     assert!(out.contains("hit Breakpoint 1, produce"), "{out}");
     let threads: Vec<&str> = out.lines().filter(|l| l.contains(" Thread 1.")).collect();

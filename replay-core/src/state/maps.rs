@@ -8,8 +8,8 @@ use crate::recording::{MapChange, Mapping};
 
 /// Anonymous zero-fill is known only up to this size per change: whole pages of it share
 /// one page of zeros (`Memory::zero`), a slot (8 bytes) a page, 2 MB for the largest. A
-/// larger mapping, or one neither readable nor writable (an address-space reservation, which
-/// runtimes make of terabytes), is forgotten. It was 1 MiB, and sort's 1.1 MiB buffer of
+/// larger mapping (an address-space reservation, which runtimes make of terabytes) is
+/// forgotten. It was 1 MiB, and sort's 1.1 MiB buffer of
 /// lines was forgotten: every value copied from bytes of it sort never wrote was unknown.
 const ZERO_BOUND: u64 = 1 << 30;
 
@@ -79,10 +79,13 @@ fn subtract(ranges: &[&Mapping], minus: &[&Mapping]) -> Vec<(u64, u64)> {
     out
 }
 
+/// A private anonymous mapping: the kernel fills it with zeros, whatever its protection. One
+/// neither readable nor writable is a reservation made accessible later with `mprotect`
+/// (glibc maps a thread's stack so, its guard page apart, and the heaps of its arenas): its
+/// bytes read zero then, and a new thread's stack read unknown where it had not written yet.
+/// Reservations beyond [`ZERO_BOUND`] (runtimes make them of terabytes) are forgotten.
 fn anonymous(m: &Mapping) -> bool {
-    m.perms.ends_with('p')
-        && (m.perms.starts_with('r') || m.perms[1..].starts_with('w'))
-        && matches!(m.path.as_deref(), None | Some("[heap]") | Some(""))
+    m.perms.ends_with('p') && matches!(m.path.as_deref(), None | Some("[heap]") | Some(""))
 }
 
 /// The effect of one change (by the system call that made it).
@@ -206,12 +209,18 @@ mod tests {
     }
 
     /// A large anonymous mapping is zeros too (sort's 1.1 MiB buffer of lines was forgotten
-    /// under the old 1 MiB bound); a reservation neither readable nor writable is forgotten,
-    /// whatever its size (runtimes reserve terabytes).
+    /// under the old 1 MiB bound), and so is one neither readable nor writable (a thread's
+    /// stack before `mprotect` opens it); a reservation beyond the bound is forgotten
+    /// (runtimes reserve terabytes).
     #[test]
     fn a_large_anonymous_mapping_is_zero_and_a_reservation_is_not() {
         let e = effect(&change("mmap", vec![m(0x40_0000, 0x51_b000, None)], vec![]));
         assert_eq!(e.zero, vec![(0x40_0000, 0x11_b000)]);
+        assert!(e.forget.is_empty(), "{e:?}");
+        let mut stack = m(0x7000_0000, 0x7080_1000, None);
+        stack.perms = "---p".into();
+        let e = effect(&change("mmap", vec![stack], vec![]));
+        assert_eq!(e.zero, vec![(0x7000_0000, 0x80_1000)]);
         assert!(e.forget.is_empty(), "{e:?}");
         let mut reserve = m(0x1000_0000, 0x1_1000_0000, None);
         reserve.perms = "---p".into();
