@@ -133,7 +133,7 @@ fn a_qemu_that_loads_plugins_is_taken_and_said_with_verbose() {
     assert!(
         stderr.contains(&format!(
             "{} loads plugins ({} on PATH cannot)",
-            qemu.display(),
+            rtit_recorder::qemu::find::described(&qemu),
             fake.display()
         )),
         "{stderr}"
@@ -169,14 +169,17 @@ fn a_qemu_rtit_built_is_taken_where_it_is_newer_than_paths() {
         eprintln!("skipped: no /usr/bin/qemu-x86_64 that says its version");
         return;
     };
-    // Newer: taken, and said so. (A link to PATH's QEMU: the version is the directory's.)
+    // Newer: taken, and said so, with what each says its version is. (A link to PATH's
+    // QEMU: the version that decides is the directory's.)
     let newer = format!("{}.0.0", on_path[0] + 1);
     let (built, stderr) = record_beside_built(&qemu, &newer);
+    let described = rtit_recorder::qemu::find::described;
     let said = format!(
         "{} loads plugins and is newer than {} on PATH",
-        built.display(),
-        qemu.display()
+        described(&built),
+        described(&qemu)
     );
+    assert!(described(&qemu).ends_with(")"), "{}", described(&qemu));
     assert!(stderr.contains(&said), "{stderr}");
     // As old or older: PATH's stays.
     let older = match on_path[0] {
@@ -186,7 +189,7 @@ fn a_qemu_rtit_built_is_taken_where_it_is_newer_than_paths() {
     for version in [older, on_path.iter().map(u64::to_string).collect::<Vec<_>>().join(".")] {
         let (built, stderr) = record_beside_built(&qemu, &version);
         assert!(
-            stderr.contains(&format!("{} loads plugins", qemu.display())),
+            stderr.contains(&format!("{} loads plugins", described(&qemu))),
             "{version}: {stderr}"
         );
         assert!(!stderr.contains(&built.display().to_string()), "{version}: {stderr}");

@@ -56,7 +56,10 @@ fn choose(backend: Backend, named_qemu: Option<&Path>, verbose: bool) -> (Backen
         Backend::Qemu => {
             // The backend says what is missing if this fails.
             let _ = crate::plugin::ensure();
-            (Backend::Qemu, qemu.into())
+            match qemu::find::find_qemu(named_qemu) {
+                Ok(q) if verbose => (Backend::Qemu, format!("{qemu}: {}", qemu::find::described(&q))),
+                _ => (Backend::Qemu, qemu.into()),
+            }
         }
         Backend::Msr => (Backend::Msr, "the msr backend (the RTIT hardware)".into()),
         // A QEMU named (`--qemu`, `$RTIT_QEMU`): the qemu backend, which says what is wrong
@@ -76,19 +79,20 @@ fn choose(backend: Backend, named_qemu: Option<&Path>, verbose: bool) -> (Backen
                     true => String::new(),
                     false => format!(" ({} on PATH cannot)", skipped.join(", ")),
                 };
+                // (A QEMU named with `--qemu` or `$RTIT_QEMU` took the arm above.)
                 let older: Vec<String> = qemu::find::older_on_path(&q)
                     .iter()
-                    .map(|p| p.display().to_string())
+                    .map(|p| qemu::find::described(p))
                     .collect();
-                if !older.is_empty()
-                    && named_qemu.is_none()
-                    && !std::env::var_os(qemu::find::QEMU_ENV).is_some_and(|v| !v.is_empty())
-                {
+                if !older.is_empty() {
                     skipped += &format!(" and is newer than {} on PATH", older.join(", "));
                 }
                 (
                     Backend::Qemu,
-                    format!("{qemu}: {hardware}, and {} loads plugins{skipped}", q.display()),
+                    format!(
+                        "{qemu}: {hardware}, and {} loads plugins{skipped}",
+                        qemu::find::described(&q)
+                    ),
                 )
             }
             (Ok(_), Ok(_)) => (Backend::Qemu, qemu.into()),

@@ -64,14 +64,28 @@ pub fn find_qemu(named: Option<&Path>) -> Result<PathBuf, NoQemu> {
     }
 }
 
-/// Every `qemu-x86_64` on PATH, in PATH's order.
+/// Every `qemu-x86_64` on PATH, in PATH's order, each file once (`/bin` is `/usr/bin` on a
+/// merged-/usr system).
 fn on_path() -> Vec<PathBuf> {
+    let mut seen = std::collections::HashSet::new();
     std::env::var_os("PATH").map_or_else(Vec::new, |p| {
         std::env::split_paths(&p)
             .map(|d| d.join("qemu-x86_64"))
             .filter(|p| p.is_file())
+            .filter(|p| seen.insert(std::fs::canonicalize(p).unwrap_or_else(|_| p.clone())))
             .collect()
     })
+}
+
+/// `path (version)`, for what `rtit record -v` says.
+pub fn described(qemu: &Path) -> String {
+    match version(qemu) {
+        Some(v) => {
+            let v: Vec<String> = v.iter().map(u64::to_string).collect();
+            format!("{} ({})", qemu.display(), v.join("."))
+        }
+        None => qemu.display().to_string(),
+    }
 }
 
 /// The plugin-capable `qemu-x86_64`s on PATH that [`find_qemu`], naming none, passed over
