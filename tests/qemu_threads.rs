@@ -61,6 +61,9 @@ fn threads_take_turns_and_decode_to_the_plugins_log_with_right_values() {
     assert_eq!(rec.manifest.end, EndState::Exited { code: 0 }, "{stderr}");
     assert!(stderr.contains("every byte is what the unit model wrote"), "{stderr}");
     assert!(switches(&rec) >= 5, "{} switches", switches(&rec));
+    // `rtit record` says how many threads it recorded (workers.c starts five).
+    let said = format!("rtit: 6 threads, recorded one at a time ({} switches)", switches(&rec));
+    assert!(stderr.contains(&said), "{stderr}");
     common::assert_decode_is_truth(&rec, "workers", 20_000);
     common::check_values(&rec, 99.0, "workers");
 }

@@ -77,13 +77,8 @@ pub fn run(args: &InfoArgs) -> Result<()> {
         rec.syscalls()?.len(),
         signals.len() - switches
     );
-    if switches > 0 {
-        // The step backend's threads, one at a time (an entry from and to one thread is its
-        // registers where the recording ends, not a switch).
-        let all = signals.iter().filter_map(|e| e.switch);
-        let threads: std::collections::BTreeSet<i64> = all.clone().flat_map(|s| [s.from, s.to]).collect();
-        let real = all.filter(|s| s.from != s.to).count();
-        println!("threads       {}, one at a time, {real} switches", threads.len());
+    if let Some((threads, real)) = rtit_replay_core::recording::threads_and_switches(&signals) {
+        println!("threads       {threads}, one at a time, {real} switches");
     }
     for warning in &m.warnings {
         println!("warning       {warning}");

@@ -519,6 +519,9 @@ fn record(args: &RecordArgs, interrupted: &Interrupt) -> Result<u8> {
             written.trace_bytes,
             dir.display()
         );
+        if let Some((threads, switches)) = rtit_replay_core::recording::threads_and_switches(&outcome.signals) {
+            eprintln!("rtit: {threads} threads, recorded one at a time ({switches} switches)");
+        }
         if let EndState::Exec { program, .. } = &written.end {
             eprintln!("rtit: the program ran execve of {program}");
         }

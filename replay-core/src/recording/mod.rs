@@ -577,6 +577,16 @@ pub struct ThreadSwitch {
     pub to: i64,
 }
 
+/// The threads that switch entries name, and how many switches between two of them there
+/// are (an entry from and to one thread holds its registers where the recording ends, not a
+/// switch); `None` for a recording of one thread.
+pub fn threads_and_switches(entries: &[SignalEntry]) -> Option<(usize, usize)> {
+    let all = entries.iter().filter_map(|e| e.switch);
+    let threads: std::collections::BTreeSet<i64> = all.clone().flat_map(|s| [s.from, s.to]).collect();
+    let real = all.filter(|s| s.from != s.to).count();
+    (!threads.is_empty()).then_some((threads.len(), real))
+}
+
 /// One line of `truth-regs.jsonl`: the registers before the instruction at a position.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TruthSample {
