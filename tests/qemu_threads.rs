@@ -321,3 +321,57 @@ fn anchors_are_taken_while_threads_compute() {
     assert!(checked >= 2, "{checked} anchors checked");
     common::check_values(&rec, 99.0, "compute");
 }
+
+/// execve while another thread lives (issue 43), from main and from the thread: the kernel
+/// ends the other thread and the process becomes `/bin/echo`. Both programs are recorded,
+/// each decoded to the plugin's log, the first with every value it knows right; replayed,
+/// the first ends at the execve with both threads listed, the waiting one in its `read`.
+#[test]
+fn an_execve_while_another_thread_lives_is_followed() {
+    let Some(qemu) = common::newer_qemu() else { return };
+    let dir = common::scratch("qemu_threads", "exec");
+    let exe = common::gcc("tests/programs/exec_threads.c", &["-O1", "-pthread"], &dir);
+    for (arg, who) in [(None, "main"), (Some("thread"), "the thread")] {
+        let out = dir.join(format!("rec-{}", arg.unwrap_or("main")));
+        let mut argv = vec![s(&exe)];
+        argv.extend(arg);
+        let (rec, result) = record(&qemu, &out, &["--truth"], &argv);
+        let stderr = String::from_utf8_lossy(&result.stderr);
+        assert_eq!(result.status.code(), Some(0), "{stderr}");
+        assert_eq!(
+            String::from_utf8_lossy(&result.stdout),
+            format!("{who} execs\nafter exec\n"),
+            "{stderr}"
+        );
+        assert!(
+            matches!(&rec.manifest.end, EndState::Exec { program, next: Some(_) } if program == "/bin/echo"),
+            "{:?}\n{stderr}",
+            rec.manifest.end
+        );
+        let signals = rec.signals().expect("entries");
+        let threads = rtit_replay_core::recording::threads_and_switches(&signals);
+        assert!(threads.is_some_and(|(n, _)| n == 2), "{threads:?}");
+        common::assert_decode_is_truth(&rec, "exec_threads", 10_000);
+        common::check_values(&rec, 99.0, "exec_threads");
+        let echo = Recording::open(&out.join("exec-1")).expect("the next program's recording");
+        assert_eq!(echo.manifest.end, EndState::Exited { code: 0 });
+        common::assert_decode_is_truth(&echo, "echo", 10_000);
+        if arg.is_some() {
+            continue;
+        }
+        let server = Server::start_with(&rec, &["--no-follow"]);
+        let out = server.gdb(Some(&exe), &["continue", "info threads", "thread apply all bt"]);
+        // `info threads`: a line a thread, its id first (the selected one marked `*`).
+        let listed = (out.lines())
+            .filter(|l| l.contains(" Thread 1."))
+            .filter(|l| {
+                l.trim_start_matches(['*', ' '])
+                    .starts_with(|c: char| c.is_ascii_digit())
+            })
+            .count();
+        assert_eq!(listed, 2, "{out}");
+        assert!(out.contains("execve"), "{out}");
+        let waiting = out.split("\nThread ").find(|b| b.contains("wait_forever"));
+        assert!(waiting.is_some_and(|b| b.contains("read")), "{out}");
+    }
+}

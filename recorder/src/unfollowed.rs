@@ -9,7 +9,8 @@ pub const THREAD: &str = "the program creates a thread, which this backend does 
 pub const EXECVE: &str =
     "the program calls execve, and this backend does not follow execve yet (`--backend qemu` and `--backend step` do)";
 
-/// An `execve` made while other threads run (it ends them).
+/// An `execve` made while other threads run (it ends them), under the step backend (the
+/// qemu backend follows it).
 pub const EXECVE_THREADS: &str = "the program calls execve while other threads run, which rtit does not follow yet";
 
 use crate::sideband::nr;

@@ -38,10 +38,6 @@ impl Plugin {
     /// What execve or execveat (`number`, arguments `a`) runs, and for a program rtit follows,
     /// how QEMU starts again on it.
     pub(super) fn exec_target(&self, number: u64, a: [u64; 6]) -> (Target, Option<Relaunch>) {
-        if crate::threads::on() && !crate::threads::last_alive() {
-            let why = "ends the program's other threads, which rtit does not follow yet";
-            return (Target::Unsupported(why.into()), None);
-        }
         let call = match read_call(number, a, |at, buf| self.read(at, buf)) {
             Ok(call) => call,
             Err(target) => return (target, None),
