@@ -289,7 +289,7 @@ fn a_gdb_is_served_at_position_0_while_the_history_is_decoded() {
     let recorded = rec.manifest.instructions;
     assert!(
         out.contains(&format!(
-            "position 0 (the history of {recorded} instructions is still being read"
+            "position 0 (the history of {recorded} instructions is still being decoded"
         )),
         "`monitor when` before the decode ends:\n{out}"
     );

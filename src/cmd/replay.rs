@@ -111,7 +111,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     }
     if !short {
         eprintln!(
-            "rtit: reading the history ({} instructions) in the background; a move past its beginning waits for it, unless it goes to the end",
+            "rtit: decoding the history ({} instructions) in the background; a move to where it has not reached yet may wait for it",
             rec.manifest.instructions
         );
     }

@@ -63,7 +63,7 @@ impl MonitorCmd for ReplayTarget {
             // long it is does.
             outputln!(
                 out,
-                "position {} (the history of {} instructions is still being read; a move past its beginning waits for it)",
+                "position {} (the history of {} instructions is still being decoded; a move to where it has not reached yet may wait for it)",
                 self.session.position(),
                 self.session.recording().manifest.instructions
             );
