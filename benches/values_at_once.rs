@@ -158,21 +158,15 @@ fn main() {
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let plugin = root.join("target/release/librtit_qemu_plugin.so");
-    // With `RTIT_QEMU` (which `rtit record` runs), that QEMU's recordings are kept apart,
-    // under the name of the folder it is in (`rtit build-qemu`'s: its version).
-    let qemu = std::env::var_os("RTIT_QEMU").map(std::path::PathBuf::from);
-    let dir = match &qemu {
-        Some(q) => {
-            let name = q.parent().and_then(|p| p.file_name()).unwrap_or_default();
-            root.join("target/bench/values_at_once")
-                .join(format!("qemu-{}", name.to_string_lossy()))
-        }
-        None => root.join("target/bench/values_at_once"),
-    };
+    // Each QEMU version's recordings are kept apart (`recordings::recording`).
+    let qemu = rtit_recorder::qemu::find::find_qemu(None).ok();
+    let dir = root.join("target/bench/values_at_once");
     std::fs::create_dir_all(&dir).expect("bench dir");
     let sizes = std::env::var("RTIT_VALUES_SIZES").unwrap_or_else(|_| "1e7,1e8,1e9".into());
     let program = std::env::var("RTIT_VALUES_PROGRAM").unwrap_or_else(|_| "python3".into());
-    let which = qemu.map_or("the first qemu-x86_64 on PATH".into(), |q| q.display().to_string());
+    let which = qemu.map_or("no qemu-x86_64 found".into(), |q| {
+        rtit_recorder::qemu::find::described(&q)
+    });
     println!(
         "{program}, qemu backend ({which}): seconds until a stop's values are final and a bt's reads answered (3 runs)"
     );

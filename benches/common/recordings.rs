@@ -14,8 +14,19 @@ const PER_PASS: f64 = 21_000.0;
 const PYTHON_START: f64 = 30e6;
 
 /// A recording of `program` (`sha256sum`, `python3` or `sort`) running about `n`
-/// instructions under the qemu backend with `plugin`, made once in `dir` and kept.
+/// instructions under the qemu backend with `plugin`, made once in `dir` and kept, apart
+/// for each QEMU version `rtit record` takes (`$RTIT_QEMU`, or the newer of PATH's and the
+/// one `rtit build-qemu` built): anchors differ between 7.2 and later ones.
 pub fn recording(dir: &Path, plugin: &Path, program: &str, n: f64) -> PathBuf {
+    let version = rtit_recorder::qemu::find::find_qemu(None)
+        .ok()
+        .and_then(|q| rtit_recorder::qemu::find::version(&q))
+        .map_or_else(
+            || "unknown".to_string(),
+            |v| v.iter().map(u64::to_string).collect::<Vec<_>>().join("."),
+        );
+    let dir = dir.join(format!("qemu-{version}"));
+    std::fs::create_dir_all(&dir).expect("the recordings' directory");
     let out = dir.join(format!("{program}-{n:e}"));
     // One made before anchors were taken (past 2^25 instructions) is made again.
     let anchored = |r: &Recording| r.manifest.instructions < 1 << 25 || r.anchors().is_ok_and(|a| a.is_some());
