@@ -218,6 +218,56 @@ fn debian_programs_with_threads_are_recorded_whole() {
     assert!(out.lines().filter(|l| l.contains("Thread 1.")).count() >= 2, "{out}");
 }
 
+/// xz compresses on two threads of its own (`-T2`, small blocks so that a small input makes
+/// several): recorded whole with the default settings, its output byte for byte xz's own,
+/// the history decoded; in gdb, half-way through, every thread is listed with its own stack,
+/// a worker's in liblzma under `start_thread`.
+#[test]
+fn xz_on_two_threads_is_recorded_whole() {
+    let Some(qemu) = common::newer_qemu() else { return };
+    let dir = common::scratch("qemu_threads", "xz");
+    let input = dir.join("input");
+    let text: String = (0..40_000u64)
+        .map(|i| format!("{:x}\n", i.wrapping_mul(0x9e37_79b9_7f4a_7c15)))
+        .collect();
+    std::fs::write(&input, text).expect("input");
+    let args = ["-T2", "-0", "--block-size=65536", "-c"];
+    let native = Command::new("xz").args(args).arg(&input).output().expect("xz");
+    assert!(native.status.success());
+    let mut argv = vec!["/usr/bin/xz"];
+    argv.extend(args);
+    argv.push(s(&input));
+    let (rec, result) = record(&qemu, &dir.join("rec"), &[], &argv);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert_eq!(result.status.code(), Some(0), "{stderr}");
+    assert!(
+        result.stdout == native.stdout,
+        "the compressed output differs from xz's own"
+    );
+    let signals = rec.signals().expect("entries");
+    let threads = rtit_replay_core::recording::threads_and_switches(&signals);
+    assert!(
+        threads.is_some_and(|(n, _)| n == 3),
+        "main and two workers: {threads:?}"
+    );
+    common::assert_decodes_completely(&rec);
+    let server = Server::start(&rec);
+    let middle = format!("monitor goto {}", rec.manifest.instructions / 2);
+    let out = server.gdb(None, &[&middle, "maint flush register-cache", "thread apply all bt"]);
+    let stacks: Vec<&str> = out.split("\nThread ").skip(1).collect();
+    assert_eq!(stacks.len(), 3, "{out}");
+    assert!(
+        stacks
+            .iter()
+            .any(|b| b.contains("liblzma") && b.contains("start_thread")),
+        "a worker compresses: {out}"
+    );
+    assert!(
+        stacks.iter().any(|b| b.contains("__libc_start_call_main")),
+        "the main thread: {out}"
+    );
+}
+
 /// A worker that crashes: gdb stops in it with the signal, its frames and arguments those
 /// native gdb shows (but the last: QEMU 10 has no clone3, so glibc's thread starts from
 /// clone), and the main thread's stack goes back to main.
