@@ -267,6 +267,7 @@ fn a_gdb_is_served_at_position_0_while_the_history_is_decoded() {
         "p/x $rsp",
         "x/2gx $rsp",
         "monitor when",
+        "monitor info",
         &format!("shell touch {}", go.display()),
         "monitor insns 1",
         "stepi",
@@ -292,6 +293,11 @@ fn a_gdb_is_served_at_position_0_while_the_history_is_decoded() {
             "position 0 (the history of {recorded} instructions is still being decoded"
         )),
         "`monitor when` before the decode ends:\n{out}"
+    );
+    // `monitor info` says what the recording is at once, and that the history is on its way.
+    assert!(
+        out.contains("command   ") && out.contains(&format!("history   {recorded} instructions, being decoded")),
+        "`monitor info` before the decode ends:\n{out}"
     );
     assert!(
         out.contains(&format!(

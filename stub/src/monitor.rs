@@ -69,6 +69,17 @@ impl MonitorCmd for ReplayTarget {
             );
             return Ok(());
         }
+        // What the recording is needs no history; what the history holds is said once it is
+        // decoded (a script's `monitor wait` waits for it).
+        if first == Some("info") && second.is_none() && !self.session.ready() {
+            about(self, &mut out);
+            outputln!(
+                out,
+                "history   {} instructions, being decoded in the background (stops at the beginning, at the end and between anchors answer meanwhile; `monitor info` says more once it is done)",
+                self.session.recording().manifest.instructions
+            );
+            return Ok(());
+        }
         // A position the beginning or a window answers needs no whole history.
         if let (Some("goto"), Some(n), None) = (first, second.and_then(|n| n.parse::<u64>().ok()), words.next()) {
             if self.session.goto_early(n) {
@@ -319,7 +330,8 @@ fn wait_values(target: &mut ReplayTarget, out: &mut ConsoleOutput<'_>) {
     }
 }
 
-fn info(target: &ReplayTarget, out: &mut ConsoleOutput<'_>) {
+/// The first lines of `monitor info`: what the recording is, and its threads here.
+fn about(target: &ReplayTarget, out: &mut ConsoleOutput<'_>) {
     let s = &target.session;
     let rec = s.recording();
     let m = &rec.manifest;
@@ -343,6 +355,19 @@ fn info(target: &ReplayTarget, out: &mut ConsoleOutput<'_>) {
             t.alive(s.position()).len()
         );
     }
+    for image in &m.images {
+        if let Some(cmd) = image.add_symbol_file_command(&rec.dir) {
+            outputln!(out, "module    {}: to debug it with symbols, run in gdb:", image.path);
+            outputln!(out, "  {cmd}");
+        }
+    }
+}
+
+fn info(target: &ReplayTarget, out: &mut ConsoleOutput<'_>) {
+    about(target, out);
+    let s = &target.session;
+    let rec = s.recording();
+    let m = &rec.manifest;
     if let Some(e) = s.failure() {
         return outputln!(out, "history   none: {e}");
     }
@@ -420,12 +445,6 @@ fn info(target: &ReplayTarget, out: &mut ConsoleOutput<'_>) {
             "gaps      {} (trace lost where the output region wrapped; {lost} bytes known lost)",
             m.gaps.len()
         );
-    }
-    for image in &m.images {
-        if let Some(cmd) = image.add_symbol_file_command(&rec.dir) {
-            outputln!(out, "module    {}: to debug it with symbols, run in gdb:", image.path);
-            outputln!(out, "  {cmd}");
-        }
     }
 }
 
