@@ -33,9 +33,34 @@ fn a_decode_from_sync_points_is_the_whole_decode_from_there_python3() {
     check(&dir, &["/usr/bin/python3", "-S", "-c", script]);
 }
 
+/// A loop of calls and conditional branches: after a PSB clears LAST_LIP no IP-carrying
+/// packet comes, so its points have LAST_LIP invalid (none were found in such a loop when
+/// they had to have it valid, and a replay's windows decoded from the trace's start).
+#[test]
+fn a_decode_from_sync_points_is_the_whole_decode_from_there_in_a_loop() {
+    let dir = common::scratch("sync_points", "loop");
+    let src = dir.join("loop.c");
+    std::fs::write(
+        &src,
+        "static unsigned long t[64];\n\
+         __attribute__((noinline)) static unsigned long mix(unsigned long x) { return x * 2654435761u ^ (x >> 7); }\n\
+         int main(void) { unsigned long s = 0;\n\
+         for (unsigned long i = 0; i < 1500000; i++) { s += mix(i); if (s & 1) t[i & 63] ^= s; }\n\
+         return (int)(t[0] & 1); }\n",
+    )
+    .expect("source");
+    let exe = common::gcc(src.to_str().expect("utf-8"), &["-O0"], &dir);
+    let rec = check(&dir, &[exe.to_str().expect("utf-8")]);
+    let points = rec.sync_points().expect("read").expect("sync points");
+    assert!(
+        points.iter().any(|p| p.last_lip == 0),
+        "points with LAST_LIP invalid were checked: {points:?}"
+    );
+}
+
 /// Records `command` under QEMU, then decodes from the first two and the last eight sync
 /// points (a replay starts at one near the end) and compares each with the whole decode.
-fn check(dir: &std::path::Path, command: &[&str]) {
+fn check(dir: &std::path::Path, command: &[&str]) -> Recording {
     let out = dir.join("rec");
     let status = Command::new(env!("CARGO_BIN_EXE_rtit"))
         .args(["record", "--backend", "qemu", "--out"])
@@ -78,4 +103,5 @@ fn check(dir: &std::path::Path, command: &[&str]) {
             p.position
         );
     }
+    rec
 }

@@ -56,15 +56,13 @@ impl Output {
     }
 
     /// Whether a decoder could start right here knowing only RTIT_LAST_LIP and
-    /// RTIT_LAST_CALL_NLIP: no TNT bit waits in RTIT_TNT_BUFF (§3.3.13), no PSB's clearing is
-    /// still to come (§3.3.9), and LAST_LIP is valid (§3.3.7); `Some((LAST_LIP,
-    /// LAST_CALL_NLIP))` then (`rtit_replay_core::recording::sync_points`).
+    /// RTIT_LAST_CALL_NLIP: no TNT bit waits in RTIT_TNT_BUFF (§3.3.13) and no PSB's clearing
+    /// is still to come (§3.3.9); `Some((LAST_LIP, LAST_CALL_NLIP))` then, LAST_LIP 0 where it
+    /// is not valid (§3.3.7: cleared by a PSB, as a decoder starting cold has it)
+    /// (`rtit_replay_core::recording::sync_points`).
     pub fn settled(&self) -> Option<(u64, Option<u64>)> {
         let clean = self.tnt_buff == 1 && self.clear_after.is_none();
-        clean
-            .then(|| self.last_lip.get())
-            .flatten()
-            .map(|lip| (lip, self.last_call_nlip))
+        clean.then(|| (self.last_lip.get().unwrap_or(0), self.last_call_nlip))
     }
 
     /// The bytes written so far.

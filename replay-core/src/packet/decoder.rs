@@ -163,11 +163,14 @@ impl<'a> PacketDecoder<'a> {
     }
 
     /// Moves to `offset`, a packet boundary where the unit's RTIT_LAST_LIP was `last_lip`
-    /// and no cycle count was due (a recorder's sync point,
-    /// [`crate::recording::sync_points`]): what follows decodes as from the start.
+    /// (0: not valid, as a PSB's clearing leaves it until the next IP-carrying packet) and no
+    /// cycle count was due (a recorder's sync point, [`crate::recording::sync_points`]): what
+    /// follows decodes as from the start.
     pub fn seek_synced(&mut self, offset: usize, last_lip: u64) {
         self.seek_cold(offset);
-        self.last_lip.set(last_lip);
+        if last_lip != 0 {
+            self.last_lip.set(last_lip);
+        }
     }
 
     /// Whether `other` decodes the rest of the same trace exactly as this one will: the same

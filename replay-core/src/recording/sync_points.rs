@@ -4,13 +4,15 @@
 //! a PSB is not sure to be the whole decode's until it meets it: a probe of a python3
 //! recording found 3 of 50 cold starts near the end wrong from their first instruction. The
 //! qemu recorder's unit model knows its own registers, so now and then, at an instruction
-//! boundary where its TNT buffer is empty (RTIT_TNT_BUFF = 1, §3.3.13), no PSB's clearing is
-//! still to come and RTIT_LAST_LIP is valid (§3.3.7), it notes the trace offset of the next
-//! packet, the next instruction and its position, RTIT_LAST_LIP and RTIT_LAST_CALL_NLIP
-//! (§3.3.14): a decoder set to exactly that state there goes on as the whole decode does.
+//! boundary where its TNT buffer is empty (RTIT_TNT_BUFF = 1, §3.3.13) and no PSB's clearing
+//! is still to come, it notes the trace offset of the next packet, the next instruction and
+//! its position, RTIT_LAST_LIP and RTIT_LAST_CALL_NLIP (§3.3.7, §3.3.14): a decoder set to
+//! exactly that state there goes on as the whole decode does. LAST_LIP may be invalid there
+//! (a PSB cleared it and no IP-carrying packet came since: a loop of conditional branches
+//! sends none, and points that required it valid were never found in one).
 //!
 //! `sync-points.bin`: [`MAGIC`], then one record a point of five little-endian u64: position,
-//! next instruction, trace offset, LAST_LIP, LAST_CALL_NLIP (0: not valid), in order.
+//! next instruction, trace offset, LAST_LIP, LAST_CALL_NLIP (each 0: not valid), in order.
 
 use super::{files, Recording, RecordingError};
 

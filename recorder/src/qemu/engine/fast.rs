@@ -13,6 +13,29 @@ impl Engine {
     /// A stretch of `code-ran.bin` is cut after the batch once it is long enough.
     pub fn executed_all(&mut self, blocks: impl IntoIterator<Item = (u32, Counts)>) {
         let mut blocks = blocks.into_iter();
+        // A sync point the last batch end missed is looked for after each block until one is
+        // found: in a loop whose branches leave the same bits pending at every batch end (a
+        // batch is a fixed number of blocks) none would ever be found, and a replay would
+        // decode its windows from the trace's start.
+        while self.sync.searching(self.position()) {
+            let Some(block) = blocks.next() else { return };
+            self.executed_run(std::iter::once(block));
+            self.try_sync();
+        }
+        self.executed_run(blocks);
+        if !self.ended && self.code.due(self.position()) {
+            self.cut_code();
+        }
+        if self.sync.due(self.position()) {
+            self.try_sync();
+            self.sync.missed(self.position());
+        }
+    }
+
+    /// The blocks of [`Self::executed_all`], settled.
+    #[inline(always)]
+    fn executed_run(&mut self, blocks: impl IntoIterator<Item = (u32, Counts)>) {
+        let mut blocks = blocks.into_iter();
         while let Some(mut block) = blocks.next() {
             if let (false, Some(p), None) = (self.ended, self.pending, self.delivered) {
                 match self.stretch(p, block, &mut blocks) {
@@ -22,12 +45,6 @@ impl Engine {
             }
             let began = self.executed(block.0, block.1);
             debug_assert!(matches!(began, Ok(None)), "tracing began twice");
-        }
-        if !self.ended && self.code.due(self.position()) {
-            self.cut_code();
-        }
-        if self.sync.due(self.position()) {
-            self.try_sync();
         }
     }
 

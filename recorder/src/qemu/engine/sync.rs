@@ -4,7 +4,8 @@
 //! in user mode and the unit model holds nothing back ([`crate::model::UnitModel::sync_registers`]) is
 //! noted: the position, the pending block's first address, the trace offset of the next
 //! packet and the two compression registers. A check at each batch end, none on the path
-//! from one block to the next.
+//! from one block to the next; where one finds none, a check after each block until one is
+//! found (a loop can leave the same bits pending at every batch end).
 
 use rtit_replay_core::recording::sync_points::{encode, SyncPoint, MAGIC};
 
@@ -22,6 +23,8 @@ pub(super) struct SyncNotes {
     taken: u64,
     /// Encoded points not yet taken (the file's magic first).
     out: Vec<u8>,
+    /// A batch end found a point due and none there: look after each block.
+    searching: bool,
 }
 
 impl SyncNotes {
@@ -30,7 +33,20 @@ impl SyncNotes {
             due: 0,
             taken: 0,
             out: MAGIC.to_vec(),
+            searching: false,
         }
+    }
+
+    /// After a batch end's look at `position`: still due, so the search goes on a block at
+    /// a time.
+    pub(super) fn missed(&mut self, position: u64) {
+        self.searching = self.due(position);
+    }
+
+    /// Whether a point is due at `position` and the last batch end did not find one.
+    #[inline]
+    pub(super) fn searching(&self, position: u64) -> bool {
+        self.searching && self.due(position)
     }
 
     /// `bytes` of the trace were taken from the model.
@@ -66,6 +82,7 @@ impl Engine {
         };
         encode(&point, &mut self.sync.out);
         self.sync.due = point.position + EVERY;
+        self.sync.searching = false;
     }
 
     /// The sync points noted since last taken (the file's magic first).
