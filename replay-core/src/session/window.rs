@@ -19,6 +19,10 @@ use crate::recording::{EndState, Recording};
 use crate::state::{self, Known, State, Values};
 use crate::timeline::Timeline;
 
+/// Positions a window decodes before its anchor at most: sync points come every 2^22
+/// positions or so, and an anchor's window starts at the last one far enough before it.
+const MAX_LEAD: u64 = 1 << 26;
+
 /// What decoding a window needs, shared by the decoding thread and the session.
 #[derive(Clone)]
 pub(super) struct Source {
@@ -102,6 +106,12 @@ impl Source {
         // the whole history's.
         let point = (self.points.iter().rev()).find(|p| p.position + state::LOOKBACK <= anchor)?;
         let base = point.position;
+        // Far from any point (a recording whose loop left its unit model none to note, made
+        // before points were noted with LAST_LIP invalid): the whole decode, on every core,
+        // comes sooner than this one.
+        if anchor - base > MAX_LEAD {
+            return None;
+        }
         let gaps = rec.gaps();
         let input = rec.decode_input(&self.trace, &self.space, &gaps);
         // To the next anchor: stopped past the trace offset of the second sync point after
