@@ -290,13 +290,13 @@ fn a_gdb_is_served_at_position_0_while_the_history_is_decoded() {
     let recorded = rec.manifest.instructions;
     assert!(
         out.contains(&format!(
-            "position 0 (the history of {recorded} instructions is still being decoded"
+            "position 0 (the history of {recorded} instructions is still being read"
         )),
         "`monitor when` before the decode ends:\n{out}"
     );
     // `monitor info` says what the recording is at once, and that the history is on its way.
     assert!(
-        out.contains("command   ") && out.contains(&format!("history   {recorded} instructions, being decoded")),
+        out.contains("command   ") && out.contains(&format!("history   {recorded} instructions, being read")),
         "`monitor info` before the decode ends:\n{out}"
     );
     assert!(

@@ -111,7 +111,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     }
     if !short {
         eprintln!(
-            "rtit: decoding the history ({} instructions) in the background; a move to where it has not reached yet may wait for it",
+            "rtit: reading the history ({} instructions: the trace decoded, or the history stored beside it) in the background; a move to where it has not reached yet may wait for it",
             rec.manifest.instructions
         );
     }

@@ -63,7 +63,7 @@ impl MonitorCmd for ReplayTarget {
             // long it is does.
             outputln!(
                 out,
-                "position {} (the history of {} instructions is still being decoded; a move to where it has not reached yet may wait for it)",
+                "position {} (the history of {} instructions is still being read; a move to where it has not reached yet may wait for it)",
                 self.session.position(),
                 self.session.recording().manifest.instructions
             );
@@ -75,7 +75,7 @@ impl MonitorCmd for ReplayTarget {
             about(self, &mut out);
             outputln!(
                 out,
-                "history   {} instructions, being decoded in the background (stops at the beginning, at the end and between anchors answer meanwhile; `monitor info` says more once it is done)",
+                "history   {} instructions, being read in the background (stops at the beginning, at the end and between anchors answer meanwhile; `monitor info` says more once it is done)",
                 self.session.recording().manifest.instructions
             );
             return Ok(());
