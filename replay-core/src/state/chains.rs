@@ -190,9 +190,7 @@ fn provisional(mut w: Walker, mut st: State, interval: u64, tx: &Sender<Made>, f
         if front.load(Ordering::Relaxed) >= at {
             return;
         }
-        for q in at - interval..at {
-            w.step_forward(&mut st, q);
-        }
+        w.forward_to(&mut st, at - interval, at);
         if tx.send(Made::Provisional(k, st.clone())).is_err() {
             return;
         }

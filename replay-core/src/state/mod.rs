@@ -172,4 +172,6 @@ mod tests_float;
 #[cfg(test)]
 mod tests_semantics;
 #[cfg(test)]
+mod tests_walk;
+#[cfg(test)]
 mod tests_xsave;

@@ -24,6 +24,13 @@ impl Nearby {
         };
         list.get(self.0) == Some(&q)
     }
+
+    /// The first entry of `list` (sorted) at or after `q`, if any: where a walk forwards
+    /// meets the list next.
+    pub(super) fn next_from(&mut self, list: &[u64], q: u64) -> Option<u64> {
+        self.contains(list, q);
+        list.get(self.0).copied()
+    }
 }
 
 #[cfg(test)]
@@ -41,5 +48,10 @@ mod tests {
             assert_eq!(near.contains(&list, q), list.binary_search(&q).is_ok(), "at {q}");
         }
         assert!(!Nearby::default().contains(&[], 7));
+        let mut near = Nearby::default();
+        for q in (0..45).chain((0..45).rev()).chain([40, 0, 21, 5, 44, 3, 22, 22, 9]) {
+            let first = list.iter().copied().find(|&x| x >= q);
+            assert_eq!(near.next_from(&list, q), first, "from {q}");
+        }
     }
 }

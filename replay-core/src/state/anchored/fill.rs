@@ -212,14 +212,21 @@ fn walk(s: &Sources, walker: &mut Walker, task: Task, stop: &AtomicBool, walked:
                 return false;
             }
         }
-        steps += 1;
         if task.forwards {
-            walker.step_forward(&mut st, at);
-            at += 1;
+            // To the next place something is done: a look at `stop`, a block's end, a state
+            // to keep, the top.
+            let to = (at + CANCEL_EVERY - steps % CANCEL_EVERY)
+                .min(bottom + (at - bottom) / BLOCK * BLOCK + BLOCK)
+                .min(at / EVERY * EVERY + EVERY)
+                .min(top);
+            walker.forward_to(&mut st, at, to);
+            steps += to - at;
+            at = to;
             if let Some(log) = logging.as_ref().filter(|_| (at - bottom) % BLOCK == 0 || at == top) {
                 writes.push(log.take());
             }
         } else {
+            steps += 1;
             at -= 1;
             walker.step_backward(&mut st, at);
         }

@@ -100,11 +100,18 @@ impl Side {
                 self.last = Some((at, st));
                 return None;
             }
-            walked += 1;
             if forwards {
-                self.walker.step_forward(&mut st, at);
-                at += 1;
+                // To the next look at `cancel`, state to keep, or `p`.
+                let look = match CANCEL_EVERY - 1 - walked % CANCEL_EVERY {
+                    0 => CANCEL_EVERY,
+                    n => n,
+                };
+                let to = (at + look).min(at / FINE * FINE + FINE).min(p);
+                self.walker.forward_to(&mut st, at, to);
+                walked += to - at;
+                at = to;
             } else {
+                walked += 1;
                 at -= 1;
                 self.walker.step_backward(&mut st, at);
             }

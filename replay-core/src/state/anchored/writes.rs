@@ -70,8 +70,10 @@ fn walk(shared: &Arc<Shared>, exact: &Exact, writes: &WriteIndex, i: usize, canc
         if (at - bottom) % CANCEL_EVERY == 0 && cancel.load(Ordering::Relaxed) {
             return;
         }
-        walker.step_forward(&mut st, at);
-        at += 1;
+        // To the next block's end (a multiple of CANCEL_EVERY too) or the top.
+        let to = (bottom + (at - bottom) / BLOCK * BLOCK + BLOCK).min(top);
+        walker.forward_to(&mut st, at, to);
+        at = to;
         if (at - bottom) % BLOCK == 0 || at == top {
             found.push(log.take());
         }

@@ -465,8 +465,9 @@ impl Values {
             _ => (source.at, self.forward_start(k, source)),
         };
         while at < p {
-            self.walker.step_forward(&mut st, at);
-            at += 1;
+            let to = (at / FINE * FINE + FINE).min(p);
+            self.walker.forward_to(&mut st, at, to);
+            at = to;
             if at % FINE == 0 && at < p {
                 self.forward_fine.1.entry(at).or_insert_with(|| st.clone());
             }

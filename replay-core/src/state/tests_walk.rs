@@ -1,0 +1,98 @@
+//! A walk a run at a time ([`Walker::forward_to`]) leaves every state a step at a time
+//! ([`Walker::step_forward`]) leaves: the same values, the same causes, the same memory.
+
+use std::sync::Arc;
+
+use super::inputs::{self, Inputs};
+use super::reg::{Reg, RAX, RSP};
+use super::walker::Walker;
+use super::State;
+use crate::image::{AddressSpace, Image};
+
+/// A loop of five instructions run seven times (runs split at its branch), then a `cpuid`
+/// (not plain), a push and pop, a store through an unknown `rdi` (all memory lost, for
+/// a cause) and a `nop`.
+fn history() -> (AddressSpace, Vec<u64>) {
+    let code: &[&[u8]] = &[
+        &[0x48, 0x8b, 0x04, 0x24], // mov rax, [rsp]
+        &[0x48, 0x83, 0xc0, 0x01], // add rax, 1
+        &[0x48, 0x89, 0x04, 0x24], // mov [rsp], rax
+        &[0x48, 0x83, 0xf8, 0x07], // cmp rax, 7
+        &[0x75, 0xee],             // jne 0x1000
+        &[0x0f, 0xa2],             // cpuid
+        &[0x53],                   // push rbx
+        &[0x5b],                   // pop rbx
+        &[0x48, 0x89, 0x07],       // mov [rdi], rax
+        &[0x90],                   // nop
+    ];
+    let mut bytes = Vec::new();
+    let mut at = Vec::new();
+    for insn in code {
+        at.push(0x1000 + bytes.len() as u64);
+        bytes.extend_from_slice(insn);
+    }
+    let mut space = AddressSpace::new();
+    space.add(Image::from_raw("t", 0x1000, bytes)).expect("add");
+    let mut ips: Vec<u64> = (0..7).flat_map(|_| at[..5].to_vec()).collect();
+    ips.extend(&at[5..]);
+    (space, ips)
+}
+
+/// Everything the state says: registers and flags with their causes, the bytes around the
+/// stack with theirs.
+fn described(st: &State, space: &AddressSpace) -> String {
+    let bytes: Vec<_> = (0x7ff0..0x8010)
+        .map(|a| (st.mem.read_byte(a, space), st.mem.why(a, space)))
+        .collect();
+    format!("{:?} {:?} {:?} {bytes:?}", st.regs, st.flags, st.mem)
+}
+
+fn walker(hard: Vec<u64>, soft: Vec<u64>) -> (Walker, State, u64) {
+    let (space, ips) = history();
+    let len = ips.len() as u64;
+    let mut start = State::unknown();
+    start.regs.set(RSP, Some(0x8000));
+    start.regs.set(Reg::Gpr(3), Some(0x33));
+    start.mem.write(0x8000, &0u64.to_le_bytes());
+    let mut inputs = Inputs {
+        history: crate::timeline::Timeline::from_ips(ips),
+        hard_barriers: hard,
+        soft_barriers: soft,
+        ..Inputs::default()
+    };
+    let mut shared = inputs::shared(space, &mut inputs);
+    shared.prepare();
+    (Walker::new(Arc::new(shared)), start, len)
+}
+
+#[test]
+fn a_walk_a_run_at_a_time_leaves_each_state_a_step_at_a_time_leaves() {
+    // Without barriers, and with a hard barrier and a soft one inside the loop's runs.
+    for (hard, soft) in [(vec![], vec![]), (vec![13], vec![22]), (vec![5, 6], vec![34])] {
+        let (mut one, start, len) = walker(hard.clone(), soft.clone());
+        let space = one.shared.space.clone();
+        let mut each = vec![described(&start, &space)];
+        let mut st = start.clone();
+        for p in 0..len - 1 {
+            one.step_forward(&mut st, p);
+            each.push(described(&st, &space));
+        }
+        assert_eq!(st.regs.get(RAX), None, "the cpuid with no model made rax unknown");
+        for chunk in 1..len {
+            let (mut runs, start, _) = walker(hard.clone(), soft.clone());
+            let mut st = start;
+            let mut at = 0;
+            while at < len - 1 {
+                let to = (at + chunk).min(len - 1);
+                runs.forward_to(&mut st, at, to);
+                at = to;
+                assert_eq!(
+                    described(&st, &space),
+                    each[at as usize],
+                    "at {at}, walked {chunk} at a time, barriers {hard:?} {soft:?}"
+                );
+            }
+            assert_eq!(runs.stats.forward, len - 1);
+        }
+    }
+}
