@@ -20,7 +20,8 @@ pub fn step(
     space: &AddressSpace,
     factory: &mut InstructionInfoFactory,
 ) {
-    if !super::partial::step(st, insn)
+    // (A partly known register is rare: the check before the call.)
+    if (!st.regs.any_partial() || !super::partial::step(st, insn))
         && !modelled(st, insn, next, space)
         && !super::integer::step(st, insn, space)
         && !super::vector::step(st, insn, space)

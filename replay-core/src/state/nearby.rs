@@ -31,6 +31,15 @@ impl Nearby {
         self.contains(list, q);
         list.get(self.0).copied()
     }
+
+    /// The last entry of `list` (sorted) at or before `q`, if any: where a walk backwards
+    /// meets the list next.
+    pub(super) fn last_until(&mut self, list: &[u64], q: u64) -> Option<u64> {
+        match self.contains(list, q) {
+            true => Some(q),
+            false => self.0.checked_sub(1).map(|i| list[i]),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -52,6 +61,8 @@ mod tests {
         for q in (0..45).chain((0..45).rev()).chain([40, 0, 21, 5, 44, 3, 22, 22, 9]) {
             let first = list.iter().copied().find(|&x| x >= q);
             assert_eq!(near.next_from(&list, q), first, "from {q}");
+            let last = list.iter().copied().rfind(|&x| x <= q);
+            assert_eq!(near.last_until(&list, q), last, "until {q}");
         }
     }
 }

@@ -101,25 +101,44 @@ pub struct Slot {
 
 /// The tracked register an iced register is part of, if any (vector, control and other
 /// registers are not tracked).
+#[inline]
 pub fn slot(r: Register) -> Option<Slot> {
-    if r.is_segment_register() {
-        let i = r as u32 - Register::ES as u32;
-        return Some(Slot {
-            reg: Reg::Segment(i as u8),
-            shift: 0,
-            bytes: 2,
-        });
-    }
-    if !r.is_gpr() {
-        return None;
-    }
-    let full = r.full_register();
-    let i = full as u32 - Register::RAX as u32;
-    let high = (Register::AH as u32..=Register::BH as u32).contains(&(r as u32));
+    // By iced's numbering, in which each width's sixteen registers are consecutive in
+    // hardware order (the byte registers with ah, ch, dh and bh after bl): each operand of
+    // each step asks, and iced's `full_register` and `size` are a table lookup each.
+    let v = r as u32;
+    let (from, bytes) = match v {
+        _ if (Register::RAX as u32..=Register::R15 as u32).contains(&v) => (Register::RAX, 8),
+        _ if (Register::EAX as u32..=Register::R15D as u32).contains(&v) => (Register::EAX, 4),
+        _ if (Register::AX as u32..=Register::R15W as u32).contains(&v) => (Register::AX, 2),
+        _ if (Register::AH as u32..=Register::BH as u32).contains(&v) => {
+            return Some(Slot {
+                reg: Reg::Gpr((v - Register::AH as u32) as u8),
+                shift: 8,
+                bytes: 1,
+            });
+        }
+        _ if (Register::AL as u32..=Register::BL as u32).contains(&v) => (Register::AL, 1),
+        _ if (Register::SPL as u32..=Register::R15L as u32).contains(&v) => {
+            return Some(Slot {
+                reg: Reg::Gpr((v - Register::SPL as u32 + 4) as u8),
+                shift: 0,
+                bytes: 1,
+            });
+        }
+        _ if r.is_segment_register() => {
+            return Some(Slot {
+                reg: Reg::Segment((v - Register::ES as u32) as u8),
+                shift: 0,
+                bytes: 2,
+            });
+        }
+        _ => return None,
+    };
     Some(Slot {
-        reg: Reg::Gpr(i as u8),
-        shift: if high { 8 } else { 0 },
-        bytes: r.size() as u32,
+        reg: Reg::Gpr((v - from as u32) as u8),
+        shift: 0,
+        bytes,
     })
 }
 
@@ -215,6 +234,7 @@ impl RegFile {
     }
 
     /// Whether some register is partly known (not wholly, and some of its bits).
+    #[inline]
     pub fn any_partial(&self) -> bool {
         self.partly & !self.known != 0
     }
@@ -333,5 +353,18 @@ mod tests {
         assert_eq!(Reg::from_name("r11"), Some(R11));
         assert_eq!(Reg::from_name("fs_base"), Some(Reg::FsBase));
         assert_eq!(slot(Register::FS).map(|s| s.reg), Some(Reg::Segment(4)));
+        // Every iced register, against iced's own description of it.
+        for r in Register::values() {
+            let expected = if r.is_segment_register() {
+                Some((Reg::Segment((r as u32 - Register::ES as u32) as u8), 0, 2))
+            } else if r.is_gpr() {
+                let high = (Register::AH..=Register::BH).contains(&r);
+                let full = r.full_register() as u32 - Register::RAX as u32;
+                Some((Reg::Gpr(full as u8), if high { 8 } else { 0 }, r.size() as u32))
+            } else {
+                None
+            };
+            assert_eq!(slot(r).map(|s| (s.reg, s.shift, s.bytes)), expected, "{r:?}");
+        }
     }
 }

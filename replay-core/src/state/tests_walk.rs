@@ -1,5 +1,6 @@
-//! A walk a run at a time ([`Walker::forward_to`]) leaves every state a step at a time
-//! ([`Walker::step_forward`]) leaves: the same values, the same causes, the same memory.
+//! A walk a run at a time ([`Walker::forward_to`], [`Walker::backward_to`]) leaves every
+//! state a step at a time ([`Walker::step_forward`], [`Walker::step_backward`]) leaves: the
+//! same values, the same causes, the same memory.
 
 use std::sync::Arc;
 
@@ -7,12 +8,14 @@ use super::inputs::{self, Inputs};
 use super::reg::{Reg, RAX, RSP};
 use super::walker::Walker;
 use super::State;
+use crate::flow::FlowSink;
 use crate::image::{AddressSpace, Image};
+use crate::timeline::{Builder, Timeline};
 
 /// A loop of five instructions run seven times (runs split at its branch), then a `cpuid`
 /// (not plain), a push and pop, a store through an unknown `rdi` (all memory lost, for
 /// a cause) and a `nop`.
-fn history() -> (AddressSpace, Vec<u64>) {
+fn history() -> (AddressSpace, Arc<Timeline>) {
     let code: &[&[u8]] = &[
         &[0x48, 0x8b, 0x04, 0x24], // mov rax, [rsp]
         &[0x48, 0x83, 0xc0, 0x01], // add rax, 1
@@ -33,9 +36,16 @@ fn history() -> (AddressSpace, Vec<u64>) {
     }
     let mut space = AddressSpace::new();
     space.add(Image::from_raw("t", 0x1000, bytes)).expect("add");
-    let mut ips: Vec<u64> = (0..7).flat_map(|_| at[..5].to_vec()).collect();
-    ips.extend(&at[5..]);
-    (space, ips)
+    // Runs as the flow decoder gives them: the loop's five instructions seven times, then
+    // the last five.
+    let mut builder = Builder::new(&space);
+    for _ in 0..7 {
+        builder.run(at[0], 5);
+    }
+    builder.run(at[5], 5);
+    let history = Arc::new(builder.finish());
+    assert_eq!(history.ips().collect::<Vec<_>>().len(), 40);
+    (space, history)
 }
 
 /// Everything the state says: registers and flags with their causes, the bytes around the
@@ -48,14 +58,14 @@ fn described(st: &State, space: &AddressSpace) -> String {
 }
 
 fn walker(hard: Vec<u64>, soft: Vec<u64>) -> (Walker, State, u64) {
-    let (space, ips) = history();
-    let len = ips.len() as u64;
+    let (space, history) = history();
+    let len = history.len();
     let mut start = State::unknown();
     start.regs.set(RSP, Some(0x8000));
     start.regs.set(Reg::Gpr(3), Some(0x33));
     start.mem.write(0x8000, &0u64.to_le_bytes());
     let mut inputs = Inputs {
-        history: crate::timeline::Timeline::from_ips(ips),
+        history,
         hard_barriers: hard,
         soft_barriers: soft,
         ..Inputs::default()
@@ -93,6 +103,41 @@ fn a_walk_a_run_at_a_time_leaves_each_state_a_step_at_a_time_leaves() {
                 );
             }
             assert_eq!(runs.stats.forward, len - 1);
+        }
+    }
+}
+
+#[test]
+fn a_walk_back_a_run_at_a_time_leaves_each_state_a_step_at_a_time_leaves() {
+    for (hard, soft) in [(vec![], vec![]), (vec![13], vec![22]), (vec![5, 6], vec![34])] {
+        let (mut one, _, len) = walker(hard.clone(), soft.clone());
+        let space = one.shared.space.clone();
+        // From the end: rax and the stack word known there (the loop's count).
+        let mut top = State::unknown();
+        top.regs.set(RSP, Some(0x8000));
+        top.regs.set(RAX, Some(7));
+        top.mem.write(0x8000, &7u64.to_le_bytes());
+        let mut each = vec![described(&top, &space); len as usize];
+        let mut st = top.clone();
+        for p in (0..len - 1).rev() {
+            one.step_backward(&mut st, p);
+            each[p as usize] = described(&st, &space);
+        }
+        for chunk in 1..len {
+            let (mut runs, _, _) = walker(hard.clone(), soft.clone());
+            let mut st = top.clone();
+            let mut at = len - 1;
+            while at > 0 {
+                let to = at.saturating_sub(chunk);
+                runs.backward_to(&mut st, at, to);
+                at = to;
+                assert_eq!(
+                    described(&st, &space),
+                    each[at as usize],
+                    "at {at}, walked back {chunk} at a time, barriers {hard:?} {soft:?}"
+                );
+            }
+            assert_eq!(runs.stats.backward, len - 1);
         }
     }
 }

@@ -131,8 +131,9 @@ pub(super) struct Walker {
     near_hard: Nearby,
     near_soft: Nearby,
     near_special: Nearby,
-    /// Where [`Self::forward_to`] meets the special positions next.
+    /// Where [`Self::forward_to`] and [`Self::backward_to`] meet the special positions next.
     next_special: Nearby,
+    last_special: Nearby,
     factory: InstructionInfoFactory,
     pub(super) stats: Steps,
     /// Whether the last forward step took its instruction's result from the recording
@@ -148,6 +149,7 @@ impl Walker {
             near_soft: Nearby::default(),
             near_special: Nearby::default(),
             next_special: Nearby::default(),
+            last_special: Nearby::default(),
             factory: InstructionInfoFactory::new(),
             stats: Steps::default(),
             answered: false,
@@ -394,7 +396,7 @@ impl Walker {
         let ips = shared.history.slot_ips();
         let ip = |slot: usize| shared.insns[slot].as_ref().map_or(ips[slot], |(n, _)| n.ip());
         while p < to {
-            let Some((slot, end)) = self.cursor.run_of(&shared.history, p) else {
+            let Some((slot, _, end)) = self.cursor.run_of(&shared.history, p) else {
                 return self.cross(st, p, true);
             };
             let special = self.next_special.next_from(&shared.special, p).unwrap_or(u64::MAX);
@@ -424,6 +426,47 @@ impl Walker {
             }
             self.cross(st, p, true);
             p += 1;
+        }
+    }
+
+    /// Walks backwards from `p` to `to` (`to <= p`): what a [`Self::step_backward`] at each
+    /// position from `p - 1` down to `to` does, the plain instructions inside a run taken as
+    /// [`Self::forward_to`] takes them.
+    pub(super) fn backward_to(&mut self, st: &mut State, mut p: u64, to: u64) {
+        let shared = self.shared.clone();
+        let ips = shared.history.slot_ips();
+        let ip = |slot: usize| shared.insns[slot].as_ref().map_or(ips[slot], |(n, _)| n.ip());
+        while p > to {
+            let q = p - 1;
+            let Some((slot, start, end)) = self.cursor.run_of(&shared.history, q) else {
+                return self.cross(st, q, false);
+            };
+            let special = self.last_special.last_until(&shared.special, q);
+            // The run's last position (its next is in the next run) or a special one: by
+            // itself.
+            if q + 1 == end || special == Some(q) {
+                self.cross(st, q, false);
+                p = q;
+                continue;
+            }
+            let low = start.max(to).max(special.map_or(0, |s| s + 1));
+            for x in (low..=q).rev() {
+                let s = slot - (q - x) as usize;
+                match &shared.insns[s] {
+                    Some((i, written)) if Shared::plain(i) => {
+                        why::begin(Cause::Inputs(i.mnemonic()), x);
+                        let between = Between::Insn {
+                            insn: i,
+                            next: Some(ip(s + 1)),
+                            written: *written,
+                        };
+                        transition::backward(st, between, &shared.space, &mut self.factory);
+                        self.stats.backward += 1;
+                    }
+                    _ => self.cross(st, x, false),
+                }
+            }
+            p = low;
         }
     }
 

@@ -60,13 +60,13 @@ impl Cursor {
         Some((slot, next))
     }
 
-    /// The slot of `position` and the first position after its run: the positions from it
-    /// to the run's last have consecutive slots, and each but the last runs its next slot
+    /// The slot of `position`, and the first position of its run and the first after it:
+    /// the run's positions have consecutive slots, and each but the last runs its next slot
     /// after it (a walk that steps through a run reads its table without the cursor).
     #[inline]
-    pub fn run_of(&mut self, t: &Timeline, position: u64) -> Option<(usize, u64)> {
+    pub fn run_of(&mut self, t: &Timeline, position: u64) -> Option<(usize, u64, u64)> {
         let slot = self.slot(t, position)?;
-        Some((slot, self.end))
+        Some((slot, self.start, self.end))
     }
 
     #[inline]

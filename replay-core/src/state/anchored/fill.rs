@@ -226,9 +226,13 @@ fn walk(s: &Sources, walker: &mut Walker, task: Task, stop: &AtomicBool, walked:
                 writes.push(log.take());
             }
         } else {
-            steps += 1;
-            at -= 1;
-            walker.step_backward(&mut st, at);
+            // Down to the next look at `stop`, state to keep, or the bottom.
+            let to = (at - (CANCEL_EVERY - steps % CANCEL_EVERY).min(at - bottom))
+                .max((at - 1) / EVERY * EVERY)
+                .max(bottom);
+            walker.backward_to(&mut st, at, to);
+            steps += at - to;
+            at = to;
         }
         if at % EVERY == 0 && at != bottom && at != top {
             kept.keep(at, &st);

@@ -100,20 +100,21 @@ impl Side {
                 self.last = Some((at, st));
                 return None;
             }
+            // To the next look at `cancel`, state to keep, or `p`.
+            let look = match CANCEL_EVERY - 1 - walked % CANCEL_EVERY {
+                0 => CANCEL_EVERY,
+                n => n,
+            };
             if forwards {
-                // To the next look at `cancel`, state to keep, or `p`.
-                let look = match CANCEL_EVERY - 1 - walked % CANCEL_EVERY {
-                    0 => CANCEL_EVERY,
-                    n => n,
-                };
                 let to = (at + look).min(at / FINE * FINE + FINE).min(p);
                 self.walker.forward_to(&mut st, at, to);
                 walked += to - at;
                 at = to;
             } else {
-                walked += 1;
-                at -= 1;
-                self.walker.step_backward(&mut st, at);
+                let to = (at - look.min(at - p)).max((at - 1) / FINE * FINE).max(p);
+                self.walker.backward_to(&mut st, at, to);
+                walked += at - to;
+                at = to;
             }
             if at == p {
                 break;

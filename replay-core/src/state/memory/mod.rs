@@ -133,6 +133,13 @@ impl Memory {
 
     /// A little-endian value of `bytes` bytes at `addr`, if known.
     pub fn read_u64(&self, addr: u64, bytes: u32, space: &AddressSpace) -> Option<u64> {
+        // Bytes held whole in one segment, nothing volatile among them: nearly every load.
+        if self.volatile.is_empty() || !self.is_volatile(addr, u64::from(bytes)) {
+            let j = (addr % PAGE) as usize;
+            if let Some(v) = self.pages.get(addr / PAGE).and_then(|p| p.small(j, bytes as usize)) {
+                return Some(v);
+            }
+        }
         let mut v = [0u8; 8];
         match bytes as usize {
             n @ 0..=8 => self.read_into(addr, &mut v[..n], space).then_some(())?,
@@ -144,12 +151,7 @@ impl Memory {
     /// Fills `out` with the bytes at `addr`; false at the first byte not known (whose cause
     /// is noted, as [`Self::read_byte`] does).
     fn read_into(&self, addr: u64, out: &mut [u8], space: &AddressSpace) -> bool {
-        let len = out.len() as u64;
-        let volatile = self
-            .volatile
-            .iter()
-            .any(|&(a, n)| addr < a.saturating_add(n) && a < addr.saturating_add(len));
-        if !volatile && self.read_held(addr, out) {
+        if !self.is_volatile(addr, out.len() as u64) && self.read_held(addr, out) {
             return true;
         }
         for (i, o) in out.iter_mut().enumerate() {
@@ -159,6 +161,13 @@ impl Memory {
             }
         }
         true
+    }
+
+    /// Whether any of the `len` bytes at `addr` is in a volatile range (never known).
+    fn is_volatile(&self, addr: u64, len: u64) -> bool {
+        self.volatile
+            .iter()
+            .any(|&(a, n)| addr < a.saturating_add(n) && a < addr.saturating_add(len))
     }
 
     /// Fills `out` if every byte at `addr` is known in the pages held: a segment at a time,

@@ -225,6 +225,25 @@ impl Page {
         }
     }
 
+    /// The `n` bytes (at most 8) at `j` as a little-endian number, if they lie in one segment
+    /// and are all known; `None` otherwise, known or not ([`Self::read`] then says): most
+    /// loads of a walk, without the general path's loop over segments.
+    #[inline]
+    pub(super) fn small(&self, j: usize, n: usize) -> Option<u64> {
+        let off = j % SEG;
+        if n > 8 || off + n > SEG {
+            return None;
+        }
+        match &self.slots[j / SEG] {
+            Slot::Held(seg) if seg.gaps.is_none() => {
+                let mut b = [0u8; 8];
+                b[..n].copy_from_slice(&seg.bytes[off..off + n]);
+                Some(u64::from_le_bytes(b))
+            }
+            _ => None,
+        }
+    }
+
     /// The byte at `i`, if known.
     pub(super) fn byte(&self, i: usize) -> Option<u8> {
         match &self.slots[i / SEG] {
