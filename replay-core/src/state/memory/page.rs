@@ -196,6 +196,21 @@ fn for_segments(j: usize, n: usize, mut f: impl FnMut(usize, usize, std::ops::Ra
     }
 }
 
+/// Up to 8 bytes as a little-endian number, the usual widths copied by a constant size (a
+/// copy of a length known only at run time is a call to `memcpy`).
+#[inline]
+pub(super) fn le(bytes: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    match bytes.len() {
+        8 => b.copy_from_slice(bytes),
+        4 => b[..4].copy_from_slice(bytes),
+        2 => b[..2].copy_from_slice(bytes),
+        1 => b[0] = bytes[0],
+        n => b[..n].copy_from_slice(bytes),
+    }
+    u64::from_le_bytes(b)
+}
+
 /// The one segment of known zeros every state shares (copied on its first write, as any
 /// shared segment is).
 fn zero_segment() -> Arc<Segment> {
@@ -235,11 +250,7 @@ impl Page {
             return None;
         }
         match &self.slots[j / SEG] {
-            Slot::Held(seg) if seg.gaps.is_none() => {
-                let mut b = [0u8; 8];
-                b[..n].copy_from_slice(&seg.bytes[off..off + n]);
-                Some(u64::from_le_bytes(b))
-            }
+            Slot::Held(seg) if seg.gaps.is_none() => Some(le(&seg.bytes[off..off + n])),
             _ => None,
         }
     }
