@@ -75,69 +75,65 @@ fn walker(hard: Vec<u64>, soft: Vec<u64>) -> (Walker, State, u64) {
     (Walker::new(Arc::new(shared)), start, len)
 }
 
-#[test]
-fn a_walk_a_run_at_a_time_leaves_each_state_a_step_at_a_time_leaves() {
-    // Without barriers, and with a hard barrier and a soft one inside the loop's runs.
+/// Walks the history one way a step at a time, then in chunks of every size a run at a time,
+/// and compares the states at each chunk's end, with no barrier and with barriers inside the
+/// loop's runs.
+fn compare(forwards: bool) {
     for (hard, soft) in [(vec![], vec![]), (vec![13], vec![22]), (vec![5, 6], vec![34])] {
         let (mut one, start, len) = walker(hard.clone(), soft.clone());
         let space = one.shared.space.clone();
-        let mut each = vec![described(&start, &space)];
-        let mut st = start.clone();
-        for p in 0..len - 1 {
-            one.step_forward(&mut st, p);
-            each.push(described(&st, &space));
+        // Backwards from the end, where rax and the stack word (the loop's count) are known.
+        let mut top = State::unknown();
+        top.regs.set(RSP, Some(0x8000));
+        top.regs.set(RAX, Some(7));
+        top.mem.write(0x8000, &7u64.to_le_bytes());
+        let first = if forwards { start } else { top };
+        let (from, step): (u64, i64) = if forwards { (0, 1) } else { (len - 1, -1) };
+        let mut each = vec![described(&first, &space); len as usize];
+        let mut st = first.clone();
+        let mut at = from;
+        for _ in 0..len - 1 {
+            match forwards {
+                true => one.step_forward(&mut st, at),
+                false => one.step_backward(&mut st, at - 1),
+            }
+            at = at.wrapping_add_signed(step);
+            each[at as usize] = described(&st, &space);
         }
-        assert_eq!(st.regs.get(RAX), None, "the cpuid with no model made rax unknown");
+        if forwards {
+            assert_eq!(st.regs.get(RAX), None, "the cpuid with no model made rax unknown");
+        }
         for chunk in 1..len {
-            let (mut runs, start, _) = walker(hard.clone(), soft.clone());
-            let mut st = start;
-            let mut at = 0;
-            while at < len - 1 {
-                let to = (at + chunk).min(len - 1);
-                runs.forward_to(&mut st, at, to);
+            let (mut runs, _, _) = walker(hard.clone(), soft.clone());
+            let mut st = first.clone();
+            let mut at = from;
+            while at != len - 1 - from {
+                let to = match forwards {
+                    true => (at + chunk).min(len - 1),
+                    false => at.saturating_sub(chunk),
+                };
+                match forwards {
+                    true => runs.forward_to(&mut st, at, to),
+                    false => runs.backward_to(&mut st, at, to),
+                }
                 at = to;
                 assert_eq!(
                     described(&st, &space),
                     each[at as usize],
-                    "at {at}, walked {chunk} at a time, barriers {hard:?} {soft:?}"
+                    "at {at}, {chunk} at a time, forwards {forwards}, barriers {hard:?} {soft:?}"
                 );
             }
-            assert_eq!(runs.stats.forward, len - 1);
+            assert_eq!(runs.stats.forward + runs.stats.backward, len - 1);
         }
     }
 }
 
 #[test]
+fn a_walk_a_run_at_a_time_leaves_each_state_a_step_at_a_time_leaves() {
+    compare(true);
+}
+
+#[test]
 fn a_walk_back_a_run_at_a_time_leaves_each_state_a_step_at_a_time_leaves() {
-    for (hard, soft) in [(vec![], vec![]), (vec![13], vec![22]), (vec![5, 6], vec![34])] {
-        let (mut one, _, len) = walker(hard.clone(), soft.clone());
-        let space = one.shared.space.clone();
-        // From the end: rax and the stack word known there (the loop's count).
-        let mut top = State::unknown();
-        top.regs.set(RSP, Some(0x8000));
-        top.regs.set(RAX, Some(7));
-        top.mem.write(0x8000, &7u64.to_le_bytes());
-        let mut each = vec![described(&top, &space); len as usize];
-        let mut st = top.clone();
-        for p in (0..len - 1).rev() {
-            one.step_backward(&mut st, p);
-            each[p as usize] = described(&st, &space);
-        }
-        for chunk in 1..len {
-            let (mut runs, _, _) = walker(hard.clone(), soft.clone());
-            let mut st = top.clone();
-            let mut at = len - 1;
-            while at > 0 {
-                let to = at.saturating_sub(chunk);
-                runs.backward_to(&mut st, at, to);
-                at = to;
-                assert_eq!(
-                    described(&st, &space),
-                    each[at as usize],
-                    "at {at}, walked back {chunk} at a time, barriers {hard:?} {soft:?}"
-                );
-            }
-            assert_eq!(runs.stats.backward, len - 1);
-        }
-    }
+    compare(false);
 }
