@@ -21,7 +21,6 @@ use iced_x86::Mnemonic;
 use rustc_hash::FxHashMap;
 
 use super::walker::{Shared, Steps, Walker};
-use super::why::{self, Cause};
 use super::State;
 
 /// What a chain made.
@@ -144,30 +143,22 @@ fn final_chains(mut w: Walker, plan: Plan, tx: &Sender<Made>, walked: &AtomicU64
                 r => low - r,
             };
             walked.fetch_add(low - target, Ordering::Relaxed);
-            while low > target {
-                low -= 1;
-                w.step_backward(&mut st, low);
-            }
+            w.backward_to(&mut st, low, target);
+            low = target;
             backward.insert(target, st.clone());
             if tx.send(Made::Backward(target, st.clone())).is_err() {
                 return;
             }
         }
     }
-    let mut unmodelled = FxHashMap::default();
+    w.unmodelled = Some(FxHashMap::default());
     let mut st = plan.start;
     for k in 1..=(last / interval) as usize {
         let from = (k as u64 - 1) * interval;
         if let Some(b) = backward.remove(&from) {
             st.absorb(&b);
         }
-        for q in from..from + interval {
-            w.step_forward(&mut st, q);
-            match why::insisted() {
-                Some(Cause::Unmodelled(m)) if !w.answered => *unmodelled.entry(m).or_default() += 1,
-                _ => {}
-            }
-        }
+        w.forward_to(&mut st, from, from + interval);
         walked.fetch_add(interval, Ordering::Relaxed);
         front.fetch_max(k as u64 * interval, Ordering::Relaxed);
         if tx.send(Made::Forward(k, st.clone())).is_err() {
@@ -176,7 +167,7 @@ fn final_chains(mut w: Walker, plan: Plan, tx: &Sender<Made>, walked: &AtomicU64
     }
     let _ = tx.send(Made::Done {
         steps: w.stats,
-        unmodelled,
+        unmodelled: w.unmodelled.take().unwrap_or_default(),
     });
 }
 

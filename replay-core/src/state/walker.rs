@@ -139,6 +139,9 @@ pub(super) struct Walker {
     /// Whether the last forward step took its instruction's result from the recording
     /// (`cpuid`, `rdtsc`, `xgetbv`, XSAVEC's header): not a gap in the semantics.
     pub(super) answered: bool,
+    /// If set, the forward steps over an instruction nobody modelled (whose result the
+    /// recording did not give), by mnemonic: the chains report them.
+    pub(super) unmodelled: Option<FxHashMap<Mnemonic, u64>>,
 }
 
 impl Walker {
@@ -153,6 +156,7 @@ impl Walker {
             factory: InstructionInfoFactory::new(),
             stats: Steps::default(),
             answered: false,
+            unmodelled: None,
             shared,
         }
     }
@@ -384,6 +388,19 @@ impl Walker {
 
     pub(super) fn step_forward(&mut self, st: &mut State, p: u64) {
         self.cross(st, p, true);
+        self.count_unmodelled();
+    }
+
+    /// Counts the step just made in [`Self::unmodelled`] if it was over an unmodelled
+    /// instruction.
+    #[inline]
+    fn count_unmodelled(&mut self) {
+        if let Some(counts) = &mut self.unmodelled {
+            match why::insisted() {
+                Some(Cause::Unmodelled(m)) if !self.answered => *counts.entry(m).or_default() += 1,
+                _ => {}
+            }
+        }
     }
 
     /// Walks forwards from `p` to `to`: what a [`Self::step_forward`] at each position
@@ -397,7 +414,7 @@ impl Walker {
         let ip = |slot: usize| shared.insns[slot].as_ref().map_or(ips[slot], |(n, _)| n.ip());
         while p < to {
             let Some((slot, _, end)) = self.cursor.run_of(&shared.history, p) else {
-                return self.cross(st, p, true);
+                return self.step_forward(st, p);
             };
             let special = self.next_special.next_from(&shared.special, p).unwrap_or(u64::MAX);
             // Inside the run, each position's next is the slot after its own.
@@ -407,7 +424,7 @@ impl Walker {
                     Some((i, written)) if Shared::plain(i) => {
                         self.plain_forward(st, &shared, q, i, *written, ip(slot + k + 1));
                     }
-                    _ => self.cross(st, q, true),
+                    _ => self.step_forward(st, q),
                 }
             }
             p = stop;
@@ -424,7 +441,7 @@ impl Walker {
                     }
                 }
             }
-            self.cross(st, p, true);
+            self.step_forward(st, p);
             p += 1;
         }
     }
@@ -491,6 +508,7 @@ impl Walker {
         transition::forward(st, between, &shared.space, &mut self.factory);
         self.answered = false;
         self.stats.forward += 1;
+        self.count_unmodelled();
     }
 
     pub(super) fn step_backward(&mut self, st: &mut State, p: u64) {
