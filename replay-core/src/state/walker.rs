@@ -99,6 +99,16 @@ impl Shared {
         self.special = v;
     }
 
+    /// The address of the instruction at `slot` (an instruction knows its own; one whose
+    /// bytes do not decode has the timeline's).
+    #[inline]
+    fn ip(&self, slot: usize) -> u64 {
+        match &self.insns[slot] {
+            Some((i, _)) => i.ip(),
+            None => self.history.slot_ips()[slot],
+        }
+    }
+
     /// Whether the instruction at a slot is plain: its crossing is its semantics alone unless
     /// its position is special (not a system call, nor one whose result the recording may
     /// give).
@@ -170,13 +180,12 @@ impl Walker {
     /// instructions (an instruction knows its address).
     #[inline]
     fn insn_at(&mut self, p: u64) -> (u64, Option<Decoded>, Option<u64>) {
-        let history = &self.shared.history;
-        let (slot, next) = self.cursor.slots(history, p).expect("a position of the history");
-        let ip = |slot: usize| match &self.shared.insns[slot] {
-            Some((i, _)) => i.ip(),
-            None => history.slot_ips()[slot],
-        };
-        (ip(slot), self.shared.insns[slot], next.map(ip))
+        let shared = &self.shared;
+        let (slot, next) = self
+            .cursor
+            .slots(&shared.history, p)
+            .expect("a position of the history");
+        (shared.ip(slot), shared.insns[slot], next.map(|n| shared.ip(n)))
     }
 
     /// The instruction at `p` and what it writes (`None`: its bytes do not decode).
@@ -193,17 +202,7 @@ impl Walker {
         // rest of this function comes to for it without its lookups.
         if let Some(i) = &insn {
             if Shared::plain(i) && !self.near_special.contains(&self.shared.special, p) {
-                why::begin(Cause::Inputs(i.mnemonic()), p);
-                let between = Between::Insn { insn: i, next, written };
-                if forwards {
-                    transition::forward(st, between, &self.shared.space, &mut self.factory);
-                    self.answered = false;
-                    self.stats.forward += 1;
-                } else {
-                    transition::backward(st, between, &self.shared.space, &mut self.factory);
-                    self.stats.backward += 1;
-                }
-                return;
+                return self.plain_step(st, p, i, written, next, forwards);
             }
         }
         let hard = self.near_hard.contains(&self.shared.hard, p + 1);
@@ -410,8 +409,6 @@ impl Walker {
     /// fill's walk).
     pub(super) fn forward_to(&mut self, st: &mut State, mut p: u64, to: u64) {
         let shared = self.shared.clone();
-        let ips = shared.history.slot_ips();
-        let ip = |slot: usize| shared.insns[slot].as_ref().map_or(ips[slot], |(n, _)| n.ip());
         while p < to {
             let Some((slot, _, end)) = self.cursor.run_of(&shared.history, p) else {
                 return self.step_forward(st, p);
@@ -422,7 +419,8 @@ impl Walker {
             for (k, q) in (p..stop).enumerate() {
                 match &shared.insns[slot + k] {
                     Some((i, written)) if Shared::plain(i) => {
-                        self.plain_forward(st, &shared, q, i, *written, ip(slot + k + 1));
+                        self.plain_step(st, q, i, *written, Some(shared.ip(slot + k + 1)), true);
+                        self.count_unmodelled();
                     }
                     _ => self.step_forward(st, q),
                 }
@@ -435,7 +433,8 @@ impl Walker {
             if p + 1 == end && p != special {
                 if let Some((s, Some(next))) = self.cursor.slots(&shared.history, p) {
                     if let Some((i, written)) = shared.insns[s].as_ref().filter(|(i, _)| Shared::plain(i)) {
-                        self.plain_forward(st, &shared, p, i, *written, ip(next));
+                        self.plain_step(st, p, i, *written, Some(shared.ip(next)), true);
+                        self.count_unmodelled();
                         p += 1;
                         continue;
                     }
@@ -451,8 +450,6 @@ impl Walker {
     /// [`Self::forward_to`] takes them.
     pub(super) fn backward_to(&mut self, st: &mut State, mut p: u64, to: u64) {
         let shared = self.shared.clone();
-        let ips = shared.history.slot_ips();
-        let ip = |slot: usize| shared.insns[slot].as_ref().map_or(ips[slot], |(n, _)| n.ip());
         while p > to {
             let q = p - 1;
             let Some((slot, start, end)) = self.cursor.run_of(&shared.history, q) else {
@@ -471,14 +468,7 @@ impl Walker {
                 let s = slot - (q - x) as usize;
                 match &shared.insns[s] {
                     Some((i, written)) if Shared::plain(i) => {
-                        why::begin(Cause::Inputs(i.mnemonic()), x);
-                        let between = Between::Insn {
-                            insn: i,
-                            next: Some(ip(s + 1)),
-                            written: *written,
-                        };
-                        transition::backward(st, between, &shared.space, &mut self.factory);
-                        self.stats.backward += 1;
+                        self.plain_step(st, x, i, *written, Some(shared.ip(s + 1)), false);
                     }
                     _ => self.cross(st, x, false),
                 }
@@ -487,28 +477,29 @@ impl Walker {
         }
     }
 
-    /// A forward step over a plain instruction at `q`, `next` ran after it: [`Self::cross`]'s
-    /// first case.
+    /// A step over a plain instruction at `q` that nothing else happens at, `next` having run
+    /// after it: nearly every step of every walk ([`Self::cross`]'s first case, and the runs
+    /// of [`Self::forward_to`] and [`Self::backward_to`]).
     #[inline]
-    fn plain_forward(
+    fn plain_step(
         &mut self,
         st: &mut State,
-        shared: &Shared,
         q: u64,
         i: &Instruction,
         written: Option<Written>,
-        next: u64,
+        next: Option<u64>,
+        forwards: bool,
     ) {
         why::begin(Cause::Inputs(i.mnemonic()), q);
-        let between = Between::Insn {
-            insn: i,
-            next: Some(next),
-            written,
-        };
-        transition::forward(st, between, &shared.space, &mut self.factory);
-        self.answered = false;
-        self.stats.forward += 1;
-        self.count_unmodelled();
+        let between = Between::Insn { insn: i, next, written };
+        if forwards {
+            transition::forward(st, between, &self.shared.space, &mut self.factory);
+            self.answered = false;
+            self.stats.forward += 1;
+        } else {
+            transition::backward(st, between, &self.shared.space, &mut self.factory);
+            self.stats.backward += 1;
+        }
     }
 
     pub(super) fn step_backward(&mut self, st: &mut State, p: u64) {
