@@ -45,6 +45,26 @@ pub fn from_iced(bits: u32) -> u64 {
     MAP.iter().filter(|(i, _)| bits & i != 0).map(|(_, e)| e).sum()
 }
 
+/// The flags an instruction modifies, clears and sets, by iced's tables, as RFLAGS masks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Generic {
+    modified: u32,
+    cleared: u32,
+    set: u32,
+}
+
+impl Generic {
+    /// Those of `insn` (every flag iced names is in the low 32 bits).
+    pub fn of(insn: &Instruction) -> Self {
+        let low = |bits| from_iced(bits) as u32;
+        Self {
+            modified: low(insn.rflags_modified()),
+            cleared: low(insn.rflags_cleared()),
+            set: low(insn.rflags_set()),
+        }
+    }
+}
+
 /// RFLAGS with a mask of the bits that are known.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Flags {
@@ -111,10 +131,15 @@ impl Flags {
     /// What an instruction nobody modelled does to the flags, by iced-x86's tables: the
     /// modified ones become unknown, except those it always clears or sets.
     pub fn apply_generic(&mut self, insn: &Instruction) {
-        self.forget(from_iced(insn.rflags_modified()));
-        self.put(from_iced(insn.rflags_cleared()), 0);
-        let set = from_iced(insn.rflags_set());
-        self.put(set, set);
+        self.apply(Generic::of(insn));
+    }
+
+    /// What [`Self::apply_generic`] does, from the masks taken from iced's tables once.
+    #[inline]
+    pub fn apply(&mut self, g: Generic) {
+        self.forget(u64::from(g.modified));
+        self.put(u64::from(g.cleared), 0);
+        self.put(u64::from(g.set), u64::from(g.set));
     }
 
     /// Whether condition `cc` holds, if the flags it reads are known.

@@ -92,6 +92,7 @@ pub(super) fn shared(space: AddressSpace, inputs: &mut Inputs) -> Shared {
         fault: inputs.fault,
         special: Vec::new(),
         insns: Vec::new(),
+        compiled: Vec::new(),
     }
 }
 

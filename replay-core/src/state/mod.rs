@@ -19,7 +19,8 @@
 //! AVX-512), `xsave` (the XSAVE family), `mxcsr`, `float` and `rounded` (scalar floating
 //! point), `integer` and `partial` (integer instructions, partly known registers), `writes`
 //! (what iced-x86 says an instruction writes), `forward` and `backward` (semantics),
-//! `transition` (one position to the next: instructions, system calls, events), `walker`
+//! `transition` (one position to the next: instructions, system calls, events), `compiled/`
+//! (the most common instructions translated once for the forward walk), `walker`
 //! (a walk over the history with what the recording says lies between), `nearby` (a walk's
 //! place in a sorted list of positions), `chains` (the
 //! checkpoints, made in the background), `anchored/` (values from the whole states a recording
@@ -30,6 +31,7 @@
 mod anchored;
 mod backward;
 mod chains;
+mod compiled;
 mod engine;
 pub mod flags;
 mod float;

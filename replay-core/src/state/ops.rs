@@ -58,20 +58,10 @@ fn plain_address(regs: &RegFile, insn: &Instruction, op: u32) -> Plain {
     {
         return Plain::Other;
     }
-    // Those whose index iced leaves out (MPX's BNDLDX/BNDSTX, AMX's tile strides), and a
-    // segment base, which a few instructions ignore (`lea`, MPX's): iced's path.
-    let ignores_index = || {
-        use iced_x86::Code as C;
-        matches!(
-            insn.code(),
-            C::Bndldx_bnd_mib
-                | C::Bndstx_mib_bnd
-                | C::VEX_Tileloaddt1_tmm_sibmem
-                | C::VEX_Tilestored_sibmem_tmm
-                | C::VEX_Tileloadd_tmm_sibmem
-        )
-    };
-    if (index != Register::None && ignores_index()) || matches!(insn.memory_segment(), Register::FS | Register::GS) {
+    // Those whose index iced leaves out, and a segment base, which a few instructions
+    // ignore (`lea`, MPX's): iced's path.
+    if (index != Register::None && ignores_index(insn)) || matches!(insn.memory_segment(), Register::FS | Register::GS)
+    {
         return Plain::Other;
     }
     let reg = |r: Register| regs.get(Reg::Gpr((r as u32 - Register::RAX as u32) as u8));
@@ -86,6 +76,20 @@ fn plain_address(regs: &RegFile, insn: &Instruction, op: u32) -> Plain {
         Some(a)
     })();
     Plain::Address(address)
+}
+
+/// Whether `insn` is one whose memory operand's index iced leaves out of its address (MPX's
+/// BNDLDX and BNDSTX, AMX's tile strides).
+pub fn ignores_index(insn: &Instruction) -> bool {
+    use iced_x86::Code as C;
+    matches!(
+        insn.code(),
+        C::Bndldx_bnd_mib
+            | C::Bndstx_mib_bnd
+            | C::VEX_Tileloaddt1_tmm_sibmem
+            | C::VEX_Tilestored_sibmem_tmm
+            | C::VEX_Tileloadd_tmm_sibmem
+    )
 }
 
 /// Whether an operand kind is memory (explicit or a string instruction's implicit one).

@@ -63,6 +63,7 @@ impl Reg {
             .chain((0..6).map(Reg::Segment))
     }
 
+    #[inline]
     fn index(self) -> usize {
         match self {
             Reg::Gpr(i) => usize::from(i),
@@ -178,6 +179,7 @@ impl Eq for RegFile {}
 impl RegFile {
     /// A register's value, if known. Reading an unknown one notes its cause for whatever
     /// the current transition makes unknown from it ([`why::saw`]).
+    #[inline]
     pub fn get(&self, r: Reg) -> Option<u64> {
         let i = r.index();
         if self.known & (1 << i) == 0 {
@@ -194,6 +196,7 @@ impl RegFile {
     }
 
     /// Sets a register to a value or to unknown (for the current transition's cause).
+    #[inline]
     pub fn set(&mut self, r: Reg, value: Option<u64>) {
         let i = r.index();
         match value {
@@ -301,7 +304,12 @@ impl RegFile {
 
     /// An iced register's value (zero-extended), if its tracked register is known.
     pub fn read(&self, r: Register) -> Option<u64> {
-        let s = slot(r)?;
+        self.read_slot(slot(r)?)
+    }
+
+    /// The value of the part of a tracked register `s` names (zero-extended), if known.
+    #[inline]
+    pub fn read_slot(&self, s: Slot) -> Option<u64> {
         Some((self.get(s.reg)? >> s.shift) & mask(s.bytes))
     }
 
@@ -309,7 +317,14 @@ impl RegFile {
     /// 16-bit write keeps the other bits, so it is known only if they were. Untracked registers
     /// are ignored.
     pub fn write(&mut self, r: Register, value: Option<u64>) {
-        let Some(s) = slot(r) else { return };
+        if let Some(s) = slot(r) {
+            self.write_slot(s, value);
+        }
+    }
+
+    /// Writes the part of a tracked register `s` names, as [`Self::write`] does.
+    #[inline]
+    pub fn write_slot(&mut self, s: Slot, value: Option<u64>) {
         let new = match (s.bytes, value) {
             (8, v) => v,
             (4, v) if matches!(s.reg, Reg::Gpr(_)) => v.map(|v| v & mask(4)),

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use iced_x86::{Instruction, InstructionInfoFactory, Mnemonic};
 use rustc_hash::FxHashMap;
 
+use super::compiled::Compiled;
 use super::maps::MapEffect;
 use super::nearby::Nearby;
 use super::reg::{RAX, RBX, RCX, RDX};
@@ -74,6 +75,9 @@ pub(super) struct Shared {
     /// instructions on python3, some tens of milliseconds), where each walk decoding its own
     /// as it met them missed the cache at nearly every step through one more table.
     pub(super) insns: Vec<Option<Decoded>>,
+    /// The instruction of every slot translated for the forward walk, where it is of a form
+    /// translated ([`Compiled`]).
+    pub(super) compiled: Vec<Option<Compiled>>,
 }
 
 impl Shared {
@@ -83,6 +87,9 @@ impl Shared {
         let mut factory = InstructionInfoFactory::new();
         self.insns = (self.history.slot_ips().iter())
             .map(|&ip| stream.insn(ip).ok().map(|i| (i, Written::of(&i, &mut factory))))
+            .collect();
+        self.compiled = (self.insns.iter())
+            .map(|d| d.as_ref().and_then(|(i, _)| Compiled::translate(i, &self.space)))
             .collect();
         let before = |q: &u64| q.checked_sub(1);
         let mut v: Vec<u64> = self.hard.iter().filter_map(before).collect();
@@ -179,30 +186,30 @@ impl Walker {
     /// The address at `p`, its instruction and the address at `p + 1`, from the table of
     /// instructions (an instruction knows its address).
     #[inline]
-    fn insn_at(&mut self, p: u64) -> (u64, Option<Decoded>, Option<u64>) {
+    fn insn_at(&mut self, p: u64) -> (usize, u64, Option<Decoded>, Option<u64>) {
         let shared = &self.shared;
         let (slot, next) = self
             .cursor
             .slots(&shared.history, p)
             .expect("a position of the history");
-        (shared.ip(slot), shared.insns[slot], next.map(|n| shared.ip(n)))
+        (slot, shared.ip(slot), shared.insns[slot], next.map(|n| shared.ip(n)))
     }
 
     /// The instruction at `p` and what it writes (`None`: its bytes do not decode).
     pub(super) fn insn(&mut self, p: u64) -> Option<Decoded> {
-        self.insn_at(p).1
+        self.insn_at(p).2
     }
 
     /// Carries `st` over what lies between `p` and `p + 1`, forwards (from `p` to `p + 1`) or
     /// backwards.
     fn cross(&mut self, st: &mut State, p: u64, forwards: bool) {
-        let (ip, decoded, next) = self.insn_at(p);
+        let (slot, ip, decoded, next) = self.insn_at(p);
         let (insn, written) = (decoded.map(|d| d.0), decoded.and_then(|d| d.1));
         // Nearly every step: an instruction and nothing else ([`Shared::special`]), what the
         // rest of this function comes to for it without its lookups.
         if let Some(i) = &insn {
             if Shared::plain(i) && !self.near_special.contains(&self.shared.special, p) {
-                return self.plain_step(st, p, i, written, next, forwards);
+                return self.plain_step(st, p, slot, i, written, next, forwards);
             }
         }
         let hard = self.near_hard.contains(&self.shared.hard, p + 1);
@@ -416,10 +423,16 @@ impl Walker {
             let special = self.next_special.next_from(&shared.special, p).unwrap_or(u64::MAX);
             // Inside the run, each position's next is the slot after its own.
             let stop = to.min(end - 1).min(special);
+            let ips = shared.history.slot_ips();
             for (k, q) in (p..stop).enumerate() {
+                // A translated instruction first: nearly every one of a run.
+                if let Some(c) = shared.compiled[slot + k].as_ref().filter(|_| !st.regs.any_partial()) {
+                    self.compiled_step(st, q, c, Some(ips[slot + k + 1]));
+                    continue;
+                }
                 match &shared.insns[slot + k] {
                     Some((i, written)) if Shared::plain(i) => {
-                        self.plain_step(st, q, i, *written, Some(shared.ip(slot + k + 1)), true);
+                        self.plain_step(st, q, slot + k, i, *written, Some(shared.ip(slot + k + 1)), true);
                         self.count_unmodelled();
                     }
                     _ => self.step_forward(st, q),
@@ -433,7 +446,7 @@ impl Walker {
             if p + 1 == end && p != special {
                 if let Some((s, Some(next))) = self.cursor.slots(&shared.history, p) {
                     if let Some((i, written)) = shared.insns[s].as_ref().filter(|(i, _)| Shared::plain(i)) {
-                        self.plain_step(st, p, i, *written, Some(shared.ip(next)), true);
+                        self.plain_step(st, p, s, i, *written, Some(shared.ip(next)), true);
                         self.count_unmodelled();
                         p += 1;
                         continue;
@@ -468,7 +481,7 @@ impl Walker {
                 let s = slot - (q - x) as usize;
                 match &shared.insns[s] {
                     Some((i, written)) if Shared::plain(i) => {
-                        self.plain_step(st, x, i, *written, Some(shared.ip(s + 1)), false);
+                        self.plain_step(st, x, s, i, *written, Some(shared.ip(s + 1)), false);
                     }
                     _ => self.cross(st, x, false),
                 }
@@ -477,19 +490,27 @@ impl Walker {
         }
     }
 
-    /// A step over a plain instruction at `q` that nothing else happens at, `next` having run
-    /// after it: nearly every step of every walk ([`Self::cross`]'s first case, and the runs
-    /// of [`Self::forward_to`] and [`Self::backward_to`]).
+    /// A step over a plain instruction at `q` (in `slot`) that nothing else happens at, `next`
+    /// having run after it: nearly every step of every walk ([`Self::cross`]'s first case,
+    /// and the runs of [`Self::forward_to`] and [`Self::backward_to`]). Forwards, one of a
+    /// translated form goes by its translation unless a register is partly known (rare).
+    #[allow(clippy::too_many_arguments)]
     #[inline]
     fn plain_step(
         &mut self,
         st: &mut State,
         q: u64,
+        slot: usize,
         i: &Instruction,
         written: Option<Written>,
         next: Option<u64>,
         forwards: bool,
     ) {
+        if forwards && !st.regs.any_partial() {
+            if let Some(c) = self.shared.compiled[slot] {
+                return self.compiled_step(st, q, &c, next);
+            }
+        }
         why::begin(Cause::Inputs(i.mnemonic()), q);
         let between = Between::Insn { insn: i, next, written };
         if forwards {
@@ -500,6 +521,16 @@ impl Walker {
             transition::backward(st, between, &self.shared.space, &mut self.factory);
             self.stats.backward += 1;
         }
+    }
+
+    /// A forward step over a plain instruction at `q` by its translation (the registers all
+    /// known or unknown: none partly), `next` having run after it.
+    #[inline]
+    fn compiled_step(&mut self, st: &mut State, q: u64, c: &Compiled, next: Option<u64>) {
+        why::begin(Cause::Inputs(c.mnemonic()), q);
+        c.forward(st, next, &self.shared.space);
+        self.answered = false;
+        self.stats.forward += 1;
     }
 
     pub(super) fn step_backward(&mut self, st: &mut State, p: u64) {

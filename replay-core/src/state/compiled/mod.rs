@@ -1,0 +1,392 @@
+//! The history's most common instructions translated once into operations with their
+//! registers, widths, address forms and flag masks already resolved, for the forward walk
+//! ([`super::walker`]): moves, loads and stores, `lea`, the arithmetic and logic that sets
+//! flags, push and pop, calls, returns and branches, which are four in five of the steps of
+//! python3's walk. Each step of the background fill asked iced-x86 for the same operand kinds,
+//! registers, widths and flag tables of the same instruction every time it ran (the walk goes
+//! over each instruction of a loop millions of times).
+//!
+//! An operation does exactly what [`super::forward::step`] does for its instruction, in the
+//! same order of reads and writes, through the same register, flag and memory calls, so the
+//! values and their causes are the same ([`tests`] compares them on every form translated).
+//! An instruction of any other form, or in pages the program may rewrite, is not translated:
+//! it takes the general semantics.
+
+mod apply;
+#[cfg(test)]
+mod tests;
+
+use iced_x86::{ConditionCode, Instruction, Mnemonic, OpKind, Register};
+
+use super::flags::{Arith, Generic};
+use super::ops::width;
+use super::reg::{self, mask, Slot};
+use crate::image::AddressSpace;
+
+/// An instruction translated: its mnemonic (the cause of what it loses), what it does, its
+/// one memory operand's address and its one immediate (a branch's target, a call's return
+/// address), if it has them. 48 bytes, where iced's instruction is 40 and the operations
+/// with their operands in place were 88.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Compiled {
+    addr: Addr,
+    imm: u64,
+    op: Op,
+    mnemonic: Mnemonic,
+}
+
+/// A memory operand's address: a displacement (the absolute address for `rip`-relative
+/// ones), plus a 64-bit base register and a scaled 64-bit index register, if any. The form
+/// [`super::ops`] computes directly; every other is not translated.
+#[derive(Debug, Clone, Copy, Default)]
+struct Addr {
+    disp: u64,
+    base: Option<u8>,
+    index: Option<u8>,
+    scale: u8,
+}
+
+/// An operand: a general-purpose register (or part of one), the memory operand (of a width
+/// of 1 to 8 bytes), or the immediate (already masked to its width).
+#[derive(Debug, Clone, Copy)]
+enum Operand {
+    Reg(Part),
+    Mem(u8),
+    Imm,
+}
+
+/// A general-purpose register or part of one, as [`Slot`] tells it, in three bytes.
+#[derive(Debug, Clone, Copy)]
+struct Part {
+    number: u8,
+    shift: u8,
+    bytes: u8,
+}
+
+impl Part {
+    fn of(s: Slot) -> Option<Part> {
+        match s.reg {
+            reg::Reg::Gpr(number) => Some(Part {
+                number,
+                shift: s.shift as u8,
+                bytes: s.bytes as u8,
+            }),
+            _ => None,
+        }
+    }
+
+    #[inline]
+    fn slot(self) -> Slot {
+        Slot {
+            reg: reg::Reg::Gpr(self.number),
+            shift: u32::from(self.shift),
+            bytes: u32::from(self.bytes),
+        }
+    }
+}
+
+/// How a move extends its source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Extend {
+    /// As it is (`mov`, `movzx`: the source is zero-extended when read).
+    Zero,
+    /// Sign-extended from the source's width to the destination's (`movsx`, `movsxd`).
+    Sign { from: u8 },
+}
+
+/// What the arithmetic and logic instructions compute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Alu {
+    Add,
+    Sub,
+    Cmp,
+    And,
+    Or,
+    Xor,
+    Test,
+}
+
+/// The one-operand arithmetic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unary {
+    Inc,
+    Dec,
+    Neg,
+    Not,
+}
+
+/// What a translated instruction does, each as [`super::forward`]'s `modelled` does it.
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Move {
+        dst: Operand,
+        src: Operand,
+        extend: Extend,
+        width: u8,
+    },
+    Lea {
+        dst: Part,
+        width: u8,
+    },
+    Alu {
+        alu: Alu,
+        dst: Operand,
+        src: Operand,
+        width: u8,
+        /// Both operands the same register (`xor eax, eax`).
+        same: bool,
+        /// What the flags become when an input is unknown.
+        generic: Generic,
+    },
+    Unary {
+        unary: Unary,
+        dst: Operand,
+        width: u8,
+        generic: Generic,
+    },
+    Cmov {
+        cc: ConditionCode,
+        dst: Operand,
+        src: Operand,
+    },
+    Set {
+        cc: ConditionCode,
+        dst: Operand,
+    },
+    Push {
+        src: Operand,
+    },
+    Pop {
+        dst: Part,
+    },
+    /// Pushes the immediate: the return address.
+    Call,
+    /// Adds 8 and the immediate to `rsp`.
+    Ret,
+    /// `rip` alone, which the history gives (`nop`, `jmp`).
+    Nothing,
+    /// The immediate is the target; `differs` whether it is not the next instruction (else
+    /// the branch tells nothing).
+    Jcc {
+        cc: ConditionCode,
+        differs: bool,
+    },
+}
+
+impl Compiled {
+    /// The instruction's mnemonic.
+    pub(super) fn mnemonic(&self) -> Mnemonic {
+        self.mnemonic
+    }
+
+    /// `insn` translated, if it is of a form translated and the program cannot rewrite it.
+    pub(super) fn translate(insn: &Instruction, space: &AddressSpace) -> Option<Compiled> {
+        use Mnemonic as M;
+        if space.may_rewrite(insn.ip()) {
+            return None;
+        }
+        let mut addr = None;
+        let mut imm = None;
+        let mut operand = |op: u32| operand(insn, op, &mut addr, &mut imm);
+        let w = width(insn, 0) as u8;
+        let op = match insn.mnemonic() {
+            M::Mov => Op::Move {
+                dst: operand(0)?,
+                src: operand(1)?,
+                extend: Extend::Zero,
+                width: w,
+            },
+            M::Movzx => Op::Move {
+                dst: operand(0)?,
+                src: operand(1)?,
+                extend: Extend::Zero,
+                width: w,
+            },
+            M::Movsx | M::Movsxd => Op::Move {
+                dst: operand(0)?,
+                src: operand(1)?,
+                extend: Extend::Sign {
+                    from: width(insn, 1) as u8,
+                },
+                width: w,
+            },
+            M::Lea => {
+                let Operand::Reg(dst) = operand(0)? else {
+                    return None;
+                };
+                addr = Some(address(insn, 1)?);
+                Op::Lea { dst, width: w }
+            }
+            m @ (M::Add | M::Sub | M::Cmp | M::And | M::Or | M::Xor | M::Test) => Op::Alu {
+                alu: match m {
+                    M::Add => Alu::Add,
+                    M::Sub => Alu::Sub,
+                    M::Cmp => Alu::Cmp,
+                    M::And => Alu::And,
+                    M::Or => Alu::Or,
+                    M::Xor => Alu::Xor,
+                    _ => Alu::Test,
+                },
+                dst: operand(0)?,
+                src: operand(1)?,
+                width: w,
+                same: insn.op_kind(0) == OpKind::Register
+                    && insn.op_kind(1) == OpKind::Register
+                    && insn.op_register(0) == insn.op_register(1),
+                generic: Generic::of(insn),
+            },
+            m @ (M::Inc | M::Dec | M::Neg | M::Not) => Op::Unary {
+                unary: match m {
+                    M::Inc => Unary::Inc,
+                    M::Dec => Unary::Dec,
+                    M::Neg => Unary::Neg,
+                    _ => Unary::Not,
+                },
+                dst: operand(0)?,
+                width: w,
+                generic: Generic::of(insn),
+            },
+            M::Cmove
+            | M::Cmovne
+            | M::Cmovb
+            | M::Cmovae
+            | M::Cmovbe
+            | M::Cmova
+            | M::Cmovl
+            | M::Cmovge
+            | M::Cmovle
+            | M::Cmovg
+            | M::Cmovs
+            | M::Cmovns
+            | M::Cmovo
+            | M::Cmovno
+            | M::Cmovp
+            | M::Cmovnp => Op::Cmov {
+                cc: insn.condition_code(),
+                dst: operand(0)?,
+                src: operand(1)?,
+            },
+            M::Sete
+            | M::Setne
+            | M::Setb
+            | M::Setae
+            | M::Setbe
+            | M::Seta
+            | M::Setl
+            | M::Setge
+            | M::Setle
+            | M::Setg
+            | M::Sets
+            | M::Setns
+            | M::Seto
+            | M::Setno
+            | M::Setp
+            | M::Setnp => Op::Set {
+                cc: insn.condition_code(),
+                dst: operand(0)?,
+            },
+            M::Push if insn.stack_pointer_increment() == -8 => {
+                let src = operand(0)?;
+                // Immediates are sign-extended to 64 bits by iced already, and pushed so.
+                if let Operand::Imm = src {
+                    imm = Some(insn.immediate(0));
+                }
+                Op::Push { src }
+            }
+            M::Pop if insn.op_kind(0) == OpKind::Register && insn.op_register(0).size() == 8 => {
+                let Operand::Reg(dst) = operand(0)? else { return None };
+                Op::Pop { dst }
+            }
+            M::Call => {
+                imm = Some(insn.next_ip());
+                Op::Call
+            }
+            M::Ret => {
+                imm = Some(if insn.op_count() > 0 { insn.immediate(0) } else { 0 });
+                Op::Ret
+            }
+            M::Nop | M::Endbr64 | M::Pause => Op::Nothing,
+            _ if insn.is_jmp_short_or_near() || insn.is_jmp_near_indirect() => Op::Nothing,
+            _ if insn.is_jcc_short_or_near() => {
+                imm = Some(insn.near_branch_target());
+                Op::Jcc {
+                    cc: insn.condition_code(),
+                    differs: insn.near_branch_target() != insn.next_ip(),
+                }
+            }
+            _ => return None,
+        };
+        Some(Compiled {
+            mnemonic: insn.mnemonic(),
+            op,
+            addr: addr.unwrap_or_default(),
+            imm: imm.unwrap_or_default(),
+        })
+    }
+}
+
+/// Operand `op` of `insn`, if of a translated kind: a general-purpose register, the explicit
+/// memory operand of the form [`Addr`] holds (noted in `addr`; at most one), an immediate
+/// (noted in `imm`; at most one).
+fn operand(insn: &Instruction, op: u32, addr: &mut Option<Addr>, imm: &mut Option<u64>) -> Option<Operand> {
+    match insn.op_kind(op) {
+        OpKind::Register => {
+            let r = insn.op_register(op);
+            r.is_gpr().then_some(())?;
+            Some(Operand::Reg(Part::of(reg::slot(r)?)?))
+        }
+        OpKind::Memory => {
+            let w = width(insn, op);
+            if addr.is_some() || !(1..=8).contains(&w) {
+                return None;
+            }
+            *addr = Some(address(insn, op)?);
+            Some(Operand::Mem(w as u8))
+        }
+        OpKind::Immediate8
+        | OpKind::Immediate8_2nd
+        | OpKind::Immediate16
+        | OpKind::Immediate32
+        | OpKind::Immediate64
+        | OpKind::Immediate8to16
+        | OpKind::Immediate8to32
+        | OpKind::Immediate8to64
+        | OpKind::Immediate32to64 => {
+            if imm.is_some() {
+                return None;
+            }
+            *imm = Some(insn.immediate(op) & mask(width(insn, op)));
+            Some(Operand::Imm)
+        }
+        _ => None,
+    }
+}
+
+/// The address form of memory operand `op`, if it is the one [`super::ops`] computes
+/// directly: base `rip` or a 64-bit register, index none or a 64-bit register, no FS or GS
+/// segment.
+fn address(insn: &Instruction, op: u32) -> Option<Addr> {
+    let gpr64 = |r: Register| (Register::RAX..=Register::R15).contains(&r);
+    let (base, index) = (insn.memory_base(), insn.memory_index());
+    let number = |r: Register| (r as u32 - Register::RAX as u32) as u8;
+    let plain = insn.op_kind(op) == OpKind::Memory
+        && (base == Register::RIP || gpr64(base))
+        && (index == Register::None || gpr64(index))
+        && !matches!(insn.memory_segment(), Register::FS | Register::GS)
+        && !super::ops::ignores_index(insn);
+    plain.then(|| Addr {
+        disp: insn.memory_displacement64(),
+        base: (base != Register::RIP).then(|| number(base)),
+        index: (index != Register::None).then(|| number(index)),
+        scale: insn.memory_index_scale() as u8,
+    })
+}
+
+/// The flags an arithmetic instruction sets.
+fn arith_of(alu: Alu) -> Arith {
+    match alu {
+        Alu::Add => Arith::Add,
+        Alu::Sub | Alu::Cmp => Arith::Sub,
+        _ => Arith::Logic,
+    }
+}
