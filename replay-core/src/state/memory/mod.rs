@@ -262,9 +262,31 @@ impl Memory {
     /// Writes `value` (little-endian, `bytes` wide) or makes those bytes unknown.
     pub fn store(&mut self, addr: u64, bytes: u32, value: Option<u64>) {
         match value {
+            Some(v) if self.store_known(addr, bytes.min(8) as usize, v) => {}
             Some(v) => self.write(addr, &v.to_le_bytes()[..bytes.min(8) as usize]),
             None => self.forget(addr, u64::from(bytes)),
         }
+    }
+
+    /// What [`Self::write`] does for a store of `n` bytes (at most 8) into bytes all known in
+    /// one segment (nearly every store of a walk), with one look in the table and no copy or
+    /// comparison of a length known only at run time; false, having done nothing, in any
+    /// other case.
+    #[inline]
+    fn store_known(&mut self, addr: u64, n: usize, v: u64) -> bool {
+        let (p, j) = (addr / PAGE, (addr % PAGE) as usize);
+        let Some(held) = self.pages.get(p).and_then(|page| page.small(j, n)) else {
+            return false;
+        };
+        log::note(addr, n as u64);
+        self.settled = false;
+        self.drop_partial(addr, n as u64);
+        if held != v & super::reg::mask(n as u32) {
+            if let Some(page) = self.pages.get_mut(p) {
+                Arc::make_mut(page).store_known(j, n, v);
+            }
+        }
+        true
     }
 
     /// Makes `len` bytes at `addr` unknown. Costs what the pages it touches cost: a range

@@ -255,6 +255,23 @@ impl Page {
         }
     }
 
+    /// Writes the `n` bytes (at most 8) of `v` at `j`, which lie in one segment whose bytes are
+    /// all known ([`Self::small`] gave them), copying the segment if it is shared.
+    #[inline]
+    pub(super) fn store_known(&mut self, j: usize, n: usize, v: u64) {
+        let off = j % SEG;
+        if let Slot::Held(seg) = &mut self.slots[j / SEG] {
+            let bytes = &mut Arc::make_mut(seg).bytes[off..off + n];
+            let v = v.to_le_bytes();
+            match n {
+                8 => bytes.copy_from_slice(&v),
+                4 => bytes.copy_from_slice(&v[..4]),
+                2 => bytes.copy_from_slice(&v[..2]),
+                _ => bytes.copy_from_slice(&v[..n]),
+            }
+        }
+    }
+
     /// The byte at `i`, if known.
     pub(super) fn byte(&self, i: usize) -> Option<u8> {
         match &self.slots[i / SEG] {

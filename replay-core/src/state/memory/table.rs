@@ -61,9 +61,10 @@ impl<T: Clone> PageTable<T> {
     /// Page `p`, its chunk made this table's own (the page itself is still shared: the
     /// caller copies it with `Arc::make_mut` if it writes).
     pub(super) fn get_mut(&mut self, p: u64) -> Option<&mut Arc<T>> {
-        self.get(p)?;
         let (c, i) = split(p);
-        Arc::make_mut(self.chunks.get_mut(&c)?)[i].as_mut()
+        let chunk = self.chunks.get_mut(&c)?;
+        chunk[i].as_ref()?;
+        Arc::make_mut(chunk)[i].as_mut()
     }
 
     /// The slot of page `p`, its chunk made this table's own (and made if absent).

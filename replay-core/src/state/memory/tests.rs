@@ -291,3 +291,61 @@ fn forgetting_all_again_drops_exactly_what_was_learnt_since() {
     m.forget_all();
     assert_eq!(m.read(0x8000, 1, &space), None, "a page read-only no more");
 }
+
+/// Everything a memory tells of the bytes from `from` to `to`: each byte or its cause.
+fn bytes_and_causes(m: &Memory, from: u64, to: u64, space: &AddressSpace) -> Vec<(Option<u8>, Option<Why>)> {
+    (from..to).map(|a| (m.read_byte(a, space), m.why(a, space))).collect()
+}
+
+#[test]
+fn a_store_into_known_bytes_does_what_a_write_does() {
+    let space = AddressSpace::new();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    // Two pages known but for a few holes, each for a cause of its own.
+    let mut base = Memory::new();
+    let bytes: Vec<u8> = (0..2 * PAGE).map(|_| next() as u8).collect();
+    base.write(0x7000, &bytes);
+    for k in 0..6 {
+        why::begin(why::Cause::Syscall(k), 10 + u64::from(k));
+        base.forget(0x7000 + next() % (2 * PAGE), 1 + next() % 20);
+    }
+    let (mut stored, mut written) = (base.clone(), base.clone());
+    let mut shortcuts = 0;
+    for _ in 0..5000 {
+        // Widths of every store, anywhere in the pages and a little outside, across segment
+        // and page bounds; a value already there half the time.
+        let n = [1u32, 2, 4, 8][(next() % 4) as usize];
+        let a = 0x6ff8 + next() % (2 * PAGE + 16);
+        let v = match (next() % 2, stored.read_u64(a, n, &space)) {
+            (0, Some(old)) => old,
+            _ => next(),
+        };
+        let before = stored.clone();
+        shortcuts += usize::from(stored.store_known(a, n as usize, v));
+        let mut general = before.clone();
+        general.write(a, &v.to_le_bytes()[..n as usize]);
+        stored = before;
+        stored.store(a, n, Some(v));
+        written.write(a, &v.to_le_bytes()[..n as usize]);
+        assert_eq!(
+            bytes_and_causes(&stored, a - 16, a + 16, &space),
+            bytes_and_causes(&general, a - 16, a + 16, &space),
+            "{n} bytes at {a:#x}"
+        );
+    }
+    assert!(shortcuts > 2500, "{shortcuts}");
+    assert_eq!(
+        bytes_and_causes(&stored, 0x6ff0, 0x9010, &space),
+        bytes_and_causes(&written, 0x6ff0, 0x9010, &space)
+    );
+    assert_eq!(stored.pages(), written.pages());
+    // The state the stores started from is as it was: they copied what they changed.
+    let original: Vec<_> = (0..2 * PAGE).map(|i| base.read_byte(0x7000 + i, &space)).collect();
+    assert!(original.iter().zip(&bytes).all(|(o, b)| o.map_or(true, |o| o == *b)));
+}
