@@ -163,6 +163,13 @@ impl Memory {
         true
     }
 
+    /// Fills `out` with the bytes at `addr` if every one is known in the pages held (not
+    /// read-only image bytes), with no note of a cause either way: a vector load's bytes at
+    /// once, where [`Self::read_byte`] looks each up.
+    pub fn read_known(&self, addr: u64, out: &mut [u8]) -> bool {
+        !self.is_volatile(addr, out.len() as u64) && self.read_held(addr, out)
+    }
+
     /// Whether any of the `len` bytes at `addr` is in a volatile range (never known).
     fn is_volatile(&self, addr: u64, len: u64) -> bool {
         self.volatile

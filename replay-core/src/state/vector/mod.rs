@@ -255,6 +255,12 @@ pub(super) fn read(st: &State, insn: &Instruction, op: u32, len: usize, space: &
             };
             let e = insn.memory_size().element_size();
             let broadcast = insn.is_broadcast() && e > 0;
+            // All of them known where memory holds them (nearly every load): at once, as the
+            // loop below would find them, where the loop looks each byte up in the table.
+            if !broadcast && st.mem.read_known(a, &mut v.bytes[..len]) {
+                v.known = mask(len);
+                return v;
+            }
             for b in 0..len {
                 let at = if broadcast { b % e } else { b };
                 if let Some(x) = st.mem.read_byte(a.wrapping_add(at as u64), space) {
@@ -314,6 +320,12 @@ pub(super) fn write(st: &mut State, insn: &Instruction, v: Value, len: usize) {
         k if is_memory(k) => match address(&st.regs, insn, 0) {
             Some(a) => {
                 let m = opmask::writemask(st, insn, len);
+                // Every byte known and written (no opmask): what the loop below does, in one
+                // write instead of one a byte.
+                if m.is_none() && v.known & mask(len) == mask(len) {
+                    st.mem.write(a, &v.bytes[..len]);
+                    return;
+                }
                 for b in 0..len {
                     let addr = a.wrapping_add(b as u64);
                     match m.map(|m| m.byte(b)) {

@@ -307,3 +307,94 @@ fn evex_moves_from_zmm16_31_into_general_registers() {
     assert_eq!(reg(&mut v, 3, RCX), Some(0x0807_0605_0403_0201));
     assert_eq!(reg(&mut v, 4, RAX), Some(0x0403_0201), "a 32-bit write zero-extends");
 }
+
+/// A vector load takes its bytes at once when memory holds them all, and a store of known
+/// bytes writes them at once: what reading and writing them a byte at a time gives, with the
+/// same causes, across segment and page bounds, holes and the end of what is known.
+#[test]
+fn loads_and_stores_at_once_match_a_byte_at_a_time() {
+    use super::super::memory::Memory;
+    use super::super::why::{self, Cause};
+    use super::{read, write, Value};
+    let code = assemble(|a| {
+        a.movdqu(xmm0, xmmword_ptr(rbx))?;
+        a.vmovdqu(ymm1, ymmword_ptr(rbx + 1))?;
+        a.vmovdqu64(zmm2, zmmword_ptr(rbx + 3))?;
+        a.movdqu(xmmword_ptr(rbx), xmm0)?;
+        a.vmovdqu(ymmword_ptr(rbx + 5), ymm1)?;
+        a.vmovdqu64(zmmword_ptr(rbx + 7), zmm2)
+    });
+    let insns: Vec<_> = code[..6]
+        .iter()
+        .map(|b| Decoder::with_ip(64, b, 0x1000, DecoderOptions::NONE).decode())
+        .collect();
+    let space = crate::image::AddressSpace::new();
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut st = State::unknown();
+    let bytes: Vec<u8> = (0..0x2000).map(|_| next() as u8).collect();
+    st.mem.write(0x7000, &bytes);
+    for k in 0..12 {
+        why::begin(Cause::Syscall(k), 10 + u64::from(k));
+        st.mem.forget(0x7000 + next() % 0x2000, 1 + next() % 40);
+    }
+    let described = |m: &Memory, a: u64, n: u64| -> Vec<_> {
+        (a - 8..a + n + 8)
+            .map(|b| (m.read_byte(b, &space), m.why(b, &space)))
+            .collect()
+    };
+    let (mut whole, mut stores) = (0, 0);
+    for _ in 0..3000 {
+        let base = 0x6fc0 + next() % 0x2080;
+        st.regs.set(super::super::reg::RBX, Some(base));
+        for insn in &insns[..3] {
+            let (len, a) = (insn.memory_size().size(), base + insn.memory_displacement64());
+            why::begin(Cause::Inputs(insn.mnemonic()), 5);
+            let v = read(&st, insn, 1, len, &space);
+            let cause = why::current();
+            why::begin(Cause::Inputs(insn.mnemonic()), 5);
+            let mut known = 0u64;
+            for b in 0..len {
+                if let Some(byte) = st.mem.read_byte(a + b as u64, &space) {
+                    assert_eq!(v.bytes[b], byte, "{insn} at {a:#x}");
+                    known |= 1 << b;
+                }
+            }
+            assert_eq!((v.known, cause), (known, why::current()), "{insn} at {a:#x}");
+            whole += usize::from(known == super::mask(len));
+        }
+        for insn in &insns[3..] {
+            let (len, a) = (insn.memory_size().size(), base + insn.memory_displacement64());
+            let mut v = Value::default();
+            v.bytes.iter_mut().for_each(|b| *b = next() as u8);
+            v.known = if next() % 2 == 0 { u64::MAX } else { next() };
+            let mut expected = st.clone();
+            why::begin(Cause::Inputs(insn.mnemonic()), 6);
+            for b in 0..len {
+                let at = a + b as u64;
+                match v.known & (1 << b) != 0 {
+                    true => expected.mem.write(at, &[v.bytes[b]]),
+                    false => expected.mem.forget(at, 1),
+                }
+            }
+            let mut stored = st.clone();
+            why::begin(Cause::Inputs(insn.mnemonic()), 6);
+            write(&mut stored, insn, v, len);
+            assert_eq!(
+                described(&stored.mem, a, len as u64),
+                described(&expected.mem, a, len as u64),
+                "{insn} at {a:#x}"
+            );
+            stores += usize::from(v.known == u64::MAX);
+            if next() % 8 == 0 {
+                st = stored;
+            }
+        }
+    }
+    assert!(whole > 3000 && stores > 3000, "{whole} {stores}");
+}
