@@ -1,7 +1,7 @@
 //! A translated instruction applied to a state: [`super::super::forward`]'s semantics for its
 //! form, the same calls in the same order.
 
-use super::{arith_of, Addr, Alu, Compiled, Extend, Op, Operand, Unary};
+use super::{arith_of, Addr, Alu, Compiled, Extend, Op, Operand, Segment, Shift, Unary};
 use crate::image::AddressSpace;
 use crate::state::flags::{self, arith, Arith};
 use crate::state::ops::sign_extend;
@@ -101,6 +101,71 @@ impl Compiled {
                 }
                 self.write(st, dst, r);
             }
+            Op::Shift {
+                shift,
+                dst,
+                count,
+                width,
+                generic,
+            } => {
+                let w = u32::from(width);
+                let bits = w * 8;
+                let Some(count) = self.read(st, count, space).map(|c| c & if w == 8 { 63 } else { 31 }) else {
+                    st.flags.apply(generic);
+                    self.write(st, dst, None);
+                    return;
+                };
+                if count == 0 {
+                    return;
+                }
+                let a = self.read(st, dst, space);
+                let r = a.map(|a| {
+                    let c = count as u32;
+                    let (r, out) = match shift {
+                        Shift::Left => (a.checked_shl(c).unwrap_or(0), c <= bits && (a >> (bits - c)) & 1 != 0),
+                        Shift::Right => (a.checked_shr(c).unwrap_or(0), c <= bits && (a >> (c - 1)) & 1 != 0),
+                        Shift::Arithmetic => {
+                            let s = sign_extend(a, w) as i64;
+                            ((s >> c.min(63)) as u64, (s >> (c - 1).min(63)) & 1 != 0)
+                        }
+                    };
+                    let r = r & mask(w);
+                    arith(&mut st.flags, Arith::Logic, r, r, r, w);
+                    st.flags.put(flags::CF, if out { flags::CF } else { 0 });
+                    if c > bits {
+                        st.flags.forget(flags::CF);
+                    }
+                    st.flags.forget(flags::OF | flags::AF);
+                    r
+                });
+                if a.is_none() {
+                    st.flags.apply(generic);
+                }
+                self.write(st, dst, r);
+            }
+            Op::Imul {
+                dst,
+                a,
+                b,
+                width,
+                generic,
+            } => {
+                let w = u32::from(width);
+                let (a, b) = (self.read(st, a, space), self.read(st, b, space));
+                st.flags.apply(generic);
+                let r = match (a, b) {
+                    (Some(a), Some(b)) => {
+                        let full = i128::from(sign_extend(a, w) as i64) * i128::from(sign_extend(b, w) as i64);
+                        let r = (full as u64) & mask(w);
+                        let fits = i128::from(sign_extend(r, w) as i64) == full;
+                        st.flags
+                            .put(flags::CF | flags::OF, if fits { 0 } else { flags::CF | flags::OF });
+                        Some(r)
+                    }
+                    _ => None,
+                };
+                self.write(st, dst, r);
+            }
             Op::Cmov { cc, dst, src } => {
                 let v = match st.flags.condition(cc) {
                     Some(true) => self.read(st, src, space),
@@ -184,8 +249,8 @@ impl Compiled {
     }
 }
 
-/// The address of the memory operand: the base, then the index, each read in that order so
-/// that the first unknown one is the cause noted.
+/// The address of the memory operand: the base, then the index, then the segment's base,
+/// each read in that order so that the first unknown one is the cause noted.
 #[inline]
 fn address(st: &State, a: &Addr) -> Option<u64> {
     let mut x = a.disp;
@@ -195,5 +260,9 @@ fn address(st: &State, a: &Addr) -> Option<u64> {
     if let Some(i) = a.index {
         x = x.wrapping_add(st.regs.get(Reg::Gpr(i))?.wrapping_mul(u64::from(a.scale)));
     }
-    Some(x)
+    match a.segment {
+        Segment::Zero => Some(x),
+        Segment::Fs => Some(st.regs.get(Reg::FsBase)?.wrapping_add(x)),
+        Segment::Gs => Some(st.regs.get(Reg::GsBase)?.wrapping_add(x)),
+    }
 }

@@ -36,14 +36,26 @@ pub(super) struct Compiled {
 }
 
 /// A memory operand's address: a displacement (the absolute address for `rip`-relative
-/// ones), plus a 64-bit base register and a scaled 64-bit index register, if any. The form
-/// [`super::ops`] computes directly; every other is not translated.
+/// ones), plus a 64-bit base register, a scaled 64-bit index register and the FS or GS base,
+/// if any, added in that order (iced's `virtual_address`). Other forms (32-bit registers,
+/// vector indexes) are not translated.
 #[derive(Debug, Clone, Copy, Default)]
 struct Addr {
     disp: u64,
     base: Option<u8>,
     index: Option<u8>,
     scale: u8,
+    segment: Segment,
+}
+
+/// The segment base an address adds: none (ES, CS, SS and DS have base 0 in 64-bit mode,
+/// and `lea` adds none), FS's or GS's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Segment {
+    #[default]
+    Zero,
+    Fs,
+    Gs,
 }
 
 /// An operand: a general-purpose register (or part of one), the memory operand (of a width
@@ -115,6 +127,17 @@ enum Unary {
     Not,
 }
 
+/// The shifts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shift {
+    /// `shl` and `sal`.
+    Left,
+    /// `shr`.
+    Right,
+    /// `sar`.
+    Arithmetic,
+}
+
 /// What a translated instruction does, each as [`super::forward`]'s `modelled` does it.
 #[derive(Debug, Clone, Copy)]
 enum Op {
@@ -141,6 +164,21 @@ enum Op {
     Unary {
         unary: Unary,
         dst: Operand,
+        width: u8,
+        generic: Generic,
+    },
+    Shift {
+        shift: Shift,
+        dst: Operand,
+        count: Operand,
+        width: u8,
+        generic: Generic,
+    },
+    /// The two- and three-operand `imul`: `dst = a * b`, truncated.
+    Imul {
+        dst: Operand,
+        a: Operand,
+        b: Operand,
         width: u8,
         generic: Generic,
     },
@@ -210,6 +248,48 @@ impl Compiled {
                 },
                 width: w,
             },
+            // rax from eax, eax from ax, sign-extended.
+            M::Cdqe | M::Cwde => Op::Move {
+                dst: Operand::Reg(Part {
+                    number: 0,
+                    shift: 0,
+                    bytes: 8,
+                }),
+                src: Operand::Reg(Part {
+                    number: 0,
+                    shift: 0,
+                    bytes: if insn.mnemonic() == M::Cdqe { 4 } else { 2 },
+                }),
+                extend: Extend::Sign {
+                    from: if insn.mnemonic() == M::Cdqe { 4 } else { 2 },
+                },
+                width: if insn.mnemonic() == M::Cdqe { 8 } else { 4 },
+            },
+            m @ (M::Shl | M::Sal | M::Shr | M::Sar) => Op::Shift {
+                shift: match m {
+                    M::Shl | M::Sal => Shift::Left,
+                    M::Shr => Shift::Right,
+                    _ => Shift::Arithmetic,
+                },
+                dst: operand(0)?,
+                count: operand(1)?,
+                width: w,
+                generic: Generic::of(insn),
+            },
+            M::Imul if insn.op_count() >= 2 => {
+                let dst = operand(0)?;
+                let (a, b) = match insn.op_count() {
+                    3 => (operand(1)?, operand(2)?),
+                    _ => (dst, operand(1)?),
+                };
+                Op::Imul {
+                    dst,
+                    a,
+                    b,
+                    width: w,
+                    generic: Generic::of(insn),
+                }
+            }
             M::Lea => {
                 let Operand::Reg(dst) = operand(0)? else {
                     return None;
@@ -362,23 +442,40 @@ fn operand(insn: &Instruction, op: u32, addr: &mut Option<Addr>, imm: &mut Optio
     }
 }
 
-/// The address form of memory operand `op`, if it is the one [`super::ops`] computes
-/// directly: base `rip` or a 64-bit register, index none or a 64-bit register, no FS or GS
-/// segment.
+/// The address form of memory operand `op`, if [`Addr`] holds it: base none, `rip` or a
+/// 64-bit register, index none or a 64-bit register (an address of 64 bits), or neither, whose
+/// displacement iced masks to the displacement's size (worked out here once).
 fn address(insn: &Instruction, op: u32) -> Option<Addr> {
     let gpr64 = |r: Register| (Register::RAX..=Register::R15).contains(&r);
     let (base, index) = (insn.memory_base(), insn.memory_index());
     let number = |r: Register| (r as u32 - Register::RAX as u32) as u8;
     let plain = insn.op_kind(op) == OpKind::Memory
-        && (base == Register::RIP || gpr64(base))
+        && (matches!(base, Register::RIP | Register::None) || gpr64(base))
         && (index == Register::None || gpr64(index))
-        && !matches!(insn.memory_segment(), Register::FS | Register::GS)
         && !super::ops::ignores_index(insn);
-    plain.then(|| Addr {
-        disp: insn.memory_displacement64(),
-        base: (base != Register::RIP).then(|| number(base)),
+    if !plain {
+        return None;
+    }
+    // Of the instructions translated, only `lea` ignores its segment.
+    let segment = match insn.memory_segment() {
+        _ if insn.mnemonic() == Mnemonic::Lea => Segment::Zero,
+        Register::ES | Register::CS | Register::SS | Register::DS => Segment::Zero,
+        Register::FS => Segment::Fs,
+        Register::GS => Segment::Gs,
+        _ => return None,
+    };
+    let disp = match (base, index) {
+        (Register::None, Register::None) => {
+            insn.virtual_address(op, 0, |r, _, _| r.is_segment_register().then_some(0))?
+        }
+        _ => insn.memory_displacement64(),
+    };
+    Some(Addr {
+        disp,
+        base: gpr64(base).then(|| number(base)),
         index: (index != Register::None).then(|| number(index)),
         scale: insn.memory_index_scale() as u8,
+        segment,
     })
 }
 
