@@ -5,7 +5,8 @@
 
 use iced_x86::{Instruction, InstructionInfoFactory, Mnemonic, OpKind, Register};
 
-use super::flags::{self, arith, Arith};
+use super::alu::{is_cmov, is_setcc, signed_product, Alu, Shift, Unary};
+use super::flags;
 use super::ops::{effective_address, read, sign_extend, width, write};
 use super::reg::{mask, RAX, RBP, RCX, RDI, RSI, RSP};
 use super::State;
@@ -119,72 +120,40 @@ fn modelled(st: &mut State, insn: &Instruction, next: Option<u64>, space: &Addre
             let v = pop(st, space);
             st.regs.set(RBP, v);
         }
-        M::Add | M::Sub | M::Cmp | M::And | M::Or | M::Xor | M::Test => {
-            let m = insn.mnemonic();
+        m @ (M::Add | M::Sub | M::Cmp | M::And | M::Or | M::Xor | M::Test) => {
+            let Some(alu) = Alu::of(m) else { return false };
             let same = insn.op_kind(0) == OpKind::Register
                 && insn.op_kind(1) == OpKind::Register
                 && insn.op_register(0) == insn.op_register(1);
             let (a, b) = (read(st, insn, 0, space), read(st, insn, 1, space));
-            let (a, b) = match (m, same) {
+            let (a, b) = match (alu, same) {
                 // xor r, r and sub r, r are zero whatever r held.
-                (M::Xor | M::Sub, true) => (Some(0), Some(0)),
+                (Alu::Xor | Alu::Sub, true) => (Some(0), Some(0)),
                 _ => (a, b),
             };
-            let op = match m {
-                M::Add => Arith::Add,
-                M::Sub | M::Cmp => Arith::Sub,
-                _ => Arith::Logic,
-            };
             let r = match (a, b) {
-                (Some(a), Some(b)) => {
-                    let r = match m {
-                        M::Add => a.wrapping_add(b),
-                        M::Sub | M::Cmp => a.wrapping_sub(b),
-                        M::And | M::Test => a & b,
-                        M::Or => a | b,
-                        _ => a ^ b,
-                    } & mask(w);
-                    arith(&mut st.flags, op, a, b, r, w);
-                    if op == Arith::Logic && st.cpu.logic_clears_af == Some(true) {
-                        st.flags.put(flags::AF, 0);
-                    }
-                    Some(r)
-                }
+                (Some(a), Some(b)) => Some(alu.apply(&mut st.flags, &st.cpu, a, b, w)),
                 _ => {
                     st.flags.apply_generic(insn);
                     None
                 }
             };
-            if !matches!(m, M::Cmp | M::Test) {
+            if alu.writes() {
                 write(st, insn, 0, r);
             }
         }
-        M::Inc | M::Dec | M::Neg | M::Not => {
-            let m = insn.mnemonic();
+        m @ (M::Inc | M::Dec | M::Neg | M::Not) => {
+            let Some(unary) = Unary::of(m) else { return false };
             let a = read(st, insn, 0, space);
-            let r = a.map(|a| {
-                let r = match m {
-                    M::Inc => a.wrapping_add(1),
-                    M::Dec => a.wrapping_sub(1),
-                    M::Neg => 0u64.wrapping_sub(a),
-                    _ => !a,
-                } & mask(w);
-                match m {
-                    M::Inc => arith(&mut st.flags, Arith::Inc, a, 1, r, w),
-                    M::Dec => arith(&mut st.flags, Arith::Dec, a, 1, r, w),
-                    M::Neg => arith(&mut st.flags, Arith::Sub, 0, a, r, w),
-                    _ => {}
-                }
-                r
-            });
+            let r = a.map(|a| unary.apply(&mut st.flags, a, w));
             if a.is_none() {
                 st.flags.apply_generic(insn);
             }
             write(st, insn, 0, r);
         }
-        M::Shl | M::Sal | M::Shr | M::Sar => {
-            let bits = w * 8;
-            let Some(count) = read(st, insn, 1, space).map(|c| c & if w == 8 { 63 } else { 31 }) else {
+        m @ (M::Shl | M::Sal | M::Shr | M::Sar) => {
+            let Some(shift) = Shift::of(m) else { return false };
+            let Some(count) = read(st, insn, 1, space).map(|c| Shift::count(c, w)) else {
                 st.flags.apply_generic(insn);
                 write(st, insn, 0, None);
                 return true;
@@ -193,25 +162,7 @@ fn modelled(st: &mut State, insn: &Instruction, next: Option<u64>, space: &Addre
                 return true;
             }
             let a = read(st, insn, 0, space);
-            let r = a.map(|a| {
-                let c = count as u32;
-                let (r, out) = match insn.mnemonic() {
-                    M::Shl | M::Sal => (a.checked_shl(c).unwrap_or(0), c <= bits && (a >> (bits - c)) & 1 != 0),
-                    M::Shr => (a.checked_shr(c).unwrap_or(0), c <= bits && (a >> (c - 1)) & 1 != 0),
-                    _ => {
-                        let s = sign_extend(a, w) as i64;
-                        ((s >> c.min(63)) as u64, (s >> (c - 1).min(63)) & 1 != 0)
-                    }
-                };
-                let r = r & mask(w);
-                arith(&mut st.flags, Arith::Logic, r, r, r, w);
-                st.flags.put(flags::CF, if out { flags::CF } else { 0 });
-                if c > bits {
-                    st.flags.forget(flags::CF);
-                }
-                st.flags.forget(flags::OF | flags::AF);
-                r
-            });
+            let r = a.map(|a| shift.apply(&mut st.flags, a, count, w));
             if a.is_none() {
                 st.flags.apply_generic(insn);
             }
@@ -224,17 +175,7 @@ fn modelled(st: &mut State, insn: &Instruction, next: Option<u64>, space: &Addre
                 (read(st, insn, 0, space), read(st, insn, 1, space))
             };
             st.flags.apply_generic(insn);
-            let r = match (a, b) {
-                (Some(a), Some(b)) => {
-                    let full = i128::from(sign_extend(a, w) as i64) * i128::from(sign_extend(b, w) as i64);
-                    let r = (full as u64) & mask(w);
-                    let fits = i128::from(sign_extend(r, w) as i64) == full;
-                    st.flags
-                        .put(flags::CF | flags::OF, if fits { 0 } else { flags::CF | flags::OF });
-                    Some(r)
-                }
-                _ => None,
-            };
+            let r = a.zip(b).map(|(a, b)| signed_product(&mut st.flags, a, b, w));
             write(st, insn, 0, r);
         }
         M::Cdqe => {
@@ -261,22 +202,7 @@ fn modelled(st: &mut State, insn: &Instruction, next: Option<u64>, space: &Addre
             write(st, insn, 0, b);
             write(st, insn, 1, a);
         }
-        M::Cmove
-        | M::Cmovne
-        | M::Cmovb
-        | M::Cmovae
-        | M::Cmovbe
-        | M::Cmova
-        | M::Cmovl
-        | M::Cmovge
-        | M::Cmovle
-        | M::Cmovg
-        | M::Cmovs
-        | M::Cmovns
-        | M::Cmovo
-        | M::Cmovno
-        | M::Cmovp
-        | M::Cmovnp => {
+        m if is_cmov(m) => {
             let v = match st.flags.condition(insn.condition_code()) {
                 Some(true) => read(st, insn, 1, space),
                 // A 32-bit cmov zero-extends its destination even when the move does not happen.
@@ -285,22 +211,7 @@ fn modelled(st: &mut State, insn: &Instruction, next: Option<u64>, space: &Addre
             };
             write(st, insn, 0, v);
         }
-        M::Sete
-        | M::Setne
-        | M::Setb
-        | M::Setae
-        | M::Setbe
-        | M::Seta
-        | M::Setl
-        | M::Setge
-        | M::Setle
-        | M::Setg
-        | M::Sets
-        | M::Setns
-        | M::Seto
-        | M::Setno
-        | M::Setp
-        | M::Setnp => {
+        m if is_setcc(m) => {
             let v = st.flags.condition(insn.condition_code()).map(u64::from);
             write(st, insn, 0, v);
         }

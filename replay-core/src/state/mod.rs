@@ -17,7 +17,8 @@
 //! Files: `reg` (registers), `flags` (RFLAGS bits, conditions), `memory/` (known bytes, copied
 //! on write by 256-byte segments), `ops` (operands), `vector/` (zmm0–31 and the opmasks: SSE, AVX2 and
 //! AVX-512), `xsave` (the XSAVE family), `mxcsr`, `float` and `rounded` (scalar floating
-//! point), `integer` and `partial` (integer instructions, partly known registers), `writes`
+//! point), `alu` (the integer arithmetic with its flags), `integer` and `partial` (integer
+//! instructions, partly known registers), `writes`
 //! (what iced-x86 says an instruction writes), `forward` and `backward` (semantics),
 //! `transition` (one position to the next: instructions, system calls, events), `compiled/`
 //! (the most common instructions translated once for the forward walk), `walker`
@@ -28,6 +29,7 @@
 //! from), `engine/` (queries, and a stop's wait for final values), `known` (reading both passes at one position), `why` (the
 //! cause of each unknown), `sigreturn` (the context a signal return restores).
 
+mod alu;
 mod anchored;
 mod backward;
 mod chains;

@@ -92,6 +92,22 @@ pub fn ignores_index(insn: &Instruction) -> bool {
     )
 }
 
+/// Whether an operand kind is an immediate.
+pub fn is_immediate(kind: OpKind) -> bool {
+    matches!(
+        kind,
+        OpKind::Immediate8
+            | OpKind::Immediate8_2nd
+            | OpKind::Immediate16
+            | OpKind::Immediate32
+            | OpKind::Immediate64
+            | OpKind::Immediate8to16
+            | OpKind::Immediate8to32
+            | OpKind::Immediate8to64
+            | OpKind::Immediate32to64
+    )
+}
+
 /// Whether an operand kind is memory (explicit or a string instruction's implicit one).
 pub fn is_memory(kind: OpKind) -> bool {
     matches!(
@@ -131,15 +147,7 @@ pub fn read(st: &State, insn: &Instruction, op: u32, space: &AddressSpace) -> Op
             }
             st.mem.read_u64(a, w, space)
         }
-        OpKind::Immediate8
-        | OpKind::Immediate8_2nd
-        | OpKind::Immediate16
-        | OpKind::Immediate32
-        | OpKind::Immediate64
-        | OpKind::Immediate8to16
-        | OpKind::Immediate8to32
-        | OpKind::Immediate8to64
-        | OpKind::Immediate32to64 => Some(insn.immediate(op) & mask(width(insn, op))),
+        k if is_immediate(k) => Some(insn.immediate(op) & mask(width(insn, op))),
         _ => None,
     }
 }

@@ -1,9 +1,9 @@
 //! A translated instruction applied to a state: [`super::super::forward`]'s semantics for its
 //! form, the same calls in the same order.
 
-use super::{arith_of, Addr, Alu, Compiled, Extend, Op, Operand, Segment, Shift, Unary};
+use super::{Addr, Compiled, Extend, Op, Operand, Segment};
 use crate::image::AddressSpace;
-use crate::state::flags::{self, arith, Arith};
+use crate::state::alu::{signed_product, Alu, Shift};
 use crate::state::ops::sign_extend;
 use crate::state::reg::{mask, Reg, RSP};
 use crate::state::why::{self, Cause};
@@ -41,35 +41,20 @@ impl Compiled {
                 same,
                 generic,
             } => {
-                let w = u32::from(width);
                 let (a, b) = (self.read(st, dst, space), self.read(st, src, space));
                 let (a, b) = match (alu, same) {
                     // xor r, r and sub r, r are zero whatever r held.
                     (Alu::Xor | Alu::Sub, true) => (Some(0), Some(0)),
                     _ => (a, b),
                 };
-                let op = arith_of(alu);
                 let r = match (a, b) {
-                    (Some(a), Some(b)) => {
-                        let r = match alu {
-                            Alu::Add => a.wrapping_add(b),
-                            Alu::Sub | Alu::Cmp => a.wrapping_sub(b),
-                            Alu::And | Alu::Test => a & b,
-                            Alu::Or => a | b,
-                            Alu::Xor => a ^ b,
-                        } & mask(w);
-                        arith(&mut st.flags, op, a, b, r, w);
-                        if op == Arith::Logic && st.cpu.logic_clears_af == Some(true) {
-                            st.flags.put(flags::AF, 0);
-                        }
-                        Some(r)
-                    }
+                    (Some(a), Some(b)) => Some(alu.apply(&mut st.flags, &st.cpu, a, b, u32::from(width))),
                     _ => {
                         st.flags.apply(generic);
                         None
                     }
                 };
-                if !matches!(alu, Alu::Cmp | Alu::Test) {
+                if alu.writes() {
                     self.write(st, dst, r);
                 }
             }
@@ -79,23 +64,8 @@ impl Compiled {
                 width,
                 generic,
             } => {
-                let w = u32::from(width);
                 let a = self.read(st, dst, space);
-                let r = a.map(|a| {
-                    let r = match unary {
-                        Unary::Inc => a.wrapping_add(1),
-                        Unary::Dec => a.wrapping_sub(1),
-                        Unary::Neg => 0u64.wrapping_sub(a),
-                        Unary::Not => !a,
-                    } & mask(w);
-                    match unary {
-                        Unary::Inc => arith(&mut st.flags, Arith::Inc, a, 1, r, w),
-                        Unary::Dec => arith(&mut st.flags, Arith::Dec, a, 1, r, w),
-                        Unary::Neg => arith(&mut st.flags, Arith::Sub, 0, a, r, w),
-                        Unary::Not => {}
-                    }
-                    r
-                });
+                let r = a.map(|a| unary.apply(&mut st.flags, a, u32::from(width)));
                 if a.is_none() {
                     st.flags.apply(generic);
                 }
@@ -109,8 +79,7 @@ impl Compiled {
                 generic,
             } => {
                 let w = u32::from(width);
-                let bits = w * 8;
-                let Some(count) = self.read(st, count, space).map(|c| c & if w == 8 { 63 } else { 31 }) else {
+                let Some(count) = self.read(st, count, space).map(|c| Shift::count(c, w)) else {
                     st.flags.apply(generic);
                     self.write(st, dst, None);
                     return;
@@ -119,25 +88,7 @@ impl Compiled {
                     return;
                 }
                 let a = self.read(st, dst, space);
-                let r = a.map(|a| {
-                    let c = count as u32;
-                    let (r, out) = match shift {
-                        Shift::Left => (a.checked_shl(c).unwrap_or(0), c <= bits && (a >> (bits - c)) & 1 != 0),
-                        Shift::Right => (a.checked_shr(c).unwrap_or(0), c <= bits && (a >> (c - 1)) & 1 != 0),
-                        Shift::Arithmetic => {
-                            let s = sign_extend(a, w) as i64;
-                            ((s >> c.min(63)) as u64, (s >> (c - 1).min(63)) & 1 != 0)
-                        }
-                    };
-                    let r = r & mask(w);
-                    arith(&mut st.flags, Arith::Logic, r, r, r, w);
-                    st.flags.put(flags::CF, if out { flags::CF } else { 0 });
-                    if c > bits {
-                        st.flags.forget(flags::CF);
-                    }
-                    st.flags.forget(flags::OF | flags::AF);
-                    r
-                });
+                let r = a.map(|a| shift.apply(&mut st.flags, a, count, w));
                 if a.is_none() {
                     st.flags.apply(generic);
                 }
@@ -150,20 +101,11 @@ impl Compiled {
                 width,
                 generic,
             } => {
-                let w = u32::from(width);
                 let (a, b) = (self.read(st, a, space), self.read(st, b, space));
                 st.flags.apply(generic);
-                let r = match (a, b) {
-                    (Some(a), Some(b)) => {
-                        let full = i128::from(sign_extend(a, w) as i64) * i128::from(sign_extend(b, w) as i64);
-                        let r = (full as u64) & mask(w);
-                        let fits = i128::from(sign_extend(r, w) as i64) == full;
-                        st.flags
-                            .put(flags::CF | flags::OF, if fits { 0 } else { flags::CF | flags::OF });
-                        Some(r)
-                    }
-                    _ => None,
-                };
+                let r = a
+                    .zip(b)
+                    .map(|(a, b)| signed_product(&mut st.flags, a, b, u32::from(width)));
                 self.write(st, dst, r);
             }
             Op::Cmov { cc, dst, src } => {

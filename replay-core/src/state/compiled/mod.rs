@@ -18,7 +18,8 @@ mod tests;
 
 use iced_x86::{ConditionCode, Instruction, Mnemonic, OpKind, Register};
 
-use super::flags::{Arith, Generic};
+use super::alu::{self, Alu, Shift, Unary};
+use super::flags::Generic;
 use super::ops::width;
 use super::reg::{self, mask, Slot};
 use crate::image::AddressSpace;
@@ -104,38 +105,6 @@ enum Extend {
     Zero,
     /// Sign-extended from the source's width to the destination's (`movsx`, `movsxd`).
     Sign { from: u8 },
-}
-
-/// What the arithmetic and logic instructions compute.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Alu {
-    Add,
-    Sub,
-    Cmp,
-    And,
-    Or,
-    Xor,
-    Test,
-}
-
-/// The one-operand arithmetic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Unary {
-    Inc,
-    Dec,
-    Neg,
-    Not,
-}
-
-/// The shifts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Shift {
-    /// `shl` and `sal`.
-    Left,
-    /// `shr`.
-    Right,
-    /// `sar`.
-    Arithmetic,
 }
 
 /// What a translated instruction does, each as [`super::forward`]'s `modelled` does it.
@@ -266,11 +235,7 @@ impl Compiled {
                 width: if insn.mnemonic() == M::Cdqe { 8 } else { 4 },
             },
             m @ (M::Shl | M::Sal | M::Shr | M::Sar) => Op::Shift {
-                shift: match m {
-                    M::Shl | M::Sal => Shift::Left,
-                    M::Shr => Shift::Right,
-                    _ => Shift::Arithmetic,
-                },
+                shift: Shift::of(m)?,
                 dst: operand(0)?,
                 count: operand(1)?,
                 width: w,
@@ -298,15 +263,7 @@ impl Compiled {
                 Op::Lea { dst, width: w }
             }
             m @ (M::Add | M::Sub | M::Cmp | M::And | M::Or | M::Xor | M::Test) => Op::Alu {
-                alu: match m {
-                    M::Add => Alu::Add,
-                    M::Sub => Alu::Sub,
-                    M::Cmp => Alu::Cmp,
-                    M::And => Alu::And,
-                    M::Or => Alu::Or,
-                    M::Xor => Alu::Xor,
-                    _ => Alu::Test,
-                },
+                alu: Alu::of(m)?,
                 dst: operand(0)?,
                 src: operand(1)?,
                 width: w,
@@ -316,52 +273,17 @@ impl Compiled {
                 generic: Generic::of(insn),
             },
             m @ (M::Inc | M::Dec | M::Neg | M::Not) => Op::Unary {
-                unary: match m {
-                    M::Inc => Unary::Inc,
-                    M::Dec => Unary::Dec,
-                    M::Neg => Unary::Neg,
-                    _ => Unary::Not,
-                },
+                unary: Unary::of(m)?,
                 dst: operand(0)?,
                 width: w,
                 generic: Generic::of(insn),
             },
-            M::Cmove
-            | M::Cmovne
-            | M::Cmovb
-            | M::Cmovae
-            | M::Cmovbe
-            | M::Cmova
-            | M::Cmovl
-            | M::Cmovge
-            | M::Cmovle
-            | M::Cmovg
-            | M::Cmovs
-            | M::Cmovns
-            | M::Cmovo
-            | M::Cmovno
-            | M::Cmovp
-            | M::Cmovnp => Op::Cmov {
+            m if alu::is_cmov(m) => Op::Cmov {
                 cc: insn.condition_code(),
                 dst: operand(0)?,
                 src: operand(1)?,
             },
-            M::Sete
-            | M::Setne
-            | M::Setb
-            | M::Setae
-            | M::Setbe
-            | M::Seta
-            | M::Setl
-            | M::Setge
-            | M::Setle
-            | M::Setg
-            | M::Sets
-            | M::Setns
-            | M::Seto
-            | M::Setno
-            | M::Setp
-            | M::Setnp => Op::Set {
+            m if alu::is_setcc(m) => Op::Set {
                 cc: insn.condition_code(),
                 dst: operand(0)?,
             },
@@ -423,15 +345,7 @@ fn operand(insn: &Instruction, op: u32, addr: &mut Option<Addr>, imm: &mut Optio
             *addr = Some(address(insn, op)?);
             Some(Operand::Mem(w as u8))
         }
-        OpKind::Immediate8
-        | OpKind::Immediate8_2nd
-        | OpKind::Immediate16
-        | OpKind::Immediate32
-        | OpKind::Immediate64
-        | OpKind::Immediate8to16
-        | OpKind::Immediate8to32
-        | OpKind::Immediate8to64
-        | OpKind::Immediate32to64 => {
+        k if super::ops::is_immediate(k) => {
             if imm.is_some() {
                 return None;
             }
@@ -477,13 +391,4 @@ fn address(insn: &Instruction, op: u32) -> Option<Addr> {
         scale: insn.memory_index_scale() as u8,
         segment,
     })
-}
-
-/// The flags an arithmetic instruction sets.
-fn arith_of(alu: Alu) -> Arith {
-    match alu {
-        Alu::Add => Arith::Add,
-        Alu::Sub | Alu::Cmp => Arith::Sub,
-        _ => Arith::Logic,
-    }
 }
