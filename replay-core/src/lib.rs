@@ -33,5 +33,7 @@ pub mod regs;
 pub mod session;
 pub mod state;
 pub mod syscall;
+#[cfg(test)]
+mod test_rng;
 pub mod threads;
 pub mod timeline;

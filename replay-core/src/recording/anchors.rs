@@ -413,13 +413,11 @@ mod tests {
     #[test]
     fn the_index_reads_the_file_a_window_at_a_time_across_anchors() {
         let (mut out, mut list, mut written) = (Vec::new(), Vec::new(), Vec::new());
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rng = crate::test_rng::Rng(0x9e37_79b9_7f4a_7c15);
         for k in 0..500u64 {
             let (offset, mut pages) = (out.len() as u64, Vec::new());
             for j in 0..1 + (k * 7) % 61 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                let x = rng.next();
                 let address = (k * 64 + j) * PAGE;
                 let bytes = match x % 8 {
                     0 => None,

@@ -63,7 +63,6 @@ impl Reg {
             .chain((0..6).map(Reg::Segment))
     }
 
-    #[inline]
     fn index(self) -> usize {
         match self {
             Reg::Gpr(i) => usize::from(i),
@@ -179,7 +178,6 @@ impl Eq for RegFile {}
 impl RegFile {
     /// A register's value, if known. Reading an unknown one notes its cause for whatever
     /// the current transition makes unknown from it ([`why::saw`]).
-    #[inline]
     pub fn get(&self, r: Reg) -> Option<u64> {
         let i = r.index();
         if self.known & (1 << i) == 0 {
@@ -196,7 +194,6 @@ impl RegFile {
     }
 
     /// Sets a register to a value or to unknown (for the current transition's cause).
-    #[inline]
     pub fn set(&mut self, r: Reg, value: Option<u64>) {
         let i = r.index();
         match value {

@@ -115,7 +115,6 @@ thread_local! {
     };
 }
 
-#[inline]
 fn update(f: impl FnOnce(&mut Transition)) {
     NOW.with(|n| {
         let mut t = n.get();
@@ -125,7 +124,6 @@ fn update(f: impl FnOnce(&mut Transition)) {
 }
 
 /// Starts a transition at `position` whose own cause is `cause`.
-#[inline]
 pub fn begin(cause: Cause, position: u64) {
     NOW.with(|n| {
         n.set(Transition {
@@ -138,7 +136,6 @@ pub fn begin(cause: Cause, position: u64) {
 
 /// Overrides the current transition's cause, whatever it read: an unmodelled instruction, or
 /// a store through an unknown address, is the cause of what it loses.
-#[inline]
 pub fn insist(cause: Cause) {
     update(|t| {
         t.now.cause = cause;
@@ -147,14 +144,12 @@ pub fn insist(cause: Cause) {
 }
 
 /// The cause the current transition insisted on, if it did.
-#[inline]
 pub fn insisted() -> Option<Cause> {
     let t = NOW.with(Cell::get);
     t.strict.then_some(t.now.cause)
 }
 
 /// Notes that an unknown value was read, and why it was unknown.
-#[inline]
 pub fn saw(why: Why) {
     update(|t| {
         if t.seen.is_none() {
@@ -164,7 +159,6 @@ pub fn saw(why: Why) {
 }
 
 /// The cause for a value made unknown now.
-#[inline]
 pub fn current() -> Why {
     let t = NOW.with(Cell::get);
     match (t.strict, t.seen) {

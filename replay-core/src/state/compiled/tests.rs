@@ -11,6 +11,7 @@ use crate::state::memory::log::Logging;
 use crate::state::reg::Reg;
 use crate::state::why::{self, Cause};
 use crate::state::{flags, forward, State};
+use crate::test_rng::Rng;
 
 const CODE: u64 = 0x1000;
 /// Writable memory the states know most of.
@@ -170,22 +171,6 @@ fn translated() -> (Vec<Instruction>, AddressSpace) {
         a.set_label(&mut data)?;
         a.db(&[0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11])
     })
-}
-
-/// A small random-number generator (xorshift), seeded: the same states every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 /// A state whose registers point into [`DATA`], at the code (read-only bytes), or hold

@@ -300,13 +300,8 @@ fn bytes_and_causes(m: &Memory, from: u64, to: u64, space: &AddressSpace) -> Vec
 #[test]
 fn a_store_into_known_bytes_does_what_a_write_does() {
     let space = AddressSpace::new();
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut rng = crate::test_rng::Rng(0x9e37_79b9_7f4a_7c15);
+    let mut next = || rng.next();
     // Two pages known but for a few holes, each for a cause of its own.
     let mut base = Memory::new();
     let bytes: Vec<u8> = (0..2 * PAGE).map(|_| next() as u8).collect();

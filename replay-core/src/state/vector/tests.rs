@@ -329,13 +329,8 @@ fn loads_and_stores_at_once_match_a_byte_at_a_time() {
         .map(|b| Decoder::with_ip(64, b, 0x1000, DecoderOptions::NONE).decode())
         .collect();
     let space = crate::image::AddressSpace::new();
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut rng = crate::test_rng::Rng(0x2545_f491_4f6c_dd1d);
+    let mut next = move || rng.next();
     let mut st = State::unknown();
     let bytes: Vec<u8> = (0..0x2000).map(|_| next() as u8).collect();
     st.mem.write(0x7000, &bytes);
