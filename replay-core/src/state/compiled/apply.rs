@@ -129,7 +129,7 @@ impl Compiled {
             Op::Pop { dst } => {
                 let rsp = st.regs.get(RSP);
                 st.regs.set(RSP, rsp.map(|v| v.wrapping_add(8)));
-                let v = rsp.and_then(|a| st.mem.read_u64(a, 8, space));
+                let v = rsp.and_then(|a| st.mem.load(a, 8, space));
                 st.regs.write_slot(dst.slot(), v);
             }
             Op::Call => self.push(st, Some(self.imm)),
@@ -150,12 +150,12 @@ impl Compiled {
 
     /// An operand's value, zero-extended from its width, if known.
     #[inline]
-    fn read(&self, st: &State, o: Operand, space: &AddressSpace) -> Option<u64> {
+    fn read(&self, st: &mut State, o: Operand, space: &AddressSpace) -> Option<u64> {
         match o {
             Operand::Reg(s) => st.regs.read_slot(s.slot()),
             Operand::Mem(w) => {
                 let a = address(st, &self.addr)?;
-                st.mem.read_u64(a, u32::from(w), space)
+                st.mem.load(a, u32::from(w), space)
             }
             Operand::Imm => Some(self.imm),
         }

@@ -5,6 +5,7 @@
 mod footprint;
 pub mod log;
 mod page;
+mod recent;
 mod table;
 #[cfg(test)]
 mod tests;
@@ -14,13 +15,14 @@ use std::sync::Arc;
 use super::why::{self, Why};
 use crate::image::AddressSpace;
 pub use footprint::Footprint;
-use page::Page;
+use page::{Page, SEG};
+use recent::Recent;
 use table::PageTable;
 
 const PAGE: u64 = page::PAGE as u64;
 
 /// The writable memory's known bytes.
-#[derive(Clone, Default)]
+#[derive(Default)]
 pub struct Memory {
     pages: PageTable<Page>,
     /// Why the bytes of pages not held are unknown: the last time all memory was forgotten,
@@ -41,6 +43,25 @@ pub struct Memory {
     /// push and call, and rebuilding the page table each time took a 139 M-instruction
     /// python3's first look at its end from 1 s to 50 s.
     settled: bool,
+    /// The segments used last ([`recent`]): dropped at every change to `pages` but a store
+    /// through one of them.
+    recent: Recent,
+}
+
+impl Clone for Memory {
+    fn clone(&self) -> Self {
+        // What this owned alone is shared with the clone from now on.
+        self.recent.shared();
+        Self {
+            pages: self.pages.clone(),
+            why_all: self.why_all,
+            volatile: self.volatile.clone(),
+            partial: self.partial.clone(),
+            readonly: self.readonly.clone(),
+            settled: self.settled,
+            recent: Recent::default(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Memory {
@@ -81,12 +102,14 @@ impl Memory {
 
     /// Sets what no store writes from now on ([`crate::state::readonly`]).
     pub fn set_readonly(&mut self, ranges: Arc<[(u64, u64)]>) {
+        self.recent.clear();
         self.readonly = ranges;
         self.settled = false;
     }
 
     /// Declares ranges the kernel may rewrite at any time: never known.
     pub fn set_volatile(&mut self, ranges: &[(u64, u64)]) {
+        self.recent.clear();
         self.volatile = ranges.into();
     }
 
@@ -148,6 +171,28 @@ impl Memory {
         Some(u64::from_le_bytes(v))
     }
 
+    /// What [`Self::read_u64`] gives, through the segments used last ([`recent`]): the walk's
+    /// loads.
+    #[inline]
+    #[allow(unsafe_code)]
+    pub fn load(&mut self, addr: u64, bytes: u32, space: &AddressSpace) -> Option<u64> {
+        let (s, off, n) = (addr / SEG as u64, (addr % SEG as u64) as usize, bytes as usize);
+        if n <= 8 && off + n <= SEG && (self.volatile.is_empty() || !self.is_volatile(addr, n as u64)) {
+            if let Some((seg, _)) = self.recent.get(s) {
+                // SAFETY: an entry's segment is the one the table holds, and alive; nothing
+                // writes it while `self` is borrowed ([`recent`]).
+                return Some(unsafe { seg.small(off, n) });
+            }
+            let j = (addr % PAGE) as usize;
+            if let Some(seg) = self.pages.get(addr / PAGE).and_then(|p| p.known_segment(j)) {
+                self.recent.put(s, seg, false);
+                // SAFETY: the table holds it, and `self` is borrowed.
+                return Some(unsafe { seg.small(off, n) });
+            }
+        }
+        self.read_u64(addr, bytes, space)
+    }
+
     /// Fills `out` with the bytes at `addr`; false at the first byte not known (whose cause
     /// is noted, as [`Self::read_byte`] does).
     fn read_into(&self, addr: u64, out: &mut [u8], space: &AddressSpace) -> bool {
@@ -198,6 +243,7 @@ impl Memory {
     /// Knows `bytes` at `addr`. A write of what is already known copies nothing.
     pub fn write(&mut self, addr: u64, bytes: &[u8]) {
         log::note(addr, bytes.len() as u64);
+        self.recent.clear();
         self.settled = false;
         self.drop_partial(addr, bytes.len() as u64);
         let why_all = self.why_all;
@@ -230,6 +276,7 @@ impl Memory {
         }
         self.drop_partial(addr, len);
         self.settled = false;
+        self.recent.clear();
         self.write(addr, &vec![0; (first - addr) as usize]);
         let zeros = Arc::new(Page::zeros());
         for p in first / PAGE..last / PAGE {
@@ -269,6 +316,7 @@ impl Memory {
     /// Writes `value` (little-endian, `bytes` wide) or makes those bytes unknown.
     pub fn store(&mut self, addr: u64, bytes: u32, value: Option<u64>) {
         match value {
+            Some(v) if self.store_recent(addr, bytes.min(8) as usize, v) => {}
             Some(v) if self.store_known(addr, bytes.min(8) as usize, v) => {}
             Some(v) => self.write(addr, &v.to_le_bytes()[..bytes.min(8) as usize]),
             None => self.forget(addr, u64::from(bytes)),
@@ -289,10 +337,39 @@ impl Memory {
         self.settled = false;
         self.drop_partial(addr, n as u64);
         if held != v & super::reg::mask(n as u32) {
-            if let Some(page) = self.pages.get_mut(p) {
-                Arc::make_mut(page).store_known(j, n, v);
+            // The chunk, the page and the segment are made this table's own: the segment
+            // may be written in place until the table changes otherwise or is cloned.
+            let seg = self
+                .pages
+                .get_mut(p)
+                .and_then(|page| Arc::make_mut(page).store_known(j, n, v));
+            match seg {
+                Some(seg) => self.recent.put(addr / SEG as u64, seg, true),
+                None => self.recent.clear(),
             }
         }
+        true
+    }
+
+    /// What [`Self::store_known`] does, for a store within a segment held writable among the
+    /// ones used last ([`recent`]); false, having done nothing, in any other case.
+    #[inline]
+    #[allow(unsafe_code)]
+    fn store_recent(&mut self, addr: u64, n: usize, v: u64) -> bool {
+        let (s, off) = (addr / SEG as u64, (addr % SEG as u64) as usize);
+        if off + n > SEG {
+            return false;
+        }
+        self.recent.unshared();
+        let Some((seg, true)) = self.recent.get(s) else {
+            return false;
+        };
+        log::note(addr, n as u64);
+        self.settled = false;
+        self.drop_partial(addr, n as u64);
+        // SAFETY: a writable entry's segment is this table's alone, alive, and not referred
+        // to elsewhere while `self` is borrowed mutably ([`recent`]).
+        unsafe { seg.store(off, n, v) };
         true
     }
 
@@ -327,6 +404,7 @@ impl Memory {
             let (j, n) = ((a % PAGE) as usize, (page_end - a) as usize);
             // A page forgotten is kept (its bytes unknown) for the cause it holds.
             if self.pages.get(p).is_some_and(|page| page.forget_changes(j, n, why)) {
+                self.recent.clear();
                 if let Some(page) = self.pages.get_mut(p) {
                     Arc::make_mut(page).forget(j, n, why);
                 }
@@ -351,6 +429,7 @@ impl Memory {
     /// Learns every byte `other` knows and this does not.
     pub fn absorb(&mut self, other: &Memory) {
         self.settled = false;
+        self.recent.clear();
         for (p, theirs) in other.pages.iter() {
             match self.pages.get(p) {
                 None => self.pages.insert(p, theirs.clone()),
@@ -369,6 +448,7 @@ impl Memory {
     pub fn forget_all(&mut self) {
         log::note_all();
         if !self.settled {
+            self.recent.clear();
             self.pages = self.pages.within(&self.readonly, PAGE);
             self.partial.clear();
             self.settled = true;

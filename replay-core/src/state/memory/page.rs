@@ -9,6 +9,7 @@
 //! segments it touches; a segment whose bytes are all known (nearly every one, once written)
 //! holds no known bits and no causes; a write that changes nothing copies nothing.
 
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::super::why::Why;
@@ -17,7 +18,7 @@ use super::footprint::Footprint;
 /// Bytes a page covers.
 pub(super) const PAGE: usize = 4096;
 /// Bytes a segment covers.
-const SEG: usize = 256;
+pub(super) const SEG: usize = 256;
 /// Segments in a page.
 const SEGS: usize = PAGE / SEG;
 /// 64-byte lines in a segment: the granularity of known bits' words and of causes.
@@ -211,6 +212,53 @@ pub(super) fn le(bytes: &[u8]) -> u64 {
     u64::from_le_bytes(b)
 }
 
+/// Writes the low `bytes.len()` bytes (at most 8) of `v`, little-endian, the usual widths by
+/// a constant size.
+#[inline]
+fn put(bytes: &mut [u8], v: u64) {
+    let v = v.to_le_bytes();
+    match bytes.len() {
+        8 => bytes.copy_from_slice(&v),
+        4 => bytes.copy_from_slice(&v[..4]),
+        2 => bytes.copy_from_slice(&v[..2]),
+        n => bytes.copy_from_slice(&v[..n]),
+    }
+}
+
+/// Where a segment whose bytes are all known lies, for the memory's cache of the segments it
+/// used last ([`super::recent`]), which keeps the rules that make its use sound: the segment is
+/// read only while the table that holds it has not changed since, and written only if that
+/// table owns it alone (it came from [`Page::store_known`]) and has not been cloned since.
+#[derive(Clone, Copy)]
+pub(super) struct SegmentRef(NonNull<Segment>);
+
+impl SegmentRef {
+    /// The `n` bytes (at most 8, within the segment) at `off`, as a little-endian number.
+    ///
+    /// # Safety
+    /// The segment is alive and nothing writes it meanwhile.
+    #[inline]
+    #[allow(unsafe_code)]
+    pub(super) unsafe fn small(self, off: usize, n: usize) -> u64 {
+        // SAFETY: the caller's.
+        let seg = unsafe { self.0.as_ref() };
+        le(&seg.bytes[off..off + n])
+    }
+
+    /// Writes the `n` bytes (at most 8, within the segment) of `v` at `off`.
+    ///
+    /// # Safety
+    /// The segment is alive and nothing else refers to it: no other table holds it, and no
+    /// reference to it is live.
+    #[inline]
+    #[allow(unsafe_code)]
+    pub(super) unsafe fn store(mut self, off: usize, n: usize, v: u64) {
+        // SAFETY: the caller's.
+        let seg = unsafe { self.0.as_mut() };
+        put(&mut seg.bytes[off..off + n], v);
+    }
+}
+
 /// The one segment of known zeros every state shares (copied on its first write, as any
 /// shared segment is).
 fn zero_segment() -> Arc<Segment> {
@@ -256,19 +304,25 @@ impl Page {
     }
 
     /// Writes the `n` bytes (at most 8) of `v` at `j`, which lie in one segment whose bytes are
-    /// all known ([`Self::small`] gave them), copying the segment if it is shared.
+    /// all known ([`Self::small`] gave them), copying the segment if it is shared; the segment
+    /// written, now this page's own.
     #[inline]
-    pub(super) fn store_known(&mut self, j: usize, n: usize, v: u64) {
+    pub(super) fn store_known(&mut self, j: usize, n: usize, v: u64) -> Option<SegmentRef> {
         let off = j % SEG;
-        if let Slot::Held(seg) = &mut self.slots[j / SEG] {
-            let bytes = &mut Arc::make_mut(seg).bytes[off..off + n];
-            let v = v.to_le_bytes();
-            match n {
-                8 => bytes.copy_from_slice(&v),
-                4 => bytes.copy_from_slice(&v[..4]),
-                2 => bytes.copy_from_slice(&v[..2]),
-                _ => bytes.copy_from_slice(&v[..n]),
-            }
+        let Slot::Held(seg) = &mut self.slots[j / SEG] else {
+            return None;
+        };
+        let seg = Arc::make_mut(seg);
+        put(&mut seg.bytes[off..off + n], v);
+        Some(SegmentRef(NonNull::from(seg)))
+    }
+
+    /// The segment holding byte `j`, if every byte of it is known (for [`super::recent`]).
+    #[inline]
+    pub(super) fn known_segment(&self, j: usize) -> Option<SegmentRef> {
+        match &self.slots[j / SEG] {
+            Slot::Held(seg) if seg.gaps.is_none() => Some(SegmentRef(NonNull::from(&**seg))),
+            _ => None,
         }
     }
 

@@ -344,3 +344,104 @@ fn a_store_into_known_bytes_does_what_a_write_does() {
     let original: Vec<_> = (0..2 * PAGE).map(|i| base.read_byte(0x7000 + i, &space)).collect();
     assert!(original.iter().zip(&bytes).all(|(o, b)| o.map_or(true, |o| o == *b)));
 }
+
+#[test]
+fn the_segments_used_last_answer_as_the_table_and_clones_keep_theirs() {
+    // A memory walked by loads and stores (which go through the segments used last) and one
+    // told the same through the general reads and writes only, with clones of both kept
+    // along the way: every clone must still hold what it held when made.
+    let space = AddressSpace::new();
+    let mut rng = crate::test_rng::Rng(0x2545_f491_4f6c_dd1d);
+    let (lo, span) = (0x10_000u64, 3 * PAGE);
+    let (mut m, mut r) = (Memory::new(), Memory::new());
+    let bytes: Vec<u8> = (0..span).map(|_| rng.next() as u8).collect();
+    m.write(lo, &bytes);
+    r.write(lo, &bytes);
+    let mut kept: Vec<(Memory, Memory)> = vec![];
+    let (mut hits, mut loads, mut in_place) = (0, 0, 0);
+    for step in 0..20_000u64 {
+        why::begin(why::Cause::Syscall(1), step);
+        // Mostly near a few hot places, as a stack and a few objects are.
+        let hot = [lo + 0x80, lo + 0x1ff8, lo + 0x2400][rng.below(3) as usize];
+        let a = match rng.below(4) {
+            0 => lo - 8 + rng.below(span + 16),
+            _ => hot + rng.below(64),
+        };
+        let n = [1u32, 2, 4, 8][rng.below(4) as usize];
+        match rng.below(100) {
+            0..=44 => {
+                loads += 1;
+                let seen = m.recent.get(a / SEG as u64).is_some();
+                let v = m.load(a, n, &space);
+                hits += usize::from(seen && v.is_some());
+                assert_eq!(v, r.read_u64(a, n, &space), "load of {n} at {a:#x}, step {step}");
+            }
+            45..=84 => {
+                let v = match (rng.below(8), r.read_u64(a, n, &space)) {
+                    (0, Some(old)) => Some(old),
+                    (1, _) => None,
+                    _ => Some(rng.next()),
+                };
+                let seen = m.recent.get(a / SEG as u64).is_some_and(|(_, writable)| writable);
+                in_place += usize::from(seen && v.is_some() && (a % SEG as u64) + u64::from(n) <= SEG as u64);
+                m.store(a, n, v);
+                match v {
+                    Some(v) => r.write(a, &v.to_le_bytes()[..n as usize]),
+                    None => r.forget(a, u64::from(n)),
+                }
+            }
+            85..=88 => {
+                let len = 1 + rng.below(600);
+                m.forget(a, len);
+                r.forget(a, len);
+            }
+            89..=91 => {
+                let src: Vec<u8> = (0..1 + rng.below(300)).map(|_| rng.next() as u8).collect();
+                m.write(a, &src);
+                r.write(a, &src);
+            }
+            92 => {
+                let page = lo + rng.below(3) * PAGE;
+                m.zero(page, PAGE);
+                r.zero(page, PAGE);
+            }
+            93..=96 => kept.push((m.clone(), r.clone())),
+            97 if !kept.is_empty() => {
+                let (km, kr) = kept.swap_remove(rng.below(kept.len() as u64) as usize);
+                m.absorb(&km);
+                r.absorb(&kr);
+            }
+            98 => {
+                m.forget_all();
+                r.forget_all();
+                if rng.below(2) == 0 {
+                    m.write(lo, &bytes);
+                    r.write(lo, &bytes);
+                }
+            }
+            _ => {
+                kept.pop();
+            }
+        }
+        if step % 500 == 0 {
+            for (km, kr) in &kept {
+                assert_eq!(
+                    bytes_and_causes(km, lo - 8, lo + span + 8, &space),
+                    bytes_and_causes(kr, lo - 8, lo + span + 8, &space),
+                    "a kept clone changed, step {step}"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        bytes_and_causes(&m, lo - 8, lo + span + 8, &space),
+        bytes_and_causes(&r, lo - 8, lo + span + 8, &space)
+    );
+    // Both shortcuts were taken often (the clears and clones here are far more frequent
+    // than in a walk).
+    assert!(
+        hits * 10 > loads,
+        "{hits} of {loads} loads answered by the segments used last"
+    );
+    assert!(in_place > 200, "{in_place} stores in place");
+}
