@@ -445,6 +445,11 @@ impl Walker {
             // The run's last position, whose next is the next run's first slot.
             if p + 1 == end && p != special {
                 if let Some((s, Some(next))) = self.cursor.slots(&shared.history, p) {
+                    if let Some(c) = shared.compiled[s].as_ref().filter(|_| !st.regs.any_partial()) {
+                        self.compiled_step(st, p, c, Some(ips[next]));
+                        p += 1;
+                        continue;
+                    }
                     if let Some((i, written)) = shared.insns[s].as_ref().filter(|(i, _)| Shared::plain(i)) {
                         self.plain_step(st, p, s, i, *written, Some(shared.ip(next)), true);
                         self.count_unmodelled();
