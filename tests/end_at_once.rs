@@ -70,7 +70,7 @@ fn a_crash_after_a_billion_instructions_shows_natives_frames_before_the_decode()
         rec.manifest.instructions
     );
     let server = Server::start(&rec);
-    let replayed = server.gdb(None, &["continue", "bt", "p value", "monitor info"]);
+    let replayed = server.gdb(None, &["monitor info", "continue", "bt", "p value", "monitor info"]);
     let native = Command::new("gdb")
         .args(["-batch", "-nx", "-ex", "run", "-ex", "bt", "-ex", "p value", "--args"])
         .arg(&exe)
@@ -88,6 +88,11 @@ fn a_crash_after_a_billion_instructions_shows_natives_frames_before_the_decode()
     );
     let value = |out: &str| out.lines().find(|l| l.starts_with("$1 = ")).map(str::to_string);
     assert_eq!(value(&replayed), value(&native), "{replayed}");
+    // Asked while the history is still read, `monitor info` says the values shown are final.
+    assert!(
+        !replayed.contains("being read in the background") || replayed.contains("values    final at every stop"),
+        "{replayed}"
+    );
 }
 
 /// What a `bt` reads at the current position: registers and the top of the stack.

@@ -78,6 +78,13 @@ impl MonitorCmd for ReplayTarget {
                 "history   {} instructions, being read in the background (stops at the beginning, at the end and between anchors answer meanwhile; `monitor info` says more once it is done)",
                 self.session.recording().manifest.instructions
             );
+            // A user asking whether what gdb shows now will change: it will not.
+            if self.session.answers_early() {
+                outputln!(
+                    out,
+                    "values    final at every stop: each worked out from the whole states the recording holds (start, anchors, end) when it is shown"
+                );
+            }
             return Ok(());
         }
         // A position the beginning or a window answers needs no whole history.

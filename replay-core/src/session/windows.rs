@@ -203,6 +203,12 @@ impl Session {
         }
     }
 
+    /// Whether, before the whole history is decoded, stops between anchors answer from a
+    /// window (a recording with sync points and anchors): their values are final as shown.
+    pub fn answers_early(&self) -> bool {
+        !self.ready() && self.window_source.is_some()
+    }
+
     /// Moves to `position` before the whole history is decoded, if the beginning or a
     /// window (decoded now if need be) answers there: `monitor goto` then need not wait for
     /// the whole. False (nothing moved) otherwise, or once the whole is there.
