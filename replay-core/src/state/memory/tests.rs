@@ -359,7 +359,9 @@ fn the_segments_used_last_answer_as_the_table_and_clones_keep_theirs() {
     r.write(lo, &bytes);
     let mut kept: Vec<(Memory, Memory)> = vec![];
     let (mut hits, mut loads, mut in_place) = (0, 0, 0);
-    for step in 0..20_000u64 {
+    // Fewer under Miri, which checks the cache's pointers (`cargo +nightly miri test`).
+    let (steps, every) = if cfg!(miri) { (400, 200) } else { (20_000u64, 500) };
+    for step in 0..steps {
         why::begin(why::Cause::Syscall(1), step);
         // Mostly near a few hot places, as a stack and a few objects are.
         let hot = [lo + 0x80, lo + 0x1ff8, lo + 0x2400][rng.below(3) as usize];
@@ -423,7 +425,7 @@ fn the_segments_used_last_answer_as_the_table_and_clones_keep_theirs() {
                 kept.pop();
             }
         }
-        if step % 500 == 0 {
+        if step % every == 0 {
             for (km, kr) in &kept {
                 assert_eq!(
                     bytes_and_causes(km, lo - 8, lo + span + 8, &space),
@@ -443,5 +445,5 @@ fn the_segments_used_last_answer_as_the_table_and_clones_keep_theirs() {
         hits * 10 > loads,
         "{hits} of {loads} loads answered by the segments used last"
     );
-    assert!(in_place > 200, "{in_place} stores in place");
+    assert!(in_place as u64 > steps / 200, "{in_place} stores in place");
 }
