@@ -3,7 +3,8 @@
 //! instructions (and the same packets) for a program whose instruction stream does not depend
 //! on the CPU model; a program from the distribution records and decodes with no error; a
 //! program interrupted by a timer's signals wherever it is records completely, and one that
-//! dies on a block's last instruction ends with that instruction's fault.
+//! dies on a block's last instruction ends with that instruction's fault; a program blocked
+//! on a full pipe is not interrupted by rtit's sample signal.
 //!
 //! Needs `qemu-x86_64` (package qemu-user; `.ci/run` installs it) and gcc. The plugin library
 //! is built here (cargo does not build a cdylib for tests).
@@ -486,4 +487,58 @@ fn the_programs_descriptors_are_numbered_as_without_rtit() {
     ]);
     assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
     assert_eq!(String::from_utf8_lossy(&result.stdout), "3 4\n", "under rtit record");
+}
+
+/// A program blocked writing to a full pipe while `rtit record --truth` samples it (a
+/// signal every 0.1–0.7 ms, as anchors taken without parking are) writes its whole output:
+/// the sample signal is sent only to a thread outside a system call. It was sent anywhere,
+/// and QEMU's host handler, which has no `SA_RESTART`, made the blocked `write` fail
+/// (`sed: couldn't write … items to stdout: Interrupted system call`, every run; sort's
+/// stdio failed the same way). Debian's sed, with QEMU 7.2 and the newest `rtit build-qemu`
+/// built, where there are.
+#[test]
+fn a_program_blocked_on_a_full_pipe_is_not_interrupted_by_samples() {
+    let dir = common::scratch("qemu_backend", "full_pipe");
+    let input = dir.join("input");
+    let text: String = (0..30_000u64)
+        .map(|i| format!("{:x} line\n", i * 2654435761 % 1_000_003))
+        .collect();
+    assert!(text.len() > 4 * 65536, "more than a pipe holds");
+    std::fs::write(&input, &text).expect("input");
+    let qemus: Vec<String> = (common::qemu_before_9().into_iter())
+        .chain(common::newer_qemu().map(|p| p.display().to_string()))
+        .collect();
+    for (n, qemu) in qemus.iter().enumerate() {
+        let out = dir.join(format!("rec{n}"));
+        let child = Command::new(env!("CARGO_BIN_EXE_rtit"))
+            .args([
+                "record",
+                "--backend",
+                "qemu",
+                "--qemu",
+                qemu,
+                "--truth",
+                "--out",
+                s(&out),
+            ])
+            .args(["--", "/usr/bin/sed", "-n", "p", s(&input)])
+            .env("RTIT_QEMU_PLUGIN", common::plugin())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("rtit record");
+        // The pipe fills while nobody reads: sed blocks in `write` for a second.
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let result = child.wait_with_output().expect("rtit record ends");
+        let stderr = String::from_utf8_lossy(&result.stderr);
+        assert!(!stderr.contains("Interrupted system call"), "{qemu}: {stderr}");
+        assert_eq!(result.status.code(), Some(0), "{qemu}: {stderr}");
+        assert!(
+            result.stdout == text.as_bytes(),
+            "{qemu}: sed's output is not its input\n{stderr}"
+        );
+        let rec = Recording::open(&out).expect("a recording");
+        // Samples were taken (some right), and none is wrong.
+        common::check_values(&rec, 90.0, qemu);
+    }
 }

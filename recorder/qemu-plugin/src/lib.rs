@@ -8,8 +8,9 @@
 //!
 //! With `floor=on` alone it only measures what the API costs (`floor`).
 //!
-//! Threads are not followed yet: the plugin stops recording before the first `clone` that
-//! creates a thread, and the program runs on unrecorded. An execve of an x86-64 program ends
+//! Threads take turns, one running at a time (`threads`; QEMU 9.0 and later, whose plugins
+//! read a thread's registers: under older ones the plugin stops recording before the first
+//! `clone` that creates a thread, and the program runs on unrecorded). An execve of an x86-64 program ends
 //! the recording, and the plugin starts QEMU again on that program (`state::exec`).
 //! A process the program forks is a copy of QEMU with this plugin in it: it goes inert and
 //! runs unrecorded; the parent notes it. When `rtit record` is asked to stop it tells the
@@ -21,6 +22,7 @@ mod feeder;
 mod ffi;
 mod floor;
 mod high_fds;
+mod in_call;
 mod park;
 mod published;
 mod registers;
@@ -188,7 +190,7 @@ extern "C" fn tb_trans(_id: PluginId, tb: *mut Tb) {
 #[allow(clippy::too_many_arguments)]
 extern "C" fn syscall(
     _id: PluginId,
-    _vcpu: c_uint,
+    vcpu: c_uint,
     num: i64,
     a1: u64,
     a2: u64,
@@ -199,6 +201,13 @@ extern "C" fn syscall(
     _a7: u64,
     _a8: u64,
 ) {
+    // A thread's exit never returns: a mark would stay (`in_call`).
+    if !matches!(
+        num as u64,
+        rtit_recorder::sideband::nr::EXIT | rtit_recorder::sideband::nr::EXIT_GROUP
+    ) {
+        in_call::enter(vcpu);
+    }
     if inert() {
         return;
     }
@@ -256,6 +265,7 @@ extern "C" fn syscall(
 }
 
 extern "C" fn syscall_ret(_id: PluginId, vcpu: c_uint, num: i64, ret: i64) {
+    in_call::leave(vcpu);
     if inert() {
         return;
     }
@@ -433,6 +443,10 @@ fn write_counters(out: &str) -> Result<(), String> {
         parked: Some(published::PARKED.as_ptr() as u64),
         parked_at: Some(published::PARKED_AT.as_ptr() as u64),
         parked_registers: Some(published::PARKED_REGISTERS.as_ptr() as u64),
+        in_call: Some(in_call::IN_CALL.as_ptr() as u64),
+        in_call_slots: Some(in_call::SLOTS as u64),
+        crowded: Some(in_call::CROWDED.as_ptr() as u64),
+        signalling: Some(in_call::SIGNALLING.as_ptr() as u64),
     };
     let path = std::path::Path::new(out).join(rtit_recorder::qemu::report::files::COUNTERS);
     let text = serde_json::to_vec(&counters).map_err(|e| e.to_string())?;

@@ -109,6 +109,20 @@ pub struct Counters {
     /// The parked thread's registers, as JSON text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parked_registers: Option<u64>,
+    /// The table of the threads inside a system call, by vCPU index (`in_call_slots` words:
+    /// a thread's id, 0 for none): rtit signals no thread that is inside one
+    /// (`crate::qemu::gdbstub::guest::signal_outside_calls`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_call: Option<u64>,
+    /// See `in_call`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_call_slots: Option<u64>,
+    /// The count of threads inside a system call beyond the table `in_call`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crowded: Option<u64>,
+    /// Where rtit names the thread it is about to signal (a word; the top bit once sent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signalling: Option<u64>,
 }
 
 /// The lowest descriptor number the plugin keeps open (its output files, and the pipe on

@@ -114,21 +114,64 @@ pub(super) fn unpark(pid: Pid, counters: Counters) {
     }
 }
 
+/// What came of [`signal_outside_calls`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Signalled {
+    /// The signal is on its way.
+    Sent,
+    /// The thread is inside a system call: not sent (try again later).
+    InsideCall,
+    /// The process is gone.
+    Gone,
+}
+
+/// The bit of the plugin's `signalling` word that says the signal was sent.
+const SENT: u64 = 1 << 63;
+
 /// Sends `signal` to the thread of the program that runs, where the plugin says which (its
-/// threads take turns): a signal to the process goes to any thread, and one that waits for
-/// its turn would see it only once it runs again; else to the process. False if the process
-/// is gone.
-pub(super) fn signal_running(pid: Pid, counters: Counters, signal: nix::sys::signal::Signal) -> bool {
-    let tid = counters.running.and_then(|at| word(pid, at)).filter(|&t| t != 0);
-    if let Some(tid) = tid {
-        // SAFETY: the tgkill system call with plain integer arguments.
-        #[allow(unsafe_code)]
-        let sent = unsafe { nix::libc::syscall(nix::libc::SYS_tgkill, pid.as_raw(), tid as i32, signal as i32) };
-        if sent == 0 {
-            return true;
+/// threads take turns: a signal to the process goes to any thread, and one that waits for
+/// its turn would see it only once it runs again), else to the program's first thread; but
+/// only while that thread is outside a system call. A signal that came while it blocked
+/// in the host's call (a `write` to a full pipe) would make the call fail with `EINTR` in
+/// the program, which Linux would have restarted (QEMU's host handler has no `SA_RESTART`);
+/// one taken before the host's call makes QEMU restart it. rtit names the thread in the
+/// plugin's `signalling` word, then reads which threads are inside a call; the plugin marks
+/// a thread entering one, then waits there while it is the one named (the plugin's
+/// `in_call`). Each side's write is seen by the other's read: two system calls apart here,
+/// the kernel's locked instructions between them order this side's write before its read,
+/// and the plugin's side is sequentially consistent. [`release`] takes the name back.
+pub(super) fn signal_outside_calls(pid: Pid, counters: Counters, signal: nix::sys::signal::Signal) -> Signalled {
+    let running = counters.running.and_then(|at| word(pid, at)).filter(|&t| t != 0);
+    let target = running.unwrap_or(pid.as_raw() as u64);
+    let named = counters.signalling;
+    if let (Some(named), Some(table), Some(slots), Some(crowded)) =
+        (named, counters.in_call, counters.in_call_slots, counters.crowded)
+    {
+        if !write_words(pid, named, &[target]) {
+            return Signalled::Gone;
+        }
+        let inside = read(pid, table, slots as usize * 8);
+        let crowded = word(pid, crowded);
+        let inside_call = inside.len() != slots as usize * 8
+            || crowded != Some(0)
+            || inside
+                .chunks_exact(8)
+                .any(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")) == target);
+        if inside_call {
+            write_words(pid, named, &[0]);
+            return Signalled::InsideCall;
         }
     }
-    nix::sys::signal::kill(pid, signal).is_ok()
+    // SAFETY: the tgkill system call with plain integer arguments.
+    #[allow(unsafe_code)]
+    let sent = unsafe { nix::libc::syscall(nix::libc::SYS_tgkill, pid.as_raw(), target as i32, signal as i32) } == 0;
+    if !(sent || nix::sys::signal::kill(pid, signal).is_ok()) {
+        return Signalled::Gone;
+    }
+    if let Some(named) = named {
+        write_words(pid, named, &[target | SENT]);
+    }
+    Signalled::Sent
 }
 
 /// Whether the program's threads take turns (the plugin names the one whose turn it is).
@@ -152,10 +195,13 @@ pub(super) fn stopped_runs(pid: Pid, counters: Counters, reply: &str) -> bool {
     }
 }
 
-/// Takes back [`hold`]'s request, once the stop is over.
+/// Takes back [`hold`]'s request and [`signal_outside_calls`]' name, once the stop is over.
 pub(super) fn release(pid: Pid, counters: Counters) {
     if let Some(hold) = counters.hold {
         write_words(pid, hold, &[0]);
+    }
+    if let Some(named) = counters.signalling {
+        write_words(pid, named, &[0]);
     }
 }
 

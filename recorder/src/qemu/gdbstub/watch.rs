@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
+use super::guest::Signalled;
 use super::remote::{register, registers, stop, Received, Remote, Stop};
 use super::start::{run_to, Reached, StartPoint};
 use super::GdbstubError;
@@ -346,11 +347,19 @@ fn run(
                     // put off). An anchor still due is tried again at the next look.
                     continue;
                 }
+                match super::guest::signal_outside_calls(pid, program.counters, SAMPLE_SIGNAL) {
+                    Signalled::Sent => {}
+                    // A signal inside a blocking call would make it fail in the program:
+                    // tried again at a later look (an anchor still due at the next; the
+                    // program runs no instruction while it blocks, so none is put off).
+                    Signalled::InsideCall => {
+                        super::guest::release(pid, program.counters);
+                        continue;
+                    }
+                    Signalled::Gone => return Ok(skipped + put_off.map_or(Duration::ZERO, |t| t.elapsed())),
+                }
                 if let (true, Some(since)) = (anchor, put_off.take()) {
                     skipped += since.elapsed();
-                }
-                if !super::guest::signal_running(pid, program.counters, SAMPLE_SIGNAL) {
-                    return Ok(skipped + put_off.map_or(Duration::ZERO, |t| t.elapsed()));
                 }
                 match our_stop(remote, program, done)? {
                     None => return Ok(skipped + put_off.map_or(Duration::ZERO, |t| t.elapsed())),
