@@ -166,6 +166,49 @@ impl Flags {
         })
     }
 
+    /// The condition's value where every flag it reads is known (no cause noted when one is
+    /// not): a branch whose outcome it equals teaches [`Self::constrain`] nothing, and most
+    /// of a walk's branches are such.
+    #[inline]
+    pub fn known_condition(&self, cc: ConditionCode) -> Option<bool> {
+        use ConditionCode as C;
+        let needs = match cc {
+            C::None => return None,
+            C::o | C::no => OF,
+            C::b | C::ae => CF,
+            C::e | C::ne => ZF,
+            C::be | C::a => CF | ZF,
+            C::s | C::ns => SF,
+            C::p | C::np => PF,
+            C::l | C::ge => SF | OF,
+            C::le | C::g => ZF | SF | OF,
+        };
+        if self.known & needs != needs {
+            return None;
+        }
+        let f = |flag: u64| self.value & flag != 0;
+        let less = f(SF) != f(OF);
+        Some(match cc {
+            C::None => return None,
+            C::o => f(OF),
+            C::no => !f(OF),
+            C::b => f(CF),
+            C::ae => !f(CF),
+            C::e => f(ZF),
+            C::ne => !f(ZF),
+            C::be => f(CF) || f(ZF),
+            C::a => !(f(CF) || f(ZF)),
+            C::s => f(SF),
+            C::ns => !f(SF),
+            C::p => f(PF),
+            C::np => !f(PF),
+            C::l => less,
+            C::ge => !less,
+            C::le => f(ZF) || less,
+            C::g => !(f(ZF) || less),
+        })
+    }
+
     /// Learns what the outcome of a conditional branch (`holds`: taken) says about the flags
     /// it read: exact for one-flag conditions, and for the two-flag ones where the outcome or
     /// a known flag leaves one answer.
@@ -285,6 +328,53 @@ pub fn arith(flags: &mut Flags, op: Arith, a: u64, b: u64, r: u64, bytes: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_condition_of_known_flags_is_what_the_general_evaluation_gives() {
+        use ConditionCode as C;
+        let all = [
+            C::o,
+            C::no,
+            C::b,
+            C::ae,
+            C::e,
+            C::ne,
+            C::be,
+            C::a,
+            C::s,
+            C::ns,
+            C::p,
+            C::np,
+            C::l,
+            C::ge,
+            C::le,
+            C::g,
+        ];
+        let flags = [CF, PF, ZF, SF, OF];
+        let spread = |bits: u32| (0..5).filter(|i| bits & (1 << i) != 0).map(|i| flags[i]).sum::<u64>();
+        let mut answered = 0;
+        for cc in all {
+            for known in 0..32u32 {
+                for value in 0..32u32 {
+                    let f = Flags {
+                        value: spread(value),
+                        known: spread(known),
+                        why: Why::default(),
+                    };
+                    match f.known_condition(cc) {
+                        Some(v) => {
+                            assert_eq!(f.condition(cc), Some(v), "{cc:?} known {known:05b} value {value:05b}");
+                            answered += 1;
+                        }
+                        // Some flag it reads is unknown: the general evaluation may still
+                        // answer (`be` with CF set), but not with every flag known.
+                        None => assert_ne!(known, 31, "{cc:?}"),
+                    }
+                }
+            }
+        }
+        assert!(answered > 16 * 32, "{answered}");
+    }
 
     #[test]
     fn arithmetic_flags_match_the_cpu() {

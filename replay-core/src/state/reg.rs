@@ -334,6 +334,48 @@ impl RegFile {
         self.set(s.reg, new);
     }
 
+    /// What [`Self::read_slot`] gives for part of general-purpose register `n` (`bytes`
+    /// bytes from bit `shift`): the translated instructions' reads, without the look up of a
+    /// register's index by its kind.
+    #[inline(always)]
+    pub fn read_gpr(&self, n: u8, shift: u8, bytes: u8) -> Option<u64> {
+        let i = usize::from(n & 15);
+        if self.known & (1 << i) == 0 {
+            why::saw(self.why[i]);
+            return None;
+        }
+        Some((self.values[i] >> shift) & mask(u32::from(bytes)))
+    }
+
+    /// What [`Self::write_slot`] does for part of general-purpose register `n`, the common
+    /// cases at once (a known value into a whole register, its low half, or a known one).
+    #[inline(always)]
+    pub fn write_gpr(&mut self, n: u8, shift: u8, bytes: u8, value: Option<u64>) {
+        let i = usize::from(n & 15);
+        match (bytes, value) {
+            (8, Some(v)) => {
+                self.values[i] = v;
+                self.known |= 1 << i;
+            }
+            (4, Some(v)) => {
+                self.values[i] = v & mask(4);
+                self.known |= 1 << i;
+            }
+            (_, Some(v)) if self.known & (1 << i) != 0 => {
+                let m = mask(u32::from(bytes)) << shift;
+                self.values[i] = (self.values[i] & !m) | ((v << shift) & m);
+            }
+            _ => self.write_slot(
+                Slot {
+                    reg: Reg::Gpr(n),
+                    shift: u32::from(shift),
+                    bytes: u32::from(bytes),
+                },
+                value,
+            ),
+        }
+    }
+
     /// Makes the tracked register holding `r` unknown.
     pub fn forget(&mut self, r: Register) {
         if let Some(s) = slot(r) {

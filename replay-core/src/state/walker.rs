@@ -530,7 +530,7 @@ impl Walker {
 
     /// A forward step over a plain instruction at `q` by its translation (the registers all
     /// known or unknown: none partly), `next` having run after it.
-    #[inline]
+    #[inline(always)]
     fn compiled_step(&mut self, st: &mut State, q: u64, c: &Compiled, next: Option<u64>) {
         why::begin(Cause::Inputs(c.mnemonic()), q);
         c.forward(st, next, &self.shared.space);

@@ -31,7 +31,7 @@ impl Compiled {
             }
             Op::Lea { dst, width } => {
                 let v = address(st, &self.addr).map(|a| a & mask(u32::from(width)));
-                st.regs.write_slot(dst.slot(), v);
+                st.regs.write_gpr(dst.number, dst.shift, dst.bytes, v);
             }
             Op::Alu {
                 alu,
@@ -130,7 +130,7 @@ impl Compiled {
                 let rsp = st.regs.get(RSP);
                 st.regs.set(RSP, rsp.map(|v| v.wrapping_add(8)));
                 let v = rsp.and_then(|a| st.mem.load(a, 8, space));
-                st.regs.write_slot(dst.slot(), v);
+                st.regs.write_gpr(dst.number, dst.shift, dst.bytes, v);
             }
             Op::Call => self.push(st, Some(self.imm)),
             Op::Ret => {
@@ -140,8 +140,9 @@ impl Compiled {
             Op::Nothing => {}
             Op::Jcc { cc, differs } => {
                 if let Some(next) = next {
-                    if differs {
-                        st.flags.constrain(cc, next == self.imm);
+                    let holds = next == self.imm;
+                    if differs && st.flags.known_condition(cc) != Some(holds) {
+                        st.flags.constrain(cc, holds);
                     }
                 }
             }
@@ -152,7 +153,7 @@ impl Compiled {
     #[inline]
     fn read(&self, st: &mut State, o: Operand, space: &AddressSpace) -> Option<u64> {
         match o {
-            Operand::Reg(s) => st.regs.read_slot(s.slot()),
+            Operand::Reg(s) => st.regs.read_gpr(s.number, s.shift, s.bytes),
             Operand::Mem(w) => {
                 let a = address(st, &self.addr)?;
                 st.mem.load(a, u32::from(w), space)
@@ -166,7 +167,7 @@ impl Compiled {
     #[inline]
     fn write(&self, st: &mut State, o: Operand, v: Option<u64>) {
         match o {
-            Operand::Reg(s) => st.regs.write_slot(s.slot(), v),
+            Operand::Reg(s) => st.regs.write_gpr(s.number, s.shift, s.bytes, v),
             Operand::Mem(w) => match address(st, &self.addr) {
                 Some(a) => st.mem.store(a, u32::from(w), v),
                 None => {
@@ -193,7 +194,7 @@ impl Compiled {
 
 /// The address of the memory operand: the base, then the index, then the segment's base,
 /// each read in that order so that the first unknown one is the cause noted.
-#[inline]
+#[inline(always)]
 fn address(st: &State, a: &Addr) -> Option<u64> {
     let mut x = a.disp;
     if let Some(b) = a.base {

@@ -87,15 +87,6 @@ impl Part {
             _ => None,
         }
     }
-
-    #[inline]
-    fn slot(self) -> Slot {
-        Slot {
-            reg: reg::Reg::Gpr(self.number),
-            shift: u32::from(self.shift),
-            bytes: u32::from(self.bytes),
-        }
-    }
 }
 
 /// How a move extends its source.
