@@ -65,6 +65,52 @@ impl Generic {
     }
 }
 
+/// A condition code worked out once into the flags it reads and its value for each of
+/// their 32 combinations (by [`Flags::known_condition`]): the translated instructions
+/// evaluate a condition of known flags by one look ([`Flags::known_by`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Truth {
+    /// The status flags the condition reads (none: no condition).
+    needs: u16,
+    /// Bit `i`: the condition's value where CF, PF, ZF, SF and OF are bits 0–4 of `i`.
+    table: u32,
+}
+
+impl Truth {
+    /// The table of `cc`.
+    pub fn of(cc: ConditionCode) -> Self {
+        let flags = [CF, PF, ZF, SF, OF];
+        let mut t = Truth { needs: 0, table: 0 };
+        for i in 0..32u32 {
+            let value = (0..5).filter(|b| i & (1 << b) != 0).map(|b| flags[b]).sum();
+            let f = Flags {
+                value,
+                known: STATUS,
+                why: Why::default(),
+            };
+            if f.known_condition(cc) == Some(true) {
+                t.table |= 1 << i;
+            }
+        }
+        t.needs = match cc {
+            ConditionCode::None => 0,
+            _ => flags
+                .iter()
+                .filter(|&&flag| {
+                    // A flag is read if the condition is not known without it.
+                    let f = Flags {
+                        value: 0,
+                        known: STATUS & !flag,
+                        why: Why::default(),
+                    };
+                    f.known_condition(cc).is_none()
+                })
+                .sum::<u64>() as u16,
+        };
+        t
+    }
+}
+
 /// RFLAGS with a mask of the bits that are known.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Flags {
@@ -207,6 +253,18 @@ impl Flags {
             C::le => f(ZF) || less,
             C::g => !(f(ZF) || less),
         })
+    }
+
+    /// [`Self::known_condition`] by `t`, the condition's table.
+    #[inline(always)]
+    pub fn known_by(&self, t: Truth) -> Option<bool> {
+        let needs = u64::from(t.needs);
+        if self.known & needs != needs || needs == 0 {
+            return None;
+        }
+        let v = self.value;
+        let index = (v & CF) | (v >> 1 & 2) | (v >> 4 & 4) | (v >> 4 & 8) | (v >> 7 & 16);
+        Some(t.table >> index & 1 != 0)
     }
 
     /// Learns what the outcome of a conditional branch (`holds`: taken) says about the flags
@@ -374,6 +432,21 @@ mod tests {
             }
         }
         assert!(answered > 16 * 32, "{answered}");
+        // The tables say the same, flag combination by flag combination.
+        for cc in all {
+            let t = Truth::of(cc);
+            for known in 0..32u32 {
+                for value in 0..32u32 {
+                    let f = Flags {
+                        value: spread(value) | 0x202,
+                        known: spread(known) | 0x202,
+                        why: Why::default(),
+                    };
+                    assert_eq!(f.known_by(t), f.known_condition(cc), "{cc:?} {known:05b} {value:05b}");
+                }
+            }
+        }
+        assert_eq!(Truth::of(C::None), Truth { needs: 0, table: 0 });
     }
 
     #[test]

@@ -108,8 +108,8 @@ impl Compiled {
                     .map(|(a, b)| signed_product(&mut st.flags, a, b, u32::from(width)));
                 self.write(st, dst, r);
             }
-            Op::Cmov { cc, dst, src } => {
-                let v = match st.flags.condition(cc) {
+            Op::Cmov { cc, truth, dst, src } => {
+                let v = match st.flags.known_by(truth).or_else(|| st.flags.condition(cc)) {
                     Some(true) => self.read(st, src, space),
                     // A 32-bit cmov zero-extends its destination even when the move does not
                     // happen.
@@ -118,8 +118,12 @@ impl Compiled {
                 };
                 self.write(st, dst, v);
             }
-            Op::Set { cc, dst } => {
-                let v = st.flags.condition(cc).map(u64::from);
+            Op::Set { cc, truth, dst } => {
+                let v = st
+                    .flags
+                    .known_by(truth)
+                    .or_else(|| st.flags.condition(cc))
+                    .map(u64::from);
                 self.write(st, dst, v);
             }
             Op::Push { src } => {
@@ -138,10 +142,10 @@ impl Compiled {
                 st.regs.set(RSP, rsp);
             }
             Op::Nothing => {}
-            Op::Jcc { cc, differs } => {
+            Op::Jcc { cc, truth, differs } => {
                 if let Some(next) = next {
                     let holds = next == self.imm;
-                    if differs && st.flags.known_condition(cc) != Some(holds) {
+                    if differs && st.flags.known_by(truth) != Some(holds) {
                         st.flags.constrain(cc, holds);
                     }
                 }

@@ -19,7 +19,7 @@ mod tests;
 use iced_x86::{ConditionCode, Instruction, Mnemonic, OpKind, Register};
 
 use super::alu::{self, Alu, Shift, Unary};
-use super::flags::Generic;
+use super::flags::{Generic, Truth};
 use super::ops::width;
 use super::reg::{self, mask, Slot};
 use crate::image::AddressSpace;
@@ -144,11 +144,13 @@ enum Op {
     },
     Cmov {
         cc: ConditionCode,
+        truth: Truth,
         dst: Operand,
         src: Operand,
     },
     Set {
         cc: ConditionCode,
+        truth: Truth,
         dst: Operand,
     },
     Push {
@@ -167,6 +169,7 @@ enum Op {
     /// the branch tells nothing).
     Jcc {
         cc: ConditionCode,
+        truth: Truth,
         differs: bool,
     },
 }
@@ -271,11 +274,13 @@ impl Compiled {
             },
             m if alu::is_cmov(m) => Op::Cmov {
                 cc: insn.condition_code(),
+                truth: Truth::of(insn.condition_code()),
                 dst: operand(0)?,
                 src: operand(1)?,
             },
             m if alu::is_setcc(m) => Op::Set {
                 cc: insn.condition_code(),
+                truth: Truth::of(insn.condition_code()),
                 dst: operand(0)?,
             },
             M::Push if insn.stack_pointer_increment() == -8 => {
@@ -304,6 +309,7 @@ impl Compiled {
                 imm = Some(insn.near_branch_target());
                 Op::Jcc {
                     cc: insn.condition_code(),
+                    truth: Truth::of(insn.condition_code()),
                     differs: insn.near_branch_target() != insn.next_ip(),
                 }
             }
