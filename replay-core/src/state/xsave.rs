@@ -39,6 +39,11 @@ const HEADER_END: u64 = 576;
 /// The end of the AVX component in the standard format.
 const AVX_END: u64 = 832;
 
+/// MXCSR_MASK as QEMU's XSAVE and FXSAVE write it.
+const QEMU_MXCSR_MASK: u32 = 0xffff;
+/// BNDREGS (component 3) in XSTATE_BV's first byte.
+const BNDREGS: u8 = 1 << 3;
+
 /// x87 state (component 0).
 const X87: u64 = 1;
 /// SSE state (component 1): xmm0–15 (and MXCSR with it).
@@ -279,22 +284,51 @@ fn xsave(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
         return false;
     };
     save_legacy(st, a, rfbm);
-    let bound = super::ops::extent(&st.regs, insn, 0, &st.cpu).unwrap_or(16 << 10);
-    if bound > AVX_END {
-        st.mem.forget(a + AVX_END, bound - AVX_END);
-    }
-    for (c, part) in PARTS {
-        // A component whose place is not known stays forgotten (the bound covers it).
-        if let (true, Some(at)) = (rfbm & 1 << c != 0, super::ops::xsave_offset(c, &st.cpu)) {
-            write_part(st, a + at, part);
+    // Each requested component above the legacy region where it lies, and nothing else of
+    // the area (SDM vol. 1, 13.7); where one's place or size is not known, everything up to
+    // the area's end is forgotten.
+    let places: Option<Vec<(u32, u64, u64)>> = (2..63u32)
+        .filter(|c| rfbm & 1 << c != 0)
+        .map(|c| {
+            Some((
+                c,
+                super::ops::xsave_offset(c, &st.cpu)?,
+                super::ops::xsave_size(c, &st.cpu)?,
+            ))
+        })
+        .collect();
+    match places {
+        Some(places) => {
+            for (c, at, size) in places {
+                match PARTS.iter().find(|(p, _)| *p == c) {
+                    Some(&(_, part)) => write_part(st, a + at, part),
+                    None => st.mem.forget(a + at, size),
+                }
+            }
+        }
+        None => {
+            let bound = super::ops::extent(&st.regs, insn, 0, &st.cpu).unwrap_or(16 << 10);
+            if bound > AVX_END {
+                st.mem.forget(a + AVX_END, bound - AVX_END);
+            }
+            for (c, part) in PARTS {
+                if let (true, Some(at)) = (rfbm & 1 << c != 0, super::ops::xsave_offset(c, &st.cpu)) {
+                    write_part(st, a + at, part);
+                }
+            }
         }
     }
-    // XSTATE_BV: XINUSE for the requested components, the other bits as they were.
+    // XSTATE_BV: XINUSE for the requested components, the other bits as they were. QEMU
+    // marks each in use but BNDREGS, which it marks only while MPX is (which is not
+    // followed here): that bit is unknown.
     let (old, known) = st.mem.read_bits(a + XSTATE_BV, space);
     let low = rfbm as u8;
-    let in_use = if st.cpu.xsave_all_in_use { low } else { 0 };
+    let (in_use, learnt) = match st.cpu.xsave_all_in_use {
+        true => (low & !BNDREGS, low & !BNDREGS),
+        false => (0, 0),
+    };
     st.mem
-        .write_bits(a + XSTATE_BV, (old & !low) | in_use, (known & !low) | in_use);
+        .write_bits(a + XSTATE_BV, (old & !low) | in_use, (known & !low) | learnt);
     if rfbm >> 8 != 0 {
         st.mem.forget(a + XSTATE_BV + 1, 7);
     }
@@ -308,11 +342,15 @@ fn save_legacy(st: &mut State, a: u64, rfbm: u64) {
         st.mem.forget(a, MXCSR);
         st.mem.forget(a + 32, XMM - 32);
     }
-    // A CPU stores MXCSR (and MXCSR_MASK) with SSE or AVX; QEMU with SSE only.
+    // A CPU stores MXCSR (and MXCSR_MASK) with SSE or AVX; QEMU with SSE only, and its
+    // MXCSR_MASK is always FFFFH (a CPU's is its own).
     if rfbm & SSE != 0 {
         let m = st.mxcsr;
         m.store(st, a + MXCSR);
-        st.mem.forget(a + MXCSR + 4, 4);
+        match st.cpu.xsave_all_in_use {
+            true => st.mem.write(a + MXCSR + 4, &QEMU_MXCSR_MASK.to_le_bytes()),
+            false => st.mem.forget(a + MXCSR + 4, 4),
+        }
     } else if rfbm & AVX != 0 {
         st.mem.forget(a + MXCSR, 8);
     }

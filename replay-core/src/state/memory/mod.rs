@@ -292,8 +292,12 @@ impl Memory {
         }
     }
 
-    /// Makes the byte at `addr` unknown but for the bits of `known`, which hold `value`.
+    /// Makes the byte at `addr` unknown but for the bits of `known`, which hold `value` (all
+    /// of them: the byte, known).
     pub fn write_bits(&mut self, addr: u64, value: u8, known: u8) {
+        if known == 0xff {
+            return self.write(addr, &[value]);
+        }
         self.forget(addr, 1);
         if known != 0 {
             self.settled = false;
