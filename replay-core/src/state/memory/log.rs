@@ -9,7 +9,16 @@ use std::cell::{Cell, RefCell};
 
 thread_local! {
     static ON: Cell<bool> = const { Cell::new(false) };
-    static LOG: RefCell<Log> = RefCell::new(Log::default());
+    // Const: no lazy set-up looked at on every store.
+    static LOG: RefCell<Log> = const {
+        RefCell::new(Log {
+            noted: Noted {
+                ranges: Vec::new(),
+                all: false,
+            },
+            seen: [0; SEEN],
+        })
+    };
 }
 
 /// The log: what was noted, and the writes noted since it was last emptied, by where they
@@ -19,20 +28,11 @@ thread_local! {
 struct Log {
     noted: Noted,
     /// [`key`]s of writes noted since the log was last emptied (0: none), at [`slot`].
-    seen: Box<[u64; SEEN]>,
+    seen: [u64; SEEN],
 }
 
 /// Writes the log remembers exactly.
 const SEEN: usize = 512;
-
-impl Default for Log {
-    fn default() -> Self {
-        Self {
-            noted: Noted::default(),
-            seen: Box::new([0; SEEN]),
-        }
-    }
-}
 
 /// A write of `len` bytes (1 to 15) at `addr` (below 2^60) as one nonzero number.
 #[inline]
