@@ -66,7 +66,7 @@ impl Generic {
 }
 
 /// A condition code worked out once into the flags it reads and its value for each of
-/// their 32 combinations (by [`Flags::known_condition`]): the translated instructions
+/// their 32 combinations (by [`Flags::condition`]): the translated instructions
 /// evaluate a condition of known flags by one look ([`Flags::known_by`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Truth {
@@ -77,37 +77,35 @@ pub struct Truth {
 }
 
 impl Truth {
-    /// The table of `cc`.
+    /// The table of `cc`, by [`Flags::condition`] over every combination.
     pub fn of(cc: ConditionCode) -> Self {
-        let flags = [CF, PF, ZF, SF, OF];
-        let mut t = Truth { needs: 0, table: 0 };
-        for i in 0..32u32 {
-            let value = (0..5).filter(|b| i & (1 << b) != 0).map(|b| flags[b]).sum();
-            let f = Flags {
-                value,
-                known: STATUS,
-                why: Why::default(),
-            };
-            if f.known_condition(cc) == Some(true) {
-                t.table |= 1 << i;
-            }
-        }
-        t.needs = match cc {
-            ConditionCode::None => 0,
-            _ => flags
-                .iter()
-                .filter(|&&flag| {
-                    // A flag is read if the condition is not known without it.
-                    let f = Flags {
-                        value: 0,
-                        known: STATUS & !flag,
-                        why: Why::default(),
-                    };
-                    f.known_condition(cc).is_none()
-                })
-                .sum::<u64>() as u16,
+        use ConditionCode as C;
+        let needs = match cc {
+            C::None => 0,
+            C::o | C::no => OF,
+            C::b | C::ae => CF,
+            C::e | C::ne => ZF,
+            C::be | C::a => CF | ZF,
+            C::s | C::ns => SF,
+            C::p | C::np => PF,
+            C::l | C::ge => SF | OF,
+            C::le | C::g => ZF | SF | OF,
         };
-        t
+        let flags = [CF, PF, ZF, SF, OF];
+        let table = (0..32u32)
+            .filter(|i| {
+                let f = Flags {
+                    value: (0..5).filter(|b| i & (1 << b) != 0).map(|b| flags[b]).sum(),
+                    known: STATUS,
+                    why: Why::default(),
+                };
+                f.condition(cc) == Some(true)
+            })
+            .fold(0, |t, i| t | 1 << i);
+        Truth {
+            needs: needs as u16,
+            table,
+        }
     }
 }
 
@@ -212,50 +210,9 @@ impl Flags {
         })
     }
 
-    /// The condition's value where every flag it reads is known (no cause noted when one is
-    /// not): a branch whose outcome it equals teaches [`Self::constrain`] nothing, and most
-    /// of a walk's branches are such.
-    #[inline]
-    pub fn known_condition(&self, cc: ConditionCode) -> Option<bool> {
-        use ConditionCode as C;
-        let needs = match cc {
-            C::None => return None,
-            C::o | C::no => OF,
-            C::b | C::ae => CF,
-            C::e | C::ne => ZF,
-            C::be | C::a => CF | ZF,
-            C::s | C::ns => SF,
-            C::p | C::np => PF,
-            C::l | C::ge => SF | OF,
-            C::le | C::g => ZF | SF | OF,
-        };
-        if self.known & needs != needs {
-            return None;
-        }
-        let f = |flag: u64| self.value & flag != 0;
-        let less = f(SF) != f(OF);
-        Some(match cc {
-            C::None => return None,
-            C::o => f(OF),
-            C::no => !f(OF),
-            C::b => f(CF),
-            C::ae => !f(CF),
-            C::e => f(ZF),
-            C::ne => !f(ZF),
-            C::be => f(CF) || f(ZF),
-            C::a => !(f(CF) || f(ZF)),
-            C::s => f(SF),
-            C::ns => !f(SF),
-            C::p => f(PF),
-            C::np => !f(PF),
-            C::l => less,
-            C::ge => !less,
-            C::le => f(ZF) || less,
-            C::g => !(f(ZF) || less),
-        })
-    }
-
-    /// [`Self::known_condition`] by `t`, the condition's table.
+    /// The condition `t` is the table of, where every flag it reads is known (no cause noted
+    /// when one is not): what [`Self::condition`] gives then, by one look. A branch whose
+    /// outcome it equals teaches [`Self::constrain`] nothing, and most of a walk's are such.
     #[inline(always)]
     pub fn known_by(&self, t: Truth) -> Option<bool> {
         let needs = u64::from(t.needs);
@@ -388,7 +345,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_condition_of_known_flags_is_what_the_general_evaluation_gives() {
+    fn a_conditions_table_gives_what_the_general_evaluation_gives_of_known_flags() {
         use ConditionCode as C;
         let all = [
             C::o,
@@ -412,40 +369,36 @@ mod tests {
         let spread = |bits: u32| (0..5).filter(|i| bits & (1 << i) != 0).map(|i| flags[i]).sum::<u64>();
         let mut answered = 0;
         for cc in all {
-            for known in 0..32u32 {
-                for value in 0..32u32 {
-                    let f = Flags {
-                        value: spread(value),
-                        known: spread(known),
-                        why: Why::default(),
-                    };
-                    match f.known_condition(cc) {
-                        Some(v) => {
-                            assert_eq!(f.condition(cc), Some(v), "{cc:?} known {known:05b} value {value:05b}");
-                            answered += 1;
-                        }
-                        // Some flag it reads is unknown: the general evaluation may still
-                        // answer (`be` with CF set), but not with every flag known.
-                        None => assert_ne!(known, 31, "{cc:?}"),
-                    }
-                }
-            }
-        }
-        assert!(answered > 16 * 32, "{answered}");
-        // The tables say the same, flag combination by flag combination.
-        for cc in all {
             let t = Truth::of(cc);
+            let needs = u64::from(t.needs);
             for known in 0..32u32 {
                 for value in 0..32u32 {
+                    // IF and a reserved bit set too: the table looks at the five alone.
                     let f = Flags {
                         value: spread(value) | 0x202,
                         known: spread(known) | 0x202,
                         why: Why::default(),
                     };
-                    assert_eq!(f.known_by(t), f.known_condition(cc), "{cc:?} {known:05b} {value:05b}");
+                    match f.known_by(t) {
+                        Some(v) => {
+                            assert_eq!(f.condition(cc), Some(v), "{cc:?} known {known:05b} value {value:05b}");
+                            answered += 1;
+                        }
+                        None => assert_ne!(f.known & needs, needs, "{cc:?} known {known:05b}"),
+                    }
                 }
             }
+            // Each flag it says it reads is one the condition cannot do without.
+            for flag in flags.iter().filter(|&&flag| needs & flag != 0) {
+                let f = Flags {
+                    value: 0,
+                    known: STATUS & !flag,
+                    why: Why::default(),
+                };
+                assert_eq!(f.condition(cc), None, "{cc:?} {flag:#x}");
+            }
         }
+        assert!(answered > 16 * 32, "{answered}");
         assert_eq!(Truth::of(C::None), Truth { needs: 0, table: 0 });
     }
 

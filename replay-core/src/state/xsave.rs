@@ -323,12 +323,9 @@ fn xsave(st: &mut State, insn: &Instruction, space: &AddressSpace) -> bool {
     // followed here): that bit is unknown.
     let (old, known) = st.mem.read_bits(a + XSTATE_BV, space);
     let low = rfbm as u8;
-    let (in_use, learnt) = match st.cpu.xsave_all_in_use {
-        true => (low & !BNDREGS, low & !BNDREGS),
-        false => (0, 0),
-    };
+    let in_use = if st.cpu.xsave_all_in_use { low & !BNDREGS } else { 0 };
     st.mem
-        .write_bits(a + XSTATE_BV, (old & !low) | in_use, (known & !low) | learnt);
+        .write_bits(a + XSTATE_BV, (old & !low) | in_use, (known & !low) | in_use);
     if rfbm >> 8 != 0 {
         st.mem.forget(a + XSTATE_BV + 1, 7);
     }
